@@ -1,6 +1,9 @@
 """Command line: `python -m transformer_lib COMMAND`.
 
     python -m transformer_lib fetch-data   # download (or copy from $TRANSFORMER_DATA_MIRROR) and verify every corpus
+
+Each part of the course adds its commands from its own module: a module with
+`register(commands)` adds subparsers, each with `set_defaults(run=function)`; `run(args)` returns the exit status.
 """
 
 from __future__ import annotations
@@ -9,24 +12,28 @@ import argparse
 import sys
 
 
+def fetch_data(args: argparse.Namespace) -> int:
+    """Fetch and verify every pinned data file, printing where each one is."""
+    from transformer_lib.data import DataUnavailableError, fetch_all
+
+    try:
+        for path in fetch_all():
+            print(f"ok  {path}")
+    except DataUnavailableError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m transformer_lib", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("fetch-data", help="fetch and verify every pinned data file")
+    commands.add_parser("fetch-data", help="fetch and verify every pinned data file").set_defaults(run=fetch_data)
+    # Parts II and III register their commands here, one line each.
     args = parser.parse_args(argv)
-
-    if args.command == "fetch-data":
-        from transformer_lib.data import DataUnavailableError, fetch_all
-
-        try:
-            for path in fetch_all():
-                print(f"ok  {path}")
-        except DataUnavailableError as e:
-            print(e, file=sys.stderr)
-            return 1
-    return 0
+    return args.run(args)
 
 
 if __name__ == "__main__":
