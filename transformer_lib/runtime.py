@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['QUICK_ENV', 'DEVICE_ENV', 'is_quick', 'pick', 'get_device', 'set_seed', 'describe_machine', 'elapsed_since']
 
-# %% ../notebooks/00_introduction_and_setup.ipynb #de2f1e1e
+# %% ../notebooks/00_introduction_and_setup.ipynb #6fdda3f7
 import os
 import platform
 import random
@@ -25,7 +25,7 @@ def pick(full, quick):
     """`full` normally and `quick` in quick mode, so each setting that shrinks for CI reads as one line."""
     return quick if is_quick() else full
 
-# %% ../notebooks/00_introduction_and_setup.ipynb #d2b6d861
+# %% ../notebooks/00_introduction_and_setup.ipynb #15d0e076
 def get_device() -> torch.device:
     """The device to run on: $TRANSFORMER_DEVICE if set, else cuda, then mps, then cpu."""
     if os.environ.get(DEVICE_ENV):
@@ -44,13 +44,22 @@ def set_seed(seed: int = 0) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def _cpu_name() -> str:
+    """The CPU's model name where the OS tells it (Linux), else the architecture."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def describe_machine(device: torch.device | None = None) -> str:
     """One line naming the hardware and versions a result came from."""
     device = device or get_device()
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     else:
-        where = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads"
+        where = f"{_cpu_name()}, {torch.get_num_threads()} CPU threads"
     return f"{where} | {platform.system()} | Python {platform.python_version()} | torch {torch.__version__}"
 
 
