@@ -96,3 +96,15 @@ def test_real_corpora_load():
     assert len(pairs) == 32_028
     assert pairs[0] == ("Hi.", "嗨。")
     assert all(en and zh and "\u200b" not in zh for en, zh in pairs)
+
+
+def test_written_file_has_a_normal_mode(folders):
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        path = fetch(SPEC)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

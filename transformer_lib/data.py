@@ -99,10 +99,18 @@ def _write_atomically(dest: Path, payload: bytes, expected_sha256: str, source: 
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file a normal file's mode
         os.replace(tmp, dest)  # atomic on POSIX and Windows: readers see the old file or the new
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
