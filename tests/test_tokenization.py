@@ -102,7 +102,7 @@ def test_chunks_cover_any_text(text):
 
 def test_bpe_learns_merges_and_sizes(bpe):
     assert bpe.vocab_size == 256 + 60 + 4 and len(bpe.merges) == 60
-    assert [bpe.pad_id, bpe.bos_id, bpe.eos_id, bpe.unk_id] == [316, 317, 318, None]
+    assert [bpe.pad_id, bpe.bos_id, bpe.eos_id, bpe.unk_id] == [316, 317, 318, 319]
     assert len(bpe.encode(ENGLISH)) < 0.6 * len(ENGLISH.encode("utf-8"))  # the merges compress
     assert bpe.vocab[bpe.encode(" resolved")[0]].startswith(b" r")
 
@@ -147,7 +147,7 @@ def test_bpe_round_trip_chinese_and_specials(bpe):
 
 
 def test_hf_bpe_round_trip_and_specials(hf):
-    assert hf.vocab_size == 300 and [hf.pad_id, hf.bos_id, hf.eos_id, hf.unk_id] == [0, 1, 2, None]
+    assert hf.vocab_size == 300 and [hf.pad_id, hf.bos_id, hf.eos_id, hf.unk_id] == [0, 1, 2, 3]
     for text in [CHINESE, ENGLISH[:300], "  two  spaces 🙂"]:
         ids = hf.encode(text, bos=True, eos=True)
         assert ids[0] == hf.bos_id and ids[-1] == hf.eos_id

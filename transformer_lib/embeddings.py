@@ -3,13 +3,13 @@
 # %% auto #0
 __all__ = ['TokenEmbedding']
 
-# %% ../notebooks/02_embeddings.ipynb #34775e6c
+# %% ../notebooks/02_embeddings.ipynb #ba7fabf3
 import math
 
 import torch
 from torch import nn
 
-
+# %% ../notebooks/02_embeddings.ipynb #88090d4c
 class TokenEmbedding(nn.Module):
     """Token ids (B, T) -> vectors (B, T, C): a learned table, times sqrt(d_model) when `scale`.
 
