@@ -3,13 +3,13 @@
 # %% auto #0
 __all__ = ['TokenEmbedding']
 
-# %% ../notebooks/02_embeddings.ipynb #ba7fabf3
+# %% ../notebooks/02_embeddings.ipynb #8e9c9569
 import math
 
 import torch
 from torch import nn
 
-# %% ../notebooks/02_embeddings.ipynb #88090d4c
+# %% ../notebooks/02_embeddings.ipynb #d6ea9ff5
 class TokenEmbedding(nn.Module):
     """Token ids (B, T) -> vectors (B, T, C): a learned table, times sqrt(d_model) when `scale`.
 
@@ -32,7 +32,8 @@ class TokenEmbedding(nn.Module):
         """Look up each id: (B, T) integer ids -> (B, T, C)."""
         if ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
+        checking = ids.numel() and not torch.compiler.is_compiling()  # reading ids would break a compiled graph
+        if checking and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = ids[(ids < 0) | (ids >= self.vocab_size)][0].item()
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.vocab_size}) (vocab_size={self.vocab_size})")
         x = self.embedding(ids)  # (B, T, C)

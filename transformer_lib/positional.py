@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding']
 
-# %% ../notebooks/03_positional_encoding.ipynb #86b9df09
+# %% ../notebooks/03_positional_encoding.ipynb #2640cc75
 import math
 
 import torch
@@ -20,7 +20,7 @@ def sinusoidal_positional_encoding(context_len: int, d_model: int) -> torch.Tens
     pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])  # an odd C has one sine more than cosines
     return pe
 
-# %% ../notebooks/03_positional_encoding.ipynb #43f8f2bd
+# %% ../notebooks/03_positional_encoding.ipynb #817d7e76
 def _check_positions(x: torch.Tensor, offset: int, context_len: int, d_model: int) -> int:
     """T of x (B, T, C), after checking that C matches and positions offset..offset+T-1 fit in context_len."""
     if x.dim() != 3 or x.shape[-1] != d_model:
@@ -48,7 +48,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, context_len={self.context_len}"
 
-# %% ../notebooks/03_positional_encoding.ipynb #bd062147
+# %% ../notebooks/03_positional_encoding.ipynb #563b2936
 class LearnedPositionalEmbedding(nn.Module):
     """x (B, T, C) -> dropout(x + P[offset:offset+T]), with a learned table P (N, C) (GPT-2 style)."""
 
