@@ -4,7 +4,7 @@
 __all__ = ['ATTENTION_CMAP', 'CJK_FONTS', 'check_mask', 'scaled_dot_product_attention', 'fast_scaled_dot_product_attention',
            'use_cjk_fallback_fonts', 'plot_attention', 'plot_heads']
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #046386d0
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #d7085bdd
 import math
 
 import torch
@@ -27,15 +27,15 @@ def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                          f"{tuple(scores_shape)} (..., T_q, T_k)")
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #26a6c246
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #3aea2898
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                  dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be drawn.
 
     q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> out (..., T_q, D_v), weights (..., T_q, T_k).
     mask: bool, True = may attend, broadcastable to (..., T_q, T_k). A query row with no key allowed
-    gets all-zero weights and a zero output, with finite gradients (F.scaled_dot_product_attention
-    gives NaN there). The weights returned are those before dropout.
+    gets all-zero weights and a zero output, with finite gradients (a plain softmax gives NaN there).
+    The weights returned are those before dropout.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
     empty = None
@@ -49,7 +49,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., T_q, D_v), (..., T_q, T_k)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #71d84014
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #ab2d8a6e
 def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                       dropout_p: float = 0.0) -> Tensor:
     """The output of `scaled_dot_product_attention` through PyTorch's fused F.scaled_dot_product_attention.
@@ -64,7 +64,7 @@ def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Ten
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty, dropout_p=dropout_p)
     return out.masked_fill(empty, 0.0)  # (..., T_q, D_v)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #a8062f07
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #28fdc2c1
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import font_manager
@@ -98,7 +98,7 @@ def use_cjk_fallback_fonts() -> list[str]:
 
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #734c866d
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #4e6e45f1
 def _as_array(weights) -> np.ndarray:
     """A NumPy float array from a tensor (any device, with or without grad) or an array."""
     if hasattr(weights, "detach"):
