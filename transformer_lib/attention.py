@@ -4,7 +4,7 @@
 __all__ = ['ATTENTION_CMAP', 'CJK_FONTS', 'check_mask', 'scaled_dot_product_attention', 'fast_scaled_dot_product_attention',
            'use_cjk_fallback_fonts', 'plot_attention', 'plot_heads']
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #d7085bdd
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #93b60a78
 import math
 
 import torch
@@ -27,7 +27,7 @@ def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                          f"{tuple(scores_shape)} (..., T_q, T_k)")
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #3aea2898
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #cb349e54
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                  dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be drawn.
@@ -49,7 +49,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., T_q, D_v), (..., T_q, T_k)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #ab2d8a6e
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #dfb4ee79
 def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                       dropout_p: float = 0.0) -> Tensor:
     """The output of `scaled_dot_product_attention` through PyTorch's fused F.scaled_dot_product_attention.
@@ -64,7 +64,7 @@ def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Ten
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty, dropout_p=dropout_p)
     return out.masked_fill(empty, 0.0)  # (..., T_q, D_v)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #28fdc2c1
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #966ca8da
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import font_manager
@@ -98,7 +98,7 @@ def use_cjk_fallback_fonts() -> list[str]:
 
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #4e6e45f1
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #6ce6157f
 def _as_array(weights) -> np.ndarray:
     """A NumPy float array from a tensor (any device, with or without grad) or an array."""
     if hasattr(weights, "detach"):
@@ -124,7 +124,9 @@ def plot_attention(weights, query_labels=None, key_labels=None, title: str = "at
     if ax is None:
         _, ax = plt.subplots(figsize=(2.4 + 0.45 * T_k, 1.4 + 0.4 * T_q), layout="constrained")
     image = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(T_k), _labels(key_labels, T_k, "key"), rotation=90 if T_k > 12 else 0)
+    keys = _labels(key_labels, T_k, "key")
+    crowded = T_k > 12 or T_k * max(len(t) for t in keys) > 40  # long labels would overlap
+    ax.set_xticks(range(T_k), keys, rotation=90 if crowded else 0)
     ax.set_yticks(range(T_q), _labels(query_labels, T_q, "query"))
     ax.set(title=title, xlabel="key (attended to)", ylabel="query (attending)")
     if colorbar:
