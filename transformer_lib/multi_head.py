@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention']
 
-# %% ../notebooks/05_multi_head_attention.ipynb #dadb7fa5
+# %% ../notebooks/05_multi_head_attention.ipynb #fea634d9
 import torch
 from torch import Tensor, nn
 
@@ -17,13 +17,13 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
         raise ValueError(f"width C={C} is not divisible by n_heads={n_heads}")
     return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
 
-# %% ../notebooks/05_multi_head_attention.ipynb #7796fe16
+# %% ../notebooks/05_multi_head_attention.ipynb #6d24f149
 def merge_heads(x: Tensor) -> Tensor:
     """(B, H, T, D) -> (B, T, C): concatenate the heads back along the width (the inverse of split_heads)."""
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
 
-# %% ../notebooks/05_multi_head_attention.ipynb #9679d832
+# %% ../notebooks/05_multi_head_attention.ipynb #68dc3fe5
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: H scaled dot-product attentions on projections of width D = d_model / H."""
 
