@@ -4,7 +4,7 @@
 __all__ = ['ATTENTION_CMAP', 'CJK_FONTS', 'check_mask', 'scaled_dot_product_attention', 'fast_scaled_dot_product_attention',
            'use_cjk_fallback_fonts', 'plot_attention', 'plot_heads']
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #43f231a3
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #a38858d1
 import math
 
 import torch
@@ -27,7 +27,7 @@ def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                          f"{tuple(scores_shape)} (..., T_q, T_k)")
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #190f9b3e
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #9aa80bb3
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                  dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be drawn.
@@ -49,7 +49,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., T_q, D_v), (..., T_q, T_k)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #66902cf1
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #86228a67
 def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                                       dropout_p: float = 0.0) -> Tensor:
     """The output of `scaled_dot_product_attention` through PyTorch's fused F.scaled_dot_product_attention.
@@ -64,7 +64,7 @@ def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Ten
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty, dropout_p=dropout_p)
     return out.masked_fill(empty, 0.0)  # (..., T_q, D_v)
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #56f183a4
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #3e550d7b
 import math
 
 import matplotlib.pyplot as plt
@@ -100,7 +100,7 @@ def use_cjk_fallback_fonts() -> list[str]:
 
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
-# %% ../notebooks/04_scaled_dot_product_attention.ipynb #95b704eb
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #1800b3b0
 def _as_array(weights) -> np.ndarray:
     """A NumPy float array from a tensor (any device, with or without grad) or an array."""
     if hasattr(weights, "detach"):
@@ -115,7 +115,7 @@ def _labels(labels, n: int, axis: str) -> list[str]:
         raise ValueError(f"{len(labels)} {axis} labels for {n} {axis} positions")
     return labels
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #7438575d
 def plot_attention(weights, query_labels=None, key_labels=None, title: str = "attention weights",
                    ax: Axes | None = None, vmax: float | None = None, colorbar: bool = True) -> Axes:
     """Heatmap of attention weights (T_q, T_k): one row per query, one column per key, token labels."""
@@ -135,7 +135,7 @@ def plot_attention(weights, query_labels=None, key_labels=None, title: str = "at
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return ax
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
 def plot_heads(weights, query_labels=None, key_labels=None, title: str = "attention weights per head",
                n_cols: int = 4) -> Figure:
     """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour scale and bar."""
