@@ -31,3 +31,10 @@ def test_every_generated_module_names_its_notebook():
     for name, text in generated.items():
         notebook = text.splitlines()[0].split("File to edit: ../")[1].rstrip(".")
         assert (ROOT / notebook).exists(), f"{name} names {notebook}, which does not exist"
+
+
+def test_secondary_module_is_generated_and_named():
+    """`#| export viz` cells of notebook 04 make transformer_lib/viz.py, headed by that notebook."""
+    viz = export_notebooks.generated_modules(ROOT / "transformer_lib")["viz.py"]
+    assert "File to edit: ../notebooks/04_scaled_dot_product_attention.ipynb" in viz.splitlines()[0]
+    assert "def plot_attention(" in viz
