@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch-data", help="fetch and verify every pinned data file").set_defaults(run=fetch_data)
     # Parts II and III register their commands here, one line each.
+    from transformer_lib import mt_cli; mt_cli.register(commands)  # noqa: E702  (Part II: train-mt, translate)
+    from transformer_lib import lm_cli; lm_cli.register(commands)  # noqa: E702  (Part III: train-lm, generate)
     args = parser.parse_args(argv)
     return args.run(args)
 

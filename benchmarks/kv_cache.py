@@ -1,0 +1,64 @@
+"""KV-cache generation against recomputing the whole context at every step, on the CPU.
+
+    python benchmarks/kv_cache.py                  # about 1 minute on 2 cores
+    python benchmarks/kv_cache.py --checkpoint runs/lm/char.pt
+
+Greedy decoding (temperature 0) from the prompt "ROMEO:" with the CPU preset's size (4 layers, width
+128) and a context of 1024 so that 500 new tokens fit in it; randomly initialised unless a checkpoint
+is given (speed does not depend on the weights). Prints the time of each path for several lengths, the
+speed-up, and whether the two paths produced exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+from transformer_lib.data import load_tiny_shakespeare
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.tokenization import CharTokenizer, tokenizer_from_dict
+from transformer_lib.runtime import describe_machine
+
+
+def timed_generate(model: GPT, prompt: torch.Tensor, n: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+    """(tokens, seconds) of greedy generation of n new tokens."""
+    t0 = time.perf_counter()
+    out = model.generate(prompt, n, temperature=0, use_cache=use_cache)
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", help="a train-lm checkpoint (its context must hold prompt + tokens)")
+    parser.add_argument("--lengths", default="50,100,200,500", help="numbers of new tokens, comma-separated")
+    args = parser.parse_args()
+    print(f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}")
+    torch.manual_seed(0)
+    if args.checkpoint:
+        state = torch.load(args.checkpoint, weights_only=True)
+        model = GPT(GPTConfig.from_dict(state["config"]))
+        model.load_state_dict(state["model"])
+    else:
+        model = GPT(GPTConfig.cpu(context_len=1024))
+    model.eval()
+    tokenizer = (tokenizer_from_dict(state["tokenizer"]) if args.checkpoint
+                 else CharTokenizer(load_tiny_shakespeare()))
+    prompt = torch.tensor([tokenizer.encode("ROMEO:")])  # (1, 6)
+    model.generate(prompt, 20, temperature=0)  # warm-up
+    model.generate(prompt, 20, temperature=0, use_cache=False)
+    print(f"model: {model.config.n_layers} layers, d_model {model.config.d_model}, context {model.config.context_len}, "
+          f"{model.num_params():,} parameters")
+    print(f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} {'speed-up':>9} {'identical':>9}")
+    for n in [int(s) for s in args.lengths.split(",")]:
+        slow, t_slow = timed_generate(model, prompt, n, use_cache=False)
+        fast, t_fast = timed_generate(model, prompt, n, use_cache=True)
+        print(f"{n:>10} {t_slow:>11.2f} {t_fast:>9.2f} {t_slow / t_fast:>8.1f}x {str(torch.equal(slow, fast)):>9}",
+              flush=True)
+    print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

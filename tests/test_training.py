@@ -1,0 +1,111 @@
+"""transformer_lib.training: schedules, AdamW groups, clipping, atomic checkpoints and their refusals."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.training import (CheckpointMismatchError, clip_gradients, load_checkpoint, make_adamw,
+                                      param_groups, save_checkpoint, warmup_cosine, warmup_inverse_sqrt)
+
+FAST = settings(derandomize=True, deadline=None, max_examples=30)
+
+
+@FAST
+@given(st.integers(1, 200), st.integers(201, 5000), st.floats(1e-5, 1e-2), st.floats(0.0, 0.9))
+def test_warmup_cosine_shape(warmup, total, max_lr, min_frac):
+    min_lr = max_lr * min_frac
+    lrs = [warmup_cosine(s, max_lr, warmup, total, min_lr) for s in range(total + 5)]
+    assert 0 < lrs[0] < max_lr and lrs[warmup - 1] < max_lr
+    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup]))  # rising during warm-up
+    assert lrs[warmup] == pytest.approx(max_lr)
+    assert all(a >= b - 1e-15 for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))  # then never rising
+    assert lrs[total] == lrs[-1] == pytest.approx(min_lr)
+    mid = warmup + (total - warmup) // 2
+    assert lrs[mid] == pytest.approx((max_lr + min_lr) / 2, rel=0.05)
+
+
+@FAST
+@given(st.integers(1, 4000), st.sampled_from([64, 128, 512]), st.integers(0, 20000))
+def test_inverse_sqrt_is_the_transformer_schedule(warmup, d_model, step):
+    noam = d_model ** -0.5 * min((step + 1) ** -0.5, (step + 1) * warmup ** -1.5)
+    assert warmup_inverse_sqrt(step, (d_model * warmup) ** -0.5, warmup) == pytest.approx(noam)
+    with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
+        warmup_inverse_sqrt(step, 1e-3, 0)
+
+
+def test_weight_decay_only_on_linear_matrices():
+    model = GPT(GPTConfig.tiny(bias=True, norm="layer"))
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - {id(model.tok_emb.weight)}
+    assert {id(p) for p in decay["params"]} == linear
+    assert id(model.tok_emb.weight) in {id(p) for p in no_decay["params"]}  # tied: counted as an embedding
+    assert all(p.dim() == 1 or id(p) in {id(model.tok_emb.weight), id(model.pos_emb.weight)}
+               for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    with_emb, _ = param_groups(model, 0.1, decay_embeddings=True)
+    assert len(with_emb["params"]) == len(decay["params"]) + 2
+    assert make_adamw(model, 1e-3).param_groups[1]["weight_decay"] == 0.0
+
+
+@FAST
+@given(st.floats(0.01, 10.0), st.floats(0.1, 100.0))
+def test_clipping_bounds_the_global_norm(max_norm, scale):
+    model = nn.Linear(7, 5)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * scale
+    before = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    assert clip_gradients(model, max_norm) == pytest.approx(before, rel=1e-5)
+    after = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    assert after == pytest.approx(min(before, max_norm), rel=1e-4)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = GPT(GPTConfig.tiny())
+    opt = make_adamw(model, 1e-3)
+    model(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))[1].backward()
+    opt.step()
+    config, tok = model.config.to_dict(), {"type": "char", "specials": [], "chars": "abc"}
+    path = save_checkpoint(tmp_path / "run" / "ck.pt", model, opt, config=config, tokenizer=tok, step=7,
+                           rng=torch.get_rng_state())
+    assert [p.name for p in path.parent.iterdir()] == ["ck.pt"]  # no temporary file left behind
+    state = load_checkpoint(path, expected_config=config, expected_tokenizer=tok)
+    assert state["step"] == 7 and state["config"] == config and state["tokenizer"] == tok
+    fresh = GPT(GPTConfig.tiny())
+    fresh.load_state_dict(state["model"])
+    for a, b in zip(fresh.state_dict().values(), model.state_dict().values()):
+        assert torch.equal(a, b)
+    make_adamw(fresh, 1e-3).load_state_dict(state["optimizer"])
+
+
+def test_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    model = GPT(GPTConfig.tiny())
+    path = save_checkpoint(tmp_path / "ck.pt", model, config={"a": 1}, step=1)
+
+    def broken_save(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, model, config={"a": 1}, step=2)
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+
+
+def test_mismatches_are_refused_by_name(tmp_path):
+    config = GPTConfig.tiny().to_dict()
+    path = save_checkpoint(tmp_path / "ck.pt", GPT(GPTConfig.tiny()), config=config,
+                           tokenizer={"type": "char", "chars": "abc"})
+    with pytest.raises(CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"):
+        load_checkpoint(path, expected_config={**config, "n_layers": 3})
+    with pytest.raises(CheckpointMismatchError, match="tokenizer chars: checkpoint has 'abc', expected 'abd'"):
+        load_checkpoint(path, expected_tokenizer={"type": "char", "chars": "abd"})
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "missing.pt")
+    assert math.isfinite(load_checkpoint(path, expected_config=config)["step"])
