@@ -1,0 +1,65 @@
+"""`python -m transformer_lib translate` and `train-mt`: clear messages, never a traceback."""
+
+import pytest
+
+from transformer_lib.__main__ import main
+from transformer_lib.mt_train import TrainConfig, fit
+from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
+from transformer_lib.tokenization import SPECIAL_TOKENS, CharTokenizer, train_hf_bpe
+from transformer_lib.translation_data import encode_pair
+
+PAIRS = [("Where is the station?", "车站在哪里？"), ("I like cats.", "我喜欢猫。"), ("Hi.", "你好。")] * 4
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny trained translator, saved the way train-mt saves one."""
+    path = tmp_path_factory.mktemp("mt") / "tiny.pt"
+    src_tok = train_hf_bpe([en for en, _ in PAIRS], 280, specials=SPECIAL_TOKENS)
+    tgt_tok = CharTokenizer([zh for _, zh in PAIRS], specials=SPECIAL_TOKENS)
+    config = Seq2SeqConfig.tiny(src_tok.vocab_size, tgt_tok.vocab_size, context_len=16)
+    data = [encode_pair(en, zh, src_tok, tgt_tok, 16) for en, zh in PAIRS]
+    cfg = TrainConfig(epochs=12, max_minutes=None, warmup_steps=2, peak_lr=5e-3, max_tokens=400)
+    fit(Transformer(config), data, data, cfg, path,
+        {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()}, progress=False, log=lambda *_: None,
+        extra={"src_chars": "".join(sorted({c for en, _ in PAIRS for c in en}))})
+    return str(path)
+
+
+def test_translate_prints_a_translation(checkpoint, capsys):
+    assert main(["translate", "--checkpoint", checkpoint, "Where is the station?"]) == 0
+    out, err = capsys.readouterr()
+    assert "车" in out and "<" not in out and err == ""  # it has learnt its three sentences
+
+
+def test_several_sentences_and_methods(checkpoint, capsys):
+    for method in ("greedy", "beam", "sample"):
+        assert main(["translate", "--checkpoint", checkpoint, "--method", method, "Hi.", "I like cats."]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert [line.split("\t")[0] for line in lines] == ["Hi.", "I like cats."]
+
+
+def test_empty_input_is_refused(checkpoint, capsys):
+    assert main(["translate", "--checkpoint", checkpoint, "   "]) == 2
+    assert "nothing to translate" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", checkpoint]) == 2
+
+
+def test_unknown_characters_and_long_input_are_explained(checkpoint, capsys):
+    assert main(["translate", "--checkpoint", checkpoint, "Où est la gare? ☃"]) == 0
+    assert "never appeared in the training English" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "cats " * 40]) == 0
+    assert "only the first 15 are translated (the model's context is 16)" in capsys.readouterr().err
+
+
+def test_bad_checkpoints_give_a_message_not_a_traceback(tmp_path, capsys):
+    assert main(["translate", "--checkpoint", str(tmp_path / "none.pt"), "Hi."]) == 1
+    assert "no checkpoint at" in capsys.readouterr().err
+    (tmp_path / "junk.pt").write_text("junk")
+    assert main(["translate", "--checkpoint", str(tmp_path / "junk.pt"), "Hi."]) == 1
+    assert "is not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_train_mt_refuses_a_checkpoint_of_another_configuration(checkpoint, capsys):
+    assert main(["train-mt", "--quick", "--checkpoint", checkpoint, "--no-progress"]) == 1
+    assert "does not match this run" in capsys.readouterr().err
