@@ -131,7 +131,7 @@ def fit(model: Transformer, train_examples: list, valid_examples: list, cfg: Tra
         t0 = time.perf_counter()
         model.train()
         batches = _batches(train_examples, cfg.max_tokens, cfg.seed + epoch)
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False, mininterval=5)
         loss_sum, tokens = 0.0, 0
         for idx in bar:
             src, tgt_in, tgt_out = (x.to(device) for x in collate([train_examples[i] for i in idx],

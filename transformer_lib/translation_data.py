@@ -4,7 +4,7 @@
 __all__ = ['Pair', 'TEST_FINGERPRINT', 'split_by_english', 'split_fingerprint', 'group_references', 'build_tokenizers',
            'encode_pair', 'length_bucketed_batches', 'pad_batch', 'collate', 'label_smoothed_cross_entropy']
 
-# %% ../notebooks/09_training_a_translator.ipynb #f693d689
+# %% ../notebooks/09_training_a_translator.ipynb #336cc663
 import hashlib
 import random
 
@@ -15,7 +15,7 @@ from .tokenization import SPECIAL_TOKENS, CharTokenizer, HFBPETokenizer, train_h
 
 Pair = tuple[str, str]
 
-# %% ../notebooks/09_training_a_translator.ipynb #190a3408
+# %% ../notebooks/09_training_a_translator.ipynb #355efab8
 def split_by_english(pairs: list[Pair], n_valid: int = 1000, n_test: int = 2000,
                      seed: int = 0) -> dict[str, list[Pair]]:
     """Split pairs into train/valid/test by English sentence, so that no sentence straddles two splits.
@@ -36,7 +36,7 @@ def split_by_english(pairs: list[Pair], n_valid: int = 1000, n_test: int = 2000,
         splits[where.get(en, "train")].append((en, zh))
     return splits
 
-# %% ../notebooks/09_training_a_translator.ipynb #c7abeb95
+# %% ../notebooks/09_training_a_translator.ipynb #243baed9
 TEST_FINGERPRINT = "63f3524878c6"  # split_fingerprint of the test split for seed 0, n_valid 1000, n_test 2000
 
 
@@ -52,21 +52,21 @@ def group_references(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
         refs.setdefault(en, []).append(zh)
     return list(refs), list(refs.values())
 
-# %% ../notebooks/09_training_a_translator.ipynb #dea3af87
+# %% ../notebooks/09_training_a_translator.ipynb #4dc53687
 def build_tokenizers(train_pairs: list[Pair], src_vocab_size: int = 4000) -> tuple[HFBPETokenizer, CharTokenizer]:
     """English byte-level BPE and Chinese characters, learnt from the training split only (no peeking at test)."""
     src = train_hf_bpe([en for en, _ in train_pairs], src_vocab_size, specials=SPECIAL_TOKENS)
     tgt = CharTokenizer([zh for _, zh in train_pairs], specials=SPECIAL_TOKENS)
     return src, tgt
 
-# %% ../notebooks/09_training_a_translator.ipynb #fbdb0ecb
+# %% ../notebooks/09_training_a_translator.ipynb #68e43ec0
 def encode_pair(en: str, zh: str, src_tok, tgt_tok, context_len: int) -> tuple[list[int], list[int]]:
     """Source ids + <eos>; <bos> + target ids + <eos>; each side cut to fit `context_len` tokens."""
     src = src_tok.encode(en)[: context_len - 1] + [src_tok.eos_id]
     tgt = [tgt_tok.bos_id] + tgt_tok.encode(zh)[: context_len - 1] + [tgt_tok.eos_id]
     return src, tgt  # tgt_in = tgt[:-1] and tgt_out = tgt[1:] are at most context_len long
 
-# %% ../notebooks/09_training_a_translator.ipynb #da1a383c
+# %% ../notebooks/09_training_a_translator.ipynb #460d1b43
 def length_bucketed_batches(lengths: list[int], max_tokens: int, seed: int | None = 0) -> list[list[int]]:
     """Index batches of similar lengths, each with at most `max_tokens` (padded) tokens.
 
@@ -92,7 +92,7 @@ def length_bucketed_batches(lengths: list[int], max_tokens: int, seed: int | Non
         rng.shuffle(batches)
     return batches
 
-# %% ../notebooks/09_training_a_translator.ipynb #f7104d01
+# %% ../notebooks/09_training_a_translator.ipynb #d5d2f89c
 def pad_batch(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
     """Right-pad id lists to one (B, T) tensor."""
     out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
@@ -108,7 +108,7 @@ def collate(examples: list[tuple[list[int], list[int]]], src_pad_id: int,
     tgt = pad_batch([t for _, t in examples], tgt_pad_id)  # <bos> y_1 ... y_n <eos> <pad>...
     return src, tgt[:, :-1], tgt[:, 1:]  # input <bos> y_1 ... y_n, target y_1 ... y_n <eos>
 
-# %% ../notebooks/09_training_a_translator.ipynb #502c0fc5
+# %% ../notebooks/09_training_a_translator.ipynb #3c91e58f
 def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1,
                                  ignore_index: int = 0) -> torch.Tensor:
     """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean over the V classes of -log p.
