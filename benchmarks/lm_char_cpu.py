@@ -1,6 +1,6 @@
 """Character-level Tiny Shakespeare on this CPU: nanoGPT's CPU configuration against our CPU preset.
 
-    python benchmarks/lm_char_cpu.py                # about 16 minutes on 2 cores (three runs, one after another)
+    python benchmarks/lm_char_cpu.py                # about 14 minutes on 2 cores (three runs, one after another)
     python benchmarks/lm_char_cpu.py --quick        # a one-minute smoke test of the same code
     python benchmarks/lm_char_cpu.py --json out.json
 
