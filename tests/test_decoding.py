@@ -107,3 +107,5 @@ def test_evaluation_uses_every_reference():
     assert two["bleu"] == 100.0 and one["bleu"] < 100.0
     with pytest.raises(ValueError, match="2 hypotheses but 1 reference lists"):
         evaluate_translations(["a", "b"], [["a"]])
+    with pytest.raises(ValueError, match="no sentences to evaluate"):
+        evaluate_translations([], [])

@@ -4,7 +4,7 @@
 __all__ = ['greedy_decode', 'length_penalty_gnmt', 'beam_search', 'filter_logits', 'sample_decode', 'encode_sources', 'translate',
            'evaluate_translations', 'evaluate_model']
 
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #c38ad924
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d119
 import torch
 
 from .seq2seq import Transformer
@@ -33,7 +33,7 @@ def _strip(ids: list[int], eos_id: int) -> list[int]:
     """Ids up to (not including) the first <eos>."""
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #cf00a03b
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b3
 def length_penalty_gnmt(length: int, alpha: float) -> float:
     """((5 + length) / 6) ** alpha (Wu et al., 2016): dividing a log-probability by it favours longer outputs."""
     return ((5 + length) / 6) ** alpha
@@ -89,7 +89,7 @@ def beam_search(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
                 finished[b].append((scores[b, k].item() / length_penalty_gnmt(len(hyp), length_penalty), hyp))
     return [max(f, key=lambda sh: sh[0])[1] if f else [] for f in finished]
 
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #fecaacb3
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #839bfb06
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
     """Set to -inf every logit outside the top k, and outside the smallest set whose probability reaches top_p.
 
@@ -105,7 +105,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #28da4fe1
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #c087e5e6
 @torch.no_grad()
 def sample_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, temperature: float = 1.0,
                   top_k: int | None = None, top_p: float | None = None, max_len: int | None = None,
@@ -128,7 +128,7 @@ def sample_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: in
             break
     return [_strip(row, eos_id) for row in ys[:, 1:].tolist()]
 
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #e61b42a6
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #fb6ed8b1
 def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list[int]]:
     """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are dropped, not an error)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
@@ -171,6 +171,8 @@ def evaluate_translations(hypotheses: list[str], references: list[list[str]]) ->
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
+    if not hypotheses:
+        raise ValueError("no sentences to evaluate")
     n_refs = max(map(len, references))
     streams = [[refs[j] if j < len(refs) else None for refs in references] for j in range(n_refs)]
     bleu = sacrebleu.corpus_bleu(hypotheses, streams, tokenize="zh")
