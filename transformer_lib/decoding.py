@@ -10,23 +10,32 @@ import torch
 from .seq2seq import Transformer
 from .translation_data import group_references
 
-@torch.no_grad()
-def greedy_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
-                  max_len: int | None = None) -> list[list[int]]:
-    """The most likely next token at each step, for a batch of sources (B, S); returns ids without <bos>/<eos>."""
+def _decode_loop(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | None,
+                 next_token) -> list[list[int]]:
+    """Feed the decoder its own output, one token at a time, until every row has emitted <eos>.
+
+    `next_token` turns the last position's logits (B, V) into ids (B,): argmax for greedy, a draw for sampling.
+    """
     model.eval()
     max_len = min(max_len or model.config.context_len, model.config.context_len)
     memory, src_mask = model.encode(src)
     ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_id = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)  # (B,)
+        next_id = next_token(model.decode(ys, memory, src_mask)[:, -1])  # (B,)
         next_id = next_id.masked_fill(done, eos_id)  # finished rows keep emitting <eos>
         ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, t + 1)
         done |= next_id == eos_id
         if done.all():
             break
     return [_strip(row, eos_id) for row in ys[:, 1:].tolist()]
+
+
+@torch.no_grad()
+def greedy_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
+                  max_len: int | None = None) -> list[list[int]]:
+    """The most likely next token at each step, for a batch of sources (B, S); returns ids without <bos>/<eos>."""
+    return _decode_loop(model, src, bos_id, eos_id, max_len, lambda logits: logits.argmax(-1))
 
 
 def _strip(ids: list[int], eos_id: int) -> list[int]:
@@ -113,20 +122,12 @@ def sample_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: in
     """Draw each next token from softmax(logits / temperature), restricted by top-k and/or top-p."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}; use greedy_decode for temperature 0")
-    model.eval()
-    max_len = min(max_len or model.config.context_len, model.config.context_len)
-    memory, src_mask = model.encode(src)
-    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
-        logits = filter_logits(model.decode(ys, memory, src_mask)[:, -1].float() / temperature, top_k, top_p)
-        next_id = torch.multinomial(logits.softmax(-1).cpu(), 1, generator=generator).view(-1).to(src.device)
-        next_id = next_id.masked_fill(done, eos_id)
-        ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, t + 1)
-        done |= next_id == eos_id
-        if done.all():
-            break
-    return [_strip(row, eos_id) for row in ys[:, 1:].tolist()]
+
+    def draw(logits: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,)
+        probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
+        return torch.multinomial(probs.cpu(), 1, generator=generator).view(-1).to(src.device)
+
+    return _decode_loop(model, src, bos_id, eos_id, max_len, draw)
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #fb6ed8b1
 def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list[int]]:

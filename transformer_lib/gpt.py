@@ -270,25 +270,22 @@ def _forward(self, idx: Tensor, targets: Tensor | None = None, cache: KVCache | 
 GPT.forward = _forward  # attached here to keep each cell short
 
 # %% ../notebooks/11_gpt_language_model.ipynb #77a5e2a1
+from .decoding import filter_logits
+
+
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
     """Pick the next token from logits (B, V) -> (B, 1): greedy when temperature is 0, else sample.
 
-    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability reaches p.
+    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability reaches p
+    (the filter is notebook 10's `filter_logits`).
     """
     if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None and top_k < 1):
         raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 1; got {temperature}, {top_p}, {top_k}")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-    logits = logits.float() / temperature  # (B, V)
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest logit
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-        probs = sorted_logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p  # mass before a token already reaches p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    top_p = top_p if top_p is not None and top_p < 1 else None  # p = 1 keeps every token
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #14c891b4
