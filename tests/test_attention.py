@@ -167,6 +167,23 @@ def test_plot_heads_one_panel_per_head_and_label_checks():
     plt.close("all")
 
 
+def test_long_sequences_give_figures_of_readable_width():
+    """Panels shrink with the sequence: 4 heads of 64 tokens once made a figure 100 inches wide."""
+    fig = plot_heads(torch.rand(4, 64, 64))
+    assert fig.get_figwidth() <= 15
+    ax = plot_attention(torch.rand(100, 100))
+    assert ax.figure.get_figwidth() <= 12
+    small = plot_attention(torch.rand(3, 3))  # short sequences keep their roomy cells
+    assert small.figure.get_figwidth() == pytest.approx(2.4 + 0.45 * 3)
+    plt.close("all")
+
+
+def test_colour_bar_label_names_what_is_drawn():
+    ax = plot_attention(torch.ones(2, 2), value_label="1 = may attend")
+    assert ax.figure.axes[-1].get_ylabel() == "1 = may attend"
+    plt.close("all")
+
+
 def test_cjk_font_fallback():
     fonts = use_cjk_fallback_fonts()
     assert fonts[0] == "DejaVu Sans" and plt.rcParams["font.family"][: len(fonts)] == fonts

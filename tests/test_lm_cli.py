@@ -7,7 +7,7 @@ import torch
 
 from transformer_lib.__main__ import main
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.lm_cli import LMData, TrainSettings, evaluate, get_batch, train_lm
+from transformer_lib.lm_cli import LMData, TrainSettings, bf16_supported, evaluate, get_batch, train_lm
 from transformer_lib.tokenization import CharTokenizer
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 20
@@ -90,3 +90,10 @@ def test_cached_and_uncached_cli_agree(checkpoint, capsys):
     cached = capsys.readouterr().out
     main(args + ["--no-cache"])
     assert capsys.readouterr().out == cached
+
+
+@pytest.mark.parametrize("capability, native", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_bf16_only_on_gpus_that_multiply_it_natively(monkeypatch, capability, native):
+    """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay off there."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert bf16_supported(torch.device("cuda")) is native

@@ -133,9 +133,14 @@ def evaluate(model: GPT, ids: torch.Tensor, batch_size: int = 32, max_windows: i
 
 
 def bf16_supported(device: torch.device) -> bool:
-    """True if this device computes bf16 matmuls natively: CUDA's check, or oneDNN's CPU check (AVX512-BF16/AMX)."""
+    """True if this device computes bf16 matmuls natively: on CUDA, compute capability 8.0 (Ampere) or
+    newer; on a CPU, oneDNN's check (AVX512-BF16 or AMX).
+
+    `torch.cuda.is_bf16_supported()` alone also says True for older GPUs such as Colab's T4, where bf16 is
+    emulated and slower than fp32.
+    """
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
         try:
             return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

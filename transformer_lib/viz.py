@@ -55,43 +55,59 @@ def _labels(labels, n: int, axis: str) -> list[str]:
     return labels
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #7438575d
+def _cell_size(n: int, budget: float, largest: float) -> tuple[float, float]:
+    """Inches per token, so that n tokens fit in `budget` inches, and a tick font size (points) to match."""
+    cell = min(largest, budget / max(n, 1))
+    return cell, min(10.0, max(6.0, 0.8 * 72 * cell))
+
+
 def plot_attention(weights, query_labels=None, key_labels=None, title: str = "attention weights",
-                   ax: Axes | None = None, vmax: float | None = None, colorbar: bool = True) -> Axes:
+                   ax: Axes | None = None, vmax: float | None = None, colorbar: bool = True,
+                   value_label: str = "weight", fontsize: float | None = None) -> Axes:
     """Heatmap of attention weights (T_q, T_k): one row per query, one column per key, token labels."""
     w = _as_array(weights)
     if w.ndim != 2:
         raise ValueError(f"plot_attention needs weights of shape (T_q, T_k), got {w.shape}; use plot_heads for (H, T_q, T_k)")
     T_q, T_k = w.shape
+    cell, auto_size = _cell_size(max(T_q, T_k), budget=9.0, largest=0.45)  # at most about 11 inches wide
+    fontsize = fontsize or auto_size
     if ax is None:
-        _, ax = plt.subplots(figsize=(2.4 + 0.45 * T_k, 1.4 + 0.4 * T_q), layout="constrained")
+        _, ax = plt.subplots(figsize=(2.4 + cell * T_k, 1.4 + cell * T_q), layout="constrained")
     image = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
     keys = _labels(key_labels, T_k, "key")
     crowded = T_k > 12 or T_k * max(len(t) for t in keys) > 40  # long labels would overlap
-    ax.set_xticks(range(T_k), keys, rotation=90 if crowded else 0)
-    ax.set_yticks(range(T_q), _labels(query_labels, T_q, "query"))
+    ax.set_xticks(range(T_k), keys, rotation=90 if crowded else 0, fontsize=fontsize)
+    ax.set_yticks(range(T_q), _labels(query_labels, T_q, "query"), fontsize=fontsize)
     ax.set(title=title, xlabel="key (attended to)", ylabel="query (attending)")
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=value_label)
     return ax
+
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
 def plot_heads(weights, query_labels=None, key_labels=None, title: str = "attention weights per head",
                n_cols: int = 4) -> Figure:
-    """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour scale and bar."""
+    """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour scale and bar.
+
+    Panels shrink with the sequence length so the figure stays within about 15 inches: long lines get
+    smaller cells and labels instead of a figure too wide to read.
+    """
     w = _as_array(weights)
     if w.ndim != 3:
         raise ValueError(f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}")
     H, T_q, T_k = w.shape
     n_cols = min(n_cols, H)
     n_rows = math.ceil(H / n_cols)
+    cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=10.0, largest=0.35)
     fig, axes = plt.subplots(n_rows, n_cols, squeeze=False, layout="constrained",
-                             figsize=(1.5 + n_cols * (0.8 + 0.35 * T_k), 0.8 + n_rows * (0.9 + 0.35 * T_q)))
+                             figsize=(1.5 + n_cols * (0.8 + cell * T_k), 0.8 + n_rows * (0.9 + cell * T_q)))
     vmax = float(w.max())  # one colour scale, so heads compare
     for h, ax in enumerate(axes.flat):
         if h >= H:
             ax.axis("off")
             continue
-        plot_attention(w[h], query_labels, key_labels, f"head {h}", ax=ax, vmax=vmax, colorbar=False)
+        plot_attention(w[h], query_labels, key_labels, f"head {h}", ax=ax, vmax=vmax, colorbar=False,
+                       fontsize=fontsize)
         if h % n_cols:  # axis titles only on the outer panels
             ax.set_ylabel("")
         if h + n_cols < H:
