@@ -74,3 +74,12 @@ def test_every_figure_has_a_title_and_labelled_axes(path):
             continue
         for part in ("title", "xlabel", "ylabel"):
             assert part in source, f"{path.name}, cell {i}: a figure without a {part}"
+
+
+def test_heatmaps_use_the_course_colour_maps():
+    """viridis from 0 for weights (`plot_attention` uses it), RdBu for signed values: see book/notation.md."""
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            for call in re.findall(r"imshow\([^\n]*", "".join(cell["source"])):
+                cmap = re.search(r"cmap=([\w\"]+)", call)
+                assert cmap and cmap.group(1) in ('"viridis"', '"RdBu"', "ATTENTION_CMAP"), f"{path.name}: {call}"
