@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NB ?= notebooks/*.ipynb
 
-.PHONY: install book test execute export check-export clean
+.PHONY: install book test execute export check-export colab-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed; set PYTHON=python3.1x")'
@@ -40,6 +40,10 @@ export: $(STAMP)
 
 check-export: $(STAMP)
 	$(BIN)/python tools/export_notebooks.py --check
+
+# Every notebook run as Colab runs it: alone, in a fresh Python with only torch, installing the rest itself.
+colab-check: $(STAMP)
+	$(BIN)/python tools/colab_check.py
 
 clean:
 	rm -rf _build
