@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def toc_files() -> set[str]:
@@ -24,7 +25,7 @@ def test_every_notebook_and_page_is_in_the_toc():
 
 def test_colab_cells_install_from_the_configured_repository():
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in NOTEBOOKS:
         cells = json.loads(path.read_text())["cells"]
         install = next(c for c in cells if c["cell_type"] == "code")
         source = "".join(install["source"])
@@ -34,8 +35,6 @@ def test_colab_cells_install_from_the_configured_repository():
 def markdown_of(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
 
-
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 UNLINKED = re.compile(r"(?<!\[)\b[Nn]otebooks?\s+\d\d\b(?![^\[]*\]\()")  # "notebook 05" outside a [link](...)
 
 
