@@ -13,16 +13,19 @@ import sys
 
 
 def fetch_data(args: argparse.Namespace) -> int:
-    """Fetch and verify every pinned data file, printing where each one is."""
-    from transformer_lib.data import DataUnavailableError, fetch_all
+    """Fetch and verify every pinned data file, printing where each one is, or why it is missing."""
+    from transformer_lib.data import ALL_FILES, DataUnavailableError, fetch
 
-    try:
-        for path in fetch_all():
-            print(f"ok  {path}")
-    except DataUnavailableError as e:
-        print(e, file=sys.stderr)
-        return 1
-    return 0
+    failed = 0
+    for spec in ALL_FILES:
+        try:
+            print(f"ok      {fetch(spec)}")
+        except DataUnavailableError as e:
+            print(f"missing {spec.relpath}: {e}", file=sys.stderr)
+            failed += 1
+    if failed:
+        print(f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

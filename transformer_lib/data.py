@@ -15,11 +15,12 @@ import hashlib
 import http.client
 import io
 import os
-import tempfile
 import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from transformer_lib.files import atomic_write
 
 MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder laid out like data/, e.g. a shared copy for CI
 DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where downloads land (default: data/ in the checkout)
@@ -84,33 +85,19 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_atomically(dest: Path, payload: bytes, expected_sha256: str, source: str) -> None:
-    """Check `payload` against its checksum, then write it to `dest` by temp file and rename."""
+def _write_verified(dest: Path, payload: bytes, expected_sha256: str, source: str) -> None:
+    """Check `payload` against its checksum, then write it to `dest` atomically (files.atomic_write)."""
     got = hashlib.sha256(payload).hexdigest()
     if got != expected_sha256:
         raise DataUnavailableError(
             f"{source} gave a file with sha256 {got}, expected {expected_sha256}; "
             f"it was not used. The source may have changed or the copy is damaged."
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file a normal file's mode
-        os.replace(tmp, dest)  # atomic on POSIX and Windows: readers see the old file or the new
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    """The process's umask (reading it means setting it, so it is set straight back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        atomic_write(dest, lambda f: f.write(payload))
+    except OSError as e:
+        raise DataUnavailableError(f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
+                                   f"you can write to") from None
 
 
 def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
@@ -142,14 +129,25 @@ def fetch(spec: DataFile) -> Path:
     if mirror:
         src = Path(mirror).expanduser() / spec.relpath
         try:
-            _write_atomically(dest, src.read_bytes(), spec.sha256, f"mirror file {src}")
-            return dest
-        except (OSError, DataUnavailableError) as e:
-            problems.append(f"mirror: {e}")
+            payload = src.read_bytes()
+        except OSError as e:
+            problems.append(f"mirror: cannot read {src}: {e.strerror or e}")
+        else:
+            try:
+                _write_verified(dest, payload, spec.sha256, f"mirror file {src}")
+                return dest
+            except DataUnavailableError as e:
+                if str(e).startswith("cannot write"):
+                    raise
+                problems.append(f"mirror: {e}")
     try:
-        _write_atomically(dest, _download(spec), spec.sha256, spec.url)
+        _write_verified(dest, _download(spec), spec.sha256, spec.url)
         return dest
-    except (OSError, http.client.HTTPException, zipfile.BadZipFile, KeyError, DataUnavailableError) as e:
+    except DataUnavailableError as e:
+        if str(e).startswith("cannot write"):
+            raise
+        problems.append(f"download: {e}")
+    except (OSError, http.client.HTTPException, zipfile.BadZipFile, KeyError) as e:
         problems.append(f"download: {e}")
     how = f"download {spec.url}" + (f" and extract {spec.member!r} from it" if spec.member else "")
     raise DataUnavailableError(
@@ -188,12 +186,15 @@ def gpt2_encoding():
     return tiktoken.get_encoding("gpt2")
 
 
+ALL_FILES = (TINY_SHAKESPEARE, TATOEBA_CMN_ENG, GPT2_VOCAB_BPE, GPT2_ENCODER_JSON)
+
+
 def fetch_all() -> list[Path]:
     """Fetch every pinned file now (for example before going offline)."""
-    return [fetch(s) for s in (TINY_SHAKESPEARE, TATOEBA_CMN_ENG, GPT2_VOCAB_BPE, GPT2_ENCODER_JSON)]
+    return [fetch(s) for s in ALL_FILES]
 
 
 __all__ = [
-    "DataFile", "DataUnavailableError", "TINY_SHAKESPEARE", "TATOEBA_CMN_ENG", "data_dir",
+    "ALL_FILES", "DataFile", "DataUnavailableError", "TINY_SHAKESPEARE", "TATOEBA_CMN_ENG", "data_dir",
     "fetch", "fetch_all", "gpt2_encoding", "load_tatoeba_pairs", "load_tiny_shakespeare", "sha256_of",
 ]
