@@ -18,6 +18,10 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
 
 # %% ../notebooks/06_masks.ipynb #5b7b65b0
-def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
-    """(T, T) bool mask, True on and below the diagonal: query i may attend to keys j <= i."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T)
+def causal_mask(T: int, device: torch.device | str | None = None, past: int = 0) -> Tensor:
+    """(T, past + T) bool mask, True = may attend: query i sees keys j <= past + i.
+
+    past = 0 gives the square lower triangle. Notebook 11 generates text with `past` keys kept from
+    earlier steps and T new queries after them: each new query still sees everything up to itself.
+    """
+    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)  # (T, past + T)
