@@ -1,15 +1,17 @@
-"""transformer_lib.tokenization: round trips, unknown characters, special tokens, to_dict/from_dict."""
+"""transformer_lib.tokenization: round trips, unknown characters, special tokens, to_dict/from_dict, and
+equality with GPT-2's tokenizer (tiktoken) on whole corpora."""
 
 import json
-import time
 
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer_lib.data import gpt2_encoding, load_tatoeba_pairs, load_tiny_shakespeare
 from transformer_lib.tokenization import (BOS, CHUNK_PATTERN, EOS, PAD, SPECIAL_TOKENS, UNK, BPETokenizer,
-                                          CharTokenizer, merge, pair_counts, tokenizer_from_dict,
-                                          train_hf_bpe)
+                                          CharTokenizer, apply_merges, gpt2_merges, merge, pair_counts,
+                                          tokenizer_from_dict, train_bpe, train_hf_bpe)
 
 ENGLISH = ("First Citizen: Before we proceed any further, hear me speak. You are all resolved rather to die "
            "than to famish? Resolved. resolved. First, you know Caius Marcius is chief enemy to the people. ") * 20
@@ -31,6 +33,8 @@ def test_helpers_on_the_docstring_examples():
     assert pair_counts([1, 2, 3, 1, 2]) == {(1, 2): 2, (2, 3): 1, (3, 1): 1}
     assert merge([1, 2, 3, 1, 2], (1, 2), 4) == [4, 3, 4]
     assert merge([1, 1, 1], (1, 1), 9) == [9, 1]  # left to right, no overlap
+    assert apply_merges([108, 111, 119], {(108, 111): 256, (256, 119): 257}) == [257]
+    assert apply_merges([1, 2, 3], {(2, 3): 256, (1, 2): 257}) == [1, 256]  # the earliest-learned pair wins
 
 
 def test_char_tokenizer_ids_and_specials():
@@ -79,12 +83,11 @@ def test_char_round_trip(train, text):
     assert CharTokenizer.from_dict(tok.to_dict()).encode(text) == ids[1:-1]
 
 
-def test_char_tokenizer_encodes_a_megabyte_fast():
+def test_char_tokenizer_encodes_a_megabyte():
+    # (how fast: benchmarks/bpe_speed.py; a wall-clock limit here would fail on a busy machine)
     text = (ENGLISH + CHINESE) * (1_000_000 // len(ENGLISH + CHINESE) + 1)
     tok = CharTokenizer(text, specials=SPECIAL_TOKENS)
-    t0 = time.perf_counter()
     ids = tok.encode(text)
-    assert time.perf_counter() - t0 < 0.5
     assert len(ids) == len(text) and tok.decode(ids) == text
 
 
@@ -121,6 +124,7 @@ def test_bpe_training_matches_a_plain_recount():
         words = [merge(w, pair, 256 + k) for w in words]
         expected.append(pair)
     assert BPETokenizer().train(text, 256 + 15).merges == expected
+    assert train_bpe(text, 15) == expected
 
 
 def test_bpe_vocab_size_too_small():
@@ -176,3 +180,65 @@ def test_decode_accepts_a_tensor():
     torch = pytest.importorskip("torch")
     tok = CharTokenizer("abc")
     assert tok.decode(torch.tensor([0, 1, 2])) == "abc"
+
+
+# ---- GPT-2's tokenizer as the reference (minbpe's test_gpt4_tiktoken_equality, on whole corpora) ----
+
+SAMPLE = ("Hello world! It's 2024: 12,345 apples, 3.14 pies, 1/2 cup.\n"
+          "I'm sure you've heard they're fine; we'll see, he'd say. IT'S DON'T 'tis 'S\n"
+          "Emoji 🙂🙂 👍🏽 and 🇫🇷; café naïve Zürich façade, x² ½ ¾ Ⅻ ٣ 二〇二四\n"
+          "\t\ttabs\t and  two   three    spaces, \u00a0nbsp, \r\nCRLF\n\n\n   \n"
+          "under_score __init__ a-b--c ... !!! ?!  snake_case 我们今天去公园散步。   ")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return gpt2_encoding()
+
+
+@pytest.fixture(scope="module")
+def gpt2_bpe(gpt2):
+    """Our class with GPT-2's merges, and our id -> GPT-2's id (the same above 255; the 256 bytes are
+    numbered in another order by GPT-2)."""
+    tok = BPETokenizer(gpt2_merges())
+    to_gpt2 = [gpt2.encode_single_token(piece) for piece in tok.vocab]
+    assert len(tok.merges) == 50_000 and to_gpt2[256:] == list(range(256, 50_256))
+    return tok, to_gpt2
+
+
+@pytest.fixture(scope="module")
+def corpora():
+    return {"shakespeare": load_tiny_shakespeare(),
+            "tatoeba_chinese": "\n".join(zh for _, zh in load_tatoeba_pairs()),
+            "sample": SAMPLE}
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "tatoeba_chinese", "sample"])
+def test_bpe_matches_tiktoken_gpt2(name, corpora, gpt2, gpt2_bpe):
+    tok, to_gpt2 = gpt2_bpe
+    text = corpora[name]
+    expected = gpt2.encode_ordinary(text)
+    got = [to_gpt2[i] for i in tok.encode(text)]
+    assert len(got) == len(expected)
+    assert got == expected
+    assert tok.decode(tok.encode(text)) == text
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "tatoeba_chinese", "sample"])
+def test_chunks_match_gpt2_regex(name, corpora, gpt2):
+    # tiktoken's spelling of GPT-2's pattern (possessive quantifiers, for speed) splits the same way
+    text = corpora[name]
+    assert CHUNK_PATTERN.findall(text) == regex.findall(gpt2._pat_str, text)
+
+
+def test_chunk_pattern_on_numbers_and_letters():
+    assert CHUNK_PATTERN.findall("x² ½ café") == ["x", "²", " ½", " café"]  # ² is a number, not a letter
+    assert CHUNK_PATTERN.findall("it's IT'S") == ["it", "'s", " IT", "'", "S"]  # contractions: lower case only
+
+
+@settings(derandomize=True, deadline=None, max_examples=200)
+@given(st.text(max_size=40))
+def test_chunks_and_ids_match_gpt2_on_any_text(gpt2, gpt2_bpe, text):
+    tok, to_gpt2 = gpt2_bpe
+    assert CHUNK_PATTERN.findall(text) == regex.findall(gpt2._pat_str, text)
+    assert [to_gpt2[i] for i in tok.encode(text)] == gpt2.encode_ordinary(text)

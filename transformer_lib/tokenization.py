@@ -2,12 +2,14 @@
 
 # %% auto #0
 __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'SPECIAL_TOKENS', 'CHUNK_PATTERN', 'Tokenizer', 'CharTokenizer', 'pair_counts', 'merge',
-           'most_frequent_pair', 'BPETokenizer', 'HFBPETokenizer', 'train_hf_bpe', 'tokenizer_from_dict']
+           'most_frequent_pair', 'train_bpe', 'apply_merges', 'BPETokenizer', 'HFBPETokenizer', 'train_hf_bpe',
+           'tokenizer_from_dict', 'gpt2_merges']
 
 # %% ../notebooks/01_tokenization.ipynb #1d4bd443
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+
+import regex  # Python's `re` plus Unicode classes such as \p{L}, which GPT-2's chunk pattern needs
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # the usual set, in this order (PAD gets id 0 where they come first)
@@ -120,9 +122,9 @@ def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 # %% ../notebooks/01_tokenization.ipynb #a826fc26
-# A chunk: a contraction, a word with its leading space, digits, punctuation, or whitespace
-# (GPT-2's pattern written with the standard `re` module; every character falls in exactly one chunk).
-CHUNK_PATTERN = re.compile(r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
+# A chunk: a contraction, a word with its leading space, a number, punctuation, or whitespace.
+# GPT-2's pattern, character for character; every character falls in exactly one chunk.
+CHUNK_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
 
 def most_frequent_pair(counts: Counter) -> tuple[int, int]:
@@ -131,39 +133,8 @@ def most_frequent_pair(counts: Counter) -> tuple[int, int]:
     return min(p for p, c in counts.items() if c == best)
 
 # %% ../notebooks/01_tokenization.ipynb #cd1f5502
-class BPETokenizer(Tokenizer):
-    """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the special tokens."""
-
-    def __init__(self, merges: Sequence[tuple[int, int]] = (), specials: Sequence[str] = ()):
-        self.specials = _check_specials(specials)
-        self._set_merges([tuple(m) for m in merges])
-
-    def _set_merges(self, merges: list[tuple[int, int]]) -> None:
-        """Rebuild the tables that follow from the merges: pair -> id, id -> bytes, special ids."""
-        self.merges = merges
-        self.ranks = {pair: 256 + k for k, pair in enumerate(merges)}  # pair -> the id it merges into
-        self.vocab = [bytes([i]) for i in range(256)]  # id -> the bytes it stands for
-        for a, b in merges:
-            self.vocab.append(self.vocab[a] + self.vocab[b])
-        self.special_ids = {s: len(self.vocab) + k for k, s in enumerate(self.specials)}
-        self.vocab_size = len(self.vocab) + len(self.specials)  # bytes + merges + special tokens
-        self._cache: dict[str, list[int]] = {}  # chunk -> ids: words repeat, so encode each once
-
-    def to_dict(self) -> dict:
-        """A plain, JSON-able description, from which `from_dict` rebuilds the same tokenizer."""
-        return {"type": "bpe", "merges": [list(m) for m in self.merges], "specials": list(self.specials)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BPETokenizer":
-        """The tokenizer that `to_dict` described."""
-        return cls(d["merges"], specials=d["specials"])
-
-# %% ../notebooks/01_tokenization.ipynb #61f65f60
-def _train(self, text: str, vocab_size: int, verbose: bool = False) -> "BPETokenizer":
-    """Learn `vocab_size - 256 - len(specials)` merges from `text` (fewer if the text runs out of pairs)."""
-    n_merges = vocab_size - 256 - len(self.specials)
-    if n_merges < 0:
-        raise ValueError(f"vocab_size {vocab_size} is below 256 bytes + {len(self.specials)} special tokens")
+def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
+    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if it runs out of pairs)."""
     chunks = Counter(CHUNK_PATTERN.findall(text))
     words, freqs = [list(c.encode("utf-8")) for c in chunks], list(chunks.values())  # distinct chunks, as bytes
     counts, where = Counter(), defaultdict(set)  # pair -> count, pair -> the chunks that contain it
@@ -188,47 +159,73 @@ def _train(self, text: str, vocab_size: int, verbose: bool = False) -> "BPEToken
             words[w] = new
         for p in [p for p, c in counts.items() if c <= 0]:  # forget pairs that no longer occur
             del counts[p]
-    self._set_merges(merges)
-    return self
-
-
-BPETokenizer.train = _train
+    return merges
 
 # %% ../notebooks/01_tokenization.ipynb #71b54900
-def _encode_chunk(self, chunk: str) -> list[int]:
-    """The ids of one chunk: apply the earliest-learned merge present, until none is."""
-    ids = self._cache.get(chunk)
-    if ids is None:
-        ids = list(chunk.encode("utf-8"))
-        while len(ids) >= 2:
-            pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, float("inf")))
-            if pair not in self.ranks:
-                break
-            ids = merge(ids, pair, self.ranks[pair])
-        self._cache[chunk] = ids
+def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]:
+    """Merge one chunk's `ids`, the earliest-learned pair first, until no learned pair is left.
+
+    With ranks {(108, 111): 256, (256, 119): 257}: list(b"low") = [108, 111, 119] -> [256, 119] -> [257].
+    """
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))  # the earliest learned
+        if pair not in ranks:
+            break
+        ids = merge(ids, pair, ranks[pair])
     return ids
 
+# %% ../notebooks/01_tokenization.ipynb #b4a66116
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the special tokens."""
 
-def _encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-    """The ids of `text`, framed by BOS/EOS if asked. Never fails: any string is a sequence of bytes."""
-    ids = []
-    for chunk in CHUNK_PATTERN.findall(text):
-        ids.extend(self._encode_chunk(chunk))
-    return self._frame(ids, bos, eos)
+    def __init__(self, merges: Sequence[tuple[int, int]] = (), specials: Sequence[str] = ()):
+        self.specials = _check_specials(specials)
+        self._set_merges([tuple(m) for m in merges])
 
+    def _set_merges(self, merges: list[tuple[int, int]]) -> None:
+        """Rebuild the tables that follow from the merges: pair -> id, id -> bytes, special ids."""
+        self.merges = merges
+        self.ranks = {pair: 256 + k for k, pair in enumerate(merges)}  # pair -> the id it merges into
+        self.vocab = [bytes([i]) for i in range(256)]  # id -> the bytes it stands for
+        for a, b in merges:
+            self.vocab.append(self.vocab[a] + self.vocab[b])
+        self.special_ids = {s: len(self.vocab) + k for k, s in enumerate(self.specials)}
+        self.vocab_size = len(self.vocab) + len(self.specials)  # bytes + merges + special tokens
+        self._cache: dict[str, list[int]] = {}  # chunk -> ids: words repeat, so merge each once
 
-def _decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-    """The text of `ids`; special tokens appear as their names unless `skip_special`."""
-    ids = _check_ids(ids, self.vocab_size)
-    first = 256 + len(self.merges)
-    parts = [self.vocab[i] if i < first else b"" if skip_special else self.specials[i - first].encode()
-             for i in ids]
-    return b"".join(parts).decode("utf-8", errors="replace")  # a cut inside a character shows as U+FFFD
+    def train(self, text: str, vocab_size: int, verbose: bool = False) -> "BPETokenizer":
+        """Learn `vocab_size - 256 - len(specials)` merges from `text` (fewer if the text runs out of pairs)."""
+        n_merges = vocab_size - 256 - len(self.specials)
+        if n_merges < 0:
+            raise ValueError(f"vocab_size {vocab_size} is below 256 bytes + {len(self.specials)} special tokens")
+        self._set_merges(train_bpe(text, n_merges, verbose))
+        return self
 
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        """The ids of `text`, framed by BOS/EOS if asked. Never fails: any string is a sequence of bytes."""
+        ids = []
+        for chunk in CHUNK_PATTERN.findall(text):
+            if chunk not in self._cache:
+                self._cache[chunk] = apply_merges(list(chunk.encode("utf-8")), self.ranks)
+            ids.extend(self._cache[chunk])
+        return self._frame(ids, bos, eos)
 
-BPETokenizer._encode_chunk = _encode_chunk
-BPETokenizer.encode = _encode
-BPETokenizer.decode = _decode
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """The text of `ids`; special tokens appear as their names unless `skip_special`."""
+        ids = _check_ids(ids, self.vocab_size)
+        first = 256 + len(self.merges)
+        parts = [self.vocab[i] if i < first else b"" if skip_special else self.specials[i - first].encode()
+                 for i in ids]
+        return b"".join(parts).decode("utf-8", errors="replace")  # a cut inside a character shows as U+FFFD
+
+    def to_dict(self) -> dict:
+        """A plain, JSON-able description, from which `from_dict` rebuilds the same tokenizer."""
+        return {"type": "bpe", "merges": [list(m) for m in self.merges], "specials": list(self.specials)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BPETokenizer":
+        """The tokenizer that `to_dict` described."""
+        return cls(d["merges"], specials=d["specials"])
 
 # %% ../notebooks/01_tokenization.ipynb #3cba94e6
 class HFBPETokenizer(Tokenizer):
@@ -279,3 +276,20 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
     if d.get("type") not in kinds:
         raise ValueError(f"unknown tokenizer type {d.get('type')!r}; expected one of {sorted(kinds)}")
     return kinds[d["type"]].from_dict(d)
+
+# %% ../notebooks/01_tokenization.ipynb #8cd9002c
+def gpt2_merges() -> list[tuple[int, int]]:
+    """GPT-2's 50,000 merges as pairs of our ids, read from its `vocab.bpe` (pinned in transformer_lib.data)."""
+    from transformer_lib.data import GPT2_VOCAB_BPE, fetch
+
+    # GPT-2's byte -> character table: printable bytes stand for themselves, the other 68 for chr(256 + k)
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    byte_of = {chr(b): b for b in printable} | {chr(256 + k): b for k, b in enumerate(others)}
+    ids = {bytes([b]): b for b in range(256)}  # bytes -> our id
+    merges = []
+    for line in fetch(GPT2_VOCAB_BPE).read_text(encoding="utf-8").splitlines()[1:]:  # line 0: a version
+        a, b = (bytes(byte_of[ch] for ch in part) for part in line.split(" "))
+        merges.append((ids[a], ids[b]))
+        ids[a + b] = 256 + len(merges) - 1
+    return merges
