@@ -18,7 +18,7 @@ import time
 import torch
 
 from transformer_lib.data import load_tiny_shakespeare
-from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.gpt import GPT, GPTConfig, generate
 from transformer_lib.tokenization import CharTokenizer, tokenizer_from_dict
 from transformer_lib.runtime import describe_machine
 
@@ -26,7 +26,7 @@ from transformer_lib.runtime import describe_machine
 def timed_generate(model: GPT, prompt: torch.Tensor, n: int, use_cache: bool) -> tuple[torch.Tensor, float]:
     """(tokens, seconds) of greedy generation of n new tokens."""
     t0 = time.perf_counter()
-    out = model.generate(prompt, n, temperature=0, use_cache=use_cache)
+    out = generate(model, prompt, n, temperature=0, use_cache=use_cache)
     return out, time.perf_counter() - t0
 
 
@@ -47,8 +47,8 @@ def main() -> None:
     tokenizer = (tokenizer_from_dict(state["tokenizer"]) if args.checkpoint
                  else CharTokenizer(load_tiny_shakespeare()))
     prompt = torch.tensor([tokenizer.encode("ROMEO:")])  # (1, 6)
-    model.generate(prompt, 20, temperature=0)  # warm-up
-    model.generate(prompt, 20, temperature=0, use_cache=False)
+    generate(model, prompt, 20, temperature=0)  # warm-up
+    generate(model, prompt, 20, temperature=0, use_cache=False)
     print(f"model: {model.config.n_layers} layers, d_model {model.config.d_model}, context {model.config.context_len}, "
           f"{model.num_params():,} parameters")
     print(f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} {'speed-up':>9} {'identical':>9}")

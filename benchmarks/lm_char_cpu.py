@@ -27,15 +27,15 @@ import time
 
 import torch
 
-from transformer_lib.lm_cli import TrainSettings, bf16_supported, load_lm_data, train_lm
+from transformer_lib.lm_train import TrainSettings, bf16_supported, load_lm_data, train_lm
 from transformer_lib.runtime import describe_machine
 
 NANOGPT_TARGET = 1.88  # nanoGPT README: val loss of its CPU configuration after 2000 iterations
 
-BASELINE = dict(preset="nanogpt_cpu", batch_size=12, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup=100,
-                weight_decay=0.1, beta2=0.99, grad_clip=1.0, decay_embeddings=True, eval_interval=250,
+BASELINE = dict(preset="nanogpt_cpu", batch_size=12, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+                weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, decay_embeddings=True, eval_interval=250,
                 eval_windows=240, dtype="fp32")
-OURS = dict(preset="cpu", batch_size=16, lr=5e-3, min_lr=5e-4, warmup=50, weight_decay=0.1, beta2=0.99,
+OURS = dict(preset="cpu", batch_size=16, lr=5e-3, min_lr=5e-4, warmup_steps=50, weight_decay=0.1, betas=(0.9, 0.99),
             grad_clip=1.0, dtype="auto")  # the defaults of `train-lm`
 FAST_ITERS = 800  # the fast run's schedule: about 85 s here, against about 96 s for the baseline
 BUDGET_S = 600.0

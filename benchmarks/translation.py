@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from transformer_lib.decoding import evaluate_model  # noqa: E402
-from transformer_lib.mt_train import TrainConfig, load_translator, test_pairs, train_translator  # noqa: E402
+from transformer_lib.mt_train import TrainConfig, held_out_test_split, load_translator, train_translator  # noqa: E402
 from transformer_lib.runtime import describe_machine, get_device  # noqa: E402
 from transformer_lib.translation_data import TEST_FINGERPRINT, split_fingerprint  # noqa: E402
 
@@ -45,7 +45,8 @@ def main() -> int:
     if args.checkpoint is None:
         cfg = TrainConfig.quick() if args.quick else TrainConfig()
         t0 = time.perf_counter()
-        train_translator(cfg, args.out, progress=False, device=device)
+        existing = "resume" if Path(args.out).exists() else "refuse"  # a killed run continues
+        train_translator(cfg, args.out, existing, progress=False, device=device)
         print(f"training call: {(time.perf_counter() - t0) / 60:.1f} min wall time")
         args.checkpoint = args.out
     model, src_tok, tgt_tok, payload = load_translator(args.checkpoint, device)
@@ -53,7 +54,7 @@ def main() -> int:
     print(f"checkpoint {Path(args.checkpoint).name}: {len(history)} epochs, {payload['step']} steps, "
           f"{payload['seconds'] / 60:.1f} min of training (epochs only), "
           f"best validation loss {payload['best_valid']:.3f}, {model.num_parameters():,} parameters")
-    pairs = test_pairs(payload)
+    pairs = held_out_test_split(payload)
     if payload["train_config"]["seed"] == 0 and split_fingerprint(pairs) != TEST_FINGERPRINT:
         print("warning: this is not the documented test split", file=sys.stderr)
     limit = 100 if args.quick and args.limit is None else args.limit

@@ -1,4 +1,4 @@
-"""Training loop: schedules, atomic weights_only checkpoints, resume after a kill mid-epoch, early stopping, refusals."""
+"""The translator's trainer (notebook 09): schedules, checkpoints, exact resume, early stopping, and never losing work."""
 
 from dataclasses import replace
 
@@ -8,7 +8,8 @@ import torch
 from transformer_lib import mt_train
 from transformer_lib.mt_train import TrainConfig, fit, load_translator, lr_at
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
-from transformer_lib.training import CheckpointMismatchError
+from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
+from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
 
 def examples(n: int = 48) -> list:
@@ -20,7 +21,7 @@ def examples(n: int = 48) -> list:
     return out
 
 
-CFG = TrainConfig(epochs=3, max_minutes=None, warmup_steps=3, max_tokens=60, patience=5, peak_lr=3e-3)
+CFG = TrainConfig(epochs=3, max_minutes=None, warmup_steps=3, max_tokens=60, patience=5, lr=3e-3, min_lr=6e-5)
 TOKENIZERS = {"src": {"type": "test"}, "tgt": {"type": "test"}}
 
 
@@ -29,16 +30,17 @@ def new_model(**kw) -> Transformer:
     return Transformer(Seq2SeqConfig.tiny(src_vocab_size=10, tgt_vocab_size=10, dropout=0.1, **kw))
 
 
-def run(path, cfg=CFG, model=None, **kw):
+def run(path, cfg=CFG, model=None, existing="restart", **kw):
     model = model or new_model()
-    history = fit(model, examples(), examples(12), cfg, path, TOKENIZERS, progress=False, log=lambda *_: None, **kw)
+    history = fit(model, examples(), examples(12), cfg, path, TOKENIZERS, existing, progress=False, log=lambda *_: None,
+                  **kw)
     return model, history
 
 
 def test_schedules():
-    cosine, inv = replace(CFG, schedule="cosine", peak_lr=1.0), replace(CFG, schedule="inverse_sqrt", peak_lr=1.0)
+    cosine, inv = replace(CFG, schedule="cosine", lr=1.0, min_lr=0.02), replace(CFG, schedule="inverse_sqrt", lr=1.0)
     assert lr_at(0, cosine, 100) < lr_at(2, cosine, 100) <= 1.0  # warm-up
-    assert lr_at(99, cosine, 100) == pytest.approx(CFG.min_lr_ratio, abs=1e-3)
+    assert lr_at(99, cosine, 100) == pytest.approx(0.02, abs=1e-3)
     assert lr_at(11, inv, 100) == pytest.approx((3 / 12) ** 0.5)
     with pytest.raises(ValueError, match="schedule must be"):
         lr_at(5, replace(CFG, schedule="linear"), 100)
@@ -69,31 +71,138 @@ def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch)
         run(tmp_path / "killed.pt")
     assert torch.load(tmp_path / "killed.pt", weights_only=True)["epoch"] == 1
     monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", real_loss)
-    resumed, history = run(tmp_path / "killed.pt", model=new_model())
+    resumed, history = run(tmp_path / "killed.pt", model=new_model(), existing="resume")
     assert [h["epoch"] for h in history] == [1, 2, 3]
     for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
 
 
 def test_early_stopping(tmp_path):
-    _, history = run(tmp_path / "flat.pt", replace(CFG, peak_lr=0.0, epochs=10, patience=2))
+    _, history = run(tmp_path / "flat.pt", replace(CFG, lr=0.0, min_lr=0.0, epochs=10, patience=2))
     assert len(history) == 3  # the first epoch sets the best loss, two more fail to beat it
 
 
 def test_other_configuration_or_settings_are_refused(tmp_path):
     run(tmp_path / "ck.pt")
     with pytest.raises(CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"):
-        run(tmp_path / "ck.pt", model=new_model(n_layers=3))
-    with pytest.raises(ValueError, match="other settings \\(peak_lr\\)"):
-        run(tmp_path / "ck.pt", cfg=replace(CFG, peak_lr=1e-3))
+        run(tmp_path / "ck.pt", model=new_model(n_layers=3), existing="resume")
+    with pytest.raises(CheckpointMismatchError, match="other settings \\(lr: checkpoint 0.003, now 0.001; seed"):
+        run(tmp_path / "ck.pt", cfg=replace(CFG, lr=1e-3, seed=1), existing="resume")
 
 
 def test_load_translator_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_translator(tmp_path / "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="junk.pt is not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="junk.pt is not a readable checkpoint"):
         load_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
-    with pytest.raises(ValueError, match="other.pt is not a translator checkpoint"):
+    with pytest.raises(CheckpointError, match="other.pt is not a checkpoint of this course"):
         load_translator(tmp_path / "other.pt")
+    torch.save({"model": {}, "config": {}, "format": "transformer_lib.lm/1"}, tmp_path / "lm.pt")
+    with pytest.raises(CheckpointError, match="lm.pt is a transformer_lib.lm/1 checkpoint, not a transformer_lib"):
+        load_translator(tmp_path / "lm.pt")
+
+
+def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):
+    path = tmp_path / "ck.pt"
+    run(path)
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="--resume to continue that run, --restart"):
+        run(path, existing="refuse")
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .* to resume"):
+        run(tmp_path / "none.pt", existing="resume")
+    assert path.read_bytes() == before
+
+
+def test_restart_keeps_the_old_file_until_the_first_save(tmp_path, monkeypatch):
+    path = tmp_path / "ck.pt"
+    run(path)
+    before = path.read_bytes()
+
+    def fail(*args, **kw):
+        raise RuntimeError("dies in the first epoch")
+
+    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", fail)
+    with pytest.raises(RuntimeError):
+        run(path, existing="restart")
+    assert path.read_bytes() == before
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "ck.pt"
+    run(path, cfg=replace(CFG, epochs=1))
+    before = path.read_bytes()
+    real = mt_train.label_smoothed_cross_entropy
+    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", lambda *a, **k: real(*a, **k) * float("nan"))
+    with pytest.raises(NonFiniteLossError, match="the loss is nan at step 5 \\(learning rate"):
+        run(path, cfg=replace(CFG, epochs=2), existing="resume")
+    assert path.read_bytes() == before
+
+
+def test_output_path_is_checked_before_any_training(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        run(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PermissionError, match="cannot write"):
+        run(tmp_path / "file" / "ck.pt")  # its folder would be a file
+
+
+def test_ctrl_c_saves_mid_epoch_and_the_resumed_run_is_exact(tmp_path, monkeypatch):
+    reference, _ = run(tmp_path / "straight.pt")
+    real_step = mt_train.train_epoch
+    calls = {"n": 0}
+
+    class Asked:  # a StopRequest whose flag is set after 3 steps of epoch 2
+        requested = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    asked = Asked()
+
+    def clipping(model, max_norm):
+        calls["n"] += 1
+        if calls["n"] == 5 + 3:  # 5 steps per epoch
+            asked.requested = True
+        return 0.0
+
+    monkeypatch.setattr(mt_train, "StopRequest", lambda: asked)
+    real_clip = mt_train.clip_gradients
+    monkeypatch.setattr(mt_train, "clip_gradients", lambda m, n: (clipping(m, n), real_clip(m, n))[1])
+    with pytest.raises(TrainingInterrupted, match="stopped at step 8, in epoch 2"):
+        run(tmp_path / "stopped.pt")
+    saved = torch.load(tmp_path / "stopped.pt", weights_only=True)
+    assert (saved["epoch"], saved["batch"], saved["step"]) == (1, 3, 8)
+    monkeypatch.undo()
+    assert mt_train.train_epoch is real_step
+    resumed, history = run(tmp_path / "stopped.pt", model=new_model(), existing="resume")
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_stale_temporary_files_are_removed_and_a_finished_run_can_be_extended(tmp_path):
+    path = tmp_path / "ck.pt"
+    run(path, cfg=replace(CFG, epochs=2))
+    (tmp_path / ".ck.pt.abc123.tmp").write_bytes(b"half a save")
+    logs = []
+    history = fit(new_model(), examples(), examples(12), replace(CFG, epochs=3), path, TOKENIZERS, "resume",
+                  progress=False, log=logs.append)
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert any("removed .ck.pt.abc123.tmp" in m for m in logs) and any("extending the run to 3" in m for m in logs)
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+
+
+def test_checkpoints_get_the_mode_of_any_new_file(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        run(tmp_path / "ck.pt", cfg=replace(CFG, epochs=1))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ck.pt").stat().st_mode & 0o777 == 0o644

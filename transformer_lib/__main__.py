@@ -30,9 +30,11 @@ def fetch_data(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
+    from transformer_lib.cli_args import Parser
+
+    parser = Parser(prog="python -m transformer_lib", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("fetch-data", help="fetch and verify every pinned data file").set_defaults(run=fetch_data)
     # Parts II and III register their commands here, one line each.
     from transformer_lib import mt_cli; mt_cli.register(commands)  # noqa: E702  (Part II: train-mt, translate)

@@ -1,0 +1,162 @@
+"""The language model's trainer (notebook 11): batches, evaluation, exact resume, and never losing work."""
+
+import math
+import os
+
+import pytest
+import torch
+
+from transformer_lib import lm_train
+from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.lm_train import (LMData, TrainSettings, bf16_supported, evaluate, generate_text, get_batch,
+                                      load_lm, train_lm)
+from transformer_lib.tokenization import CharTokenizer
+from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
+
+TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 20
+BASE = dict(preset="tiny", model={"dropout": 0.1}, batch_size=4, max_iters=8, warmup_steps=2, eval_interval=4,
+            eval_windows=2, device="cpu", progress=False, verbose=False)
+
+
+def small_data() -> LMData:
+    tok = CharTokenizer(TEXT)
+    n = int(0.9 * len(TEXT))
+    as_ids = lambda s: torch.tensor(tok.encode(s))  # noqa: E731
+    return LMData(tok, as_ids(TEXT[:n]), as_ids(TEXT[n:]), TEXT[n:])
+
+
+def train(path=None, **settings):
+    return train_lm(TrainSettings(**{**BASE, "out": str(path) if path else None, **settings}), small_data())
+
+
+def weights(path) -> dict:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_batches_are_shifted_windows():
+    ids = torch.arange(100)
+    x, y = get_batch(ids, 5, 8, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8)
+    assert torch.equal(y, x + 1) and int(y.max()) < 100
+
+
+def test_evaluate_predicts_every_token_once():
+    model = GPT(GPTConfig.tiny(context_len=16))
+    ids = torch.randint(0, 65, (101,))
+    loss, count = evaluate(model, ids, batch_size=3)
+    assert count == 100 and math.isfinite(loss)
+    logits, _ = model(ids[:16][None])  # the first window by hand
+    first = torch.nn.functional.cross_entropy(logits[0], ids[1:17], reduction="sum")
+    assert evaluate(model, ids[:17])[0] == pytest.approx(first.item() / 16, rel=1e-5)
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    straight = train(tmp_path / "a.pt")
+    train(tmp_path / "b.pt", stop_at=5)  # "interrupted" at step 5
+    resumed = train(tmp_path / "b.pt", resume=True)
+    a, b = weights(tmp_path / "a.pt"), weights(tmp_path / "b.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["val_loss"] == straight["val_loss"] and resumed["step"] == 8
+
+
+def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):
+    path = tmp_path / "ck.pt"
+    train(path)
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="add --resume to continue that run, --restart"):
+        train(path)
+    with pytest.raises(FileNotFoundError, match="to resume"):
+        train(tmp_path / "none.pt", resume=True)
+    assert path.read_bytes() == before
+    train(path, restart=True, seed=1)  # explicit: a new run in its place
+    assert path.read_bytes() != before
+
+
+def test_resume_refuses_other_settings_and_extends_a_finished_run(tmp_path, capsys):
+    path = tmp_path / "ck.pt"
+    train(path)
+    with pytest.raises(CheckpointMismatchError, match="batch_size: checkpoint 4, now 2; lr: checkpoint 0.005"):
+        train(path, resume=True, batch_size=2, lr=1e-3)
+    longer = train(path, resume=True, max_iters=12, verbose=True)
+    assert longer["step"] == 12 and "extending the run to 12 steps" in capsys.readouterr().out
+    assert torch.load(path, weights_only=True)["history"][-1]["lr"] == pytest.approx(5e-4)  # the floor
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    calls, real = {"n": 0}, lm_train.clip_gradients
+
+    def poisoning(model, max_norm):  # step 6 gets NaN gradients: the weights break
+        calls["n"] += 1
+        if calls["n"] == 6:
+            for p in model.parameters():
+                p.grad.fill_(float("nan"))
+        return real(model, max_norm)
+
+    monkeypatch.setattr(lm_train, "clip_gradients", poisoning)
+    with pytest.raises(NonFiniteLossError, match="the loss is nan at step 8 \\(learning rate"):
+        train(tmp_path / "ck.pt")
+    saved = torch.load(tmp_path / "ck.pt", weights_only=True)
+    assert saved["step"] == 4 and all(torch.isfinite(w).all() for w in saved["model"].values())
+
+
+def test_a_learning_rate_that_diverges_is_stopped(tmp_path):
+    with pytest.raises(NonFiniteLossError, match="the loss is (nan|inf) at step \\d+"):
+        train(tmp_path / "ck.pt", lr=1e12, min_lr=1e12, warmup_steps=0, max_iters=40, eval_interval=40)
+    assert not (tmp_path / "ck.pt").exists()  # no save with broken weights
+
+
+def test_ctrl_c_stops_after_a_step_and_saves(tmp_path, monkeypatch):
+    class Asked:
+        requested = True  # as if Ctrl-C came before the first step
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(lm_train, "StopRequest", Asked)
+    with pytest.raises(TrainingInterrupted, match="stopped at step 0; saved .*--resume"):
+        train(tmp_path / "ck.pt")
+    assert torch.load(tmp_path / "ck.pt", weights_only=True)["step"] == 0
+
+
+def test_bad_model_settings_and_a_context_longer_than_the_text(tmp_path):
+    with pytest.raises(ValueError, match="unknown model setting colour"):
+        train(model={"colour": 1})
+    with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+        train(model={"n_heads": 0})
+    with pytest.raises(ValueError, match="context_len 4096 needs more text"):
+        train(model={"context_len": 4096})
+
+
+def test_load_lm_refuses_what_it_cannot_use(tmp_path):
+    train(tmp_path / "ck.pt")
+    model, tok = load_lm(str(tmp_path / "ck.pt"), "cpu")
+    assert tok.vocab_size == model.config.vocab_size and not model.training
+    state = torch.load(tmp_path / "ck.pt", weights_only=True)
+    cases = {"empty.pt": b"", "junk.pt": os.urandom(300)}
+    for name, payload in cases.items():
+        (tmp_path / name).write_bytes(payload)
+        with pytest.raises(CheckpointError, match="is not a readable checkpoint"):
+            load_lm(str(tmp_path / name), "cpu")
+    torch.save({**state, "format": "transformer_lib.translator/1"}, tmp_path / "mt.pt")
+    with pytest.raises(CheckpointError, match="not a transformer_lib.lm/1 one"):
+        load_lm(str(tmp_path / "mt.pt"), "cpu")
+    torch.save({**state, "tokenizer": CharTokenizer("abc").to_dict()}, tmp_path / "vocab.pt")
+    with pytest.raises(CheckpointError, match="its tokenizer has 3 tokens, its model"):
+        load_lm(str(tmp_path / "vocab.pt"), "cpu")
+    torch.save({**state, "model": {"tok_emb.weight": torch.zeros(2, 2)}}, tmp_path / "damaged.pt")
+    with pytest.raises(CheckpointError, match="damaged language-model checkpoint"):
+        load_lm(str(tmp_path / "damaged.pt"), "cpu")
+    notes = []
+    assert generate_text(str(tmp_path / "ck.pt"), "", 3, device="cpu", notes=notes.append).startswith("\n")
+    assert notes and "empty prompt" in notes[0]
+
+
+@pytest.mark.parametrize("capability, native", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_bf16_only_on_gpus_that_multiply_it_natively(monkeypatch, capability, native):
+    """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay off there."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert bf16_supported(torch.device("cuda")) is native
