@@ -48,6 +48,17 @@ def test_secondary_module_is_generated_and_named():
     assert "def plot_attention(" in viz
 
 
+def test_torch_reference_comes_from_notebooks_07_and_08():
+    """The weight-copy helpers of the reference checks live in one module, apart from the models."""
+    generated = export_notebooks.generated_modules(ROOT / "transformer_lib")
+    text = generated["torch_reference.py"]
+    assert export_notebooks.source_notebooks(text) == ["notebooks/07_encoder.ipynb",
+                                                       "notebooks/08_decoder_and_model.ipynb"]
+    assert text.index("def load_torch_encoder_layer(") < text.index("def load_torch_decoder_layer(")
+    for model in ("encoder.py", "seq2seq.py"):
+        assert "torch_attention" not in generated[model] and "load_torch" not in generated[model]
+
+
 # Three tiny notebooks, exported in name order: a and b both export into `shared`; b adds to a's
 # default module `alpha` (a later notebook into an earlier one's module) and a adds to b's default
 # module `beta` (an earlier notebook into a later one's module, which b then starts).
