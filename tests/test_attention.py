@@ -1,8 +1,5 @@
-"""Scaled dot-product attention (notebook 04): shapes, PyTorch reference, empty rows, errors, heatmaps."""
+"""Scaled dot-product attention (notebook 04): shapes, PyTorch reference, empty rows, errors."""
 
-import warnings
-
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,11 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.attention import fast_scaled_dot_product_attention, scaled_dot_product_attention
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from transformer_lib.viz import ATTENTION_CMAP, plot_attention, plot_heads, use_cjk_fallback_fonts  # noqa: E402
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-8),
        torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
@@ -144,53 +136,3 @@ def test_dropout_applies_to_output_not_returned_weights():
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 6))
     out_half, _ = scaled_dot_product_attention(q, q, q, dropout_p=0.5)
     assert not torch.allclose(out_half, scaled_dot_product_attention(q, q, q)[0])
-
-
-def test_plot_attention_labels_and_colour_map():
-    ax = plot_attention(torch.rand(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], "a title")
-    assert ax.get_title() == "a title"
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
-    assert ax.get_xlabel() and ax.get_ylabel()
-    assert ax.images[0].get_cmap().name == ATTENTION_CMAP
-    plt.close("all")
-
-
-def test_plot_heads_one_panel_per_head_and_label_checks():
-    fig = plot_heads(torch.rand(6, 3, 3), list("abc"), list("abc"), "heads")
-    titled = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titled == [f"head {h}" for h in range(6)]
-    with pytest.raises(ValueError, match="2 key labels for 3 key positions"):
-        plot_attention(torch.rand(3, 3), list("abc"), list("ab"))
-    with pytest.raises(ValueError, match=r"\(H, T_q, T_k\)"):
-        plot_heads(torch.rand(3, 3))
-    plt.close("all")
-
-
-def test_long_sequences_give_figures_of_readable_width():
-    """Panels shrink with the sequence: 4 heads of 64 tokens once made a figure 100 inches wide."""
-    fig = plot_heads(torch.rand(4, 64, 64))
-    assert fig.get_figwidth() <= 15
-    ax = plot_attention(torch.rand(100, 100))
-    assert ax.figure.get_figwidth() <= 12
-    small = plot_attention(torch.rand(3, 3))  # short sequences keep their roomy cells
-    assert small.figure.get_figwidth() == pytest.approx(2.4 + 0.45 * 3)
-    plt.close("all")
-
-
-def test_colour_bar_label_names_what_is_drawn():
-    ax = plot_attention(torch.ones(2, 2), value_label="1 = may attend")
-    assert ax.figure.axes[-1].get_ylabel() == "1 = may attend"
-    plt.close("all")
-
-
-def test_cjk_font_fallback():
-    fonts = use_cjk_fallback_fonts()
-    assert fonts[0] == "DejaVu Sans" and plt.rcParams["font.family"][: len(fonts)] == fonts
-    if len(fonts) == 1:
-        pytest.skip("no CJK font installed: Chinese labels render as boxes, without failing")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a missing glyph would warn
-        ax = plot_attention(torch.rand(2, 2), ["我", "猫"], ["我", "猫"], "中文")
-        ax.figure.canvas.draw()
-    plt.close("all")

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.encoder import Encoder, EncoderLayer, PositionwiseFeedForward, load_torch_encoder_layer
+from transformer_lib.encoder import Encoder, EncoderLayer, PositionwiseFeedForward
 from transformer_lib.masks import padding_mask
+from transformer_lib.torch_reference import load_torch_encoder_layer
 
 
 def test_feed_forward_is_position_wise():

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from transformer_lib.masks import causal_mask, padding_mask
-from transformer_lib.seq2seq import DecoderLayer, Seq2SeqConfig, Transformer, load_torch_decoder_layer
+from transformer_lib.seq2seq import DecoderLayer, Seq2SeqConfig, Transformer
+from transformer_lib.torch_reference import load_torch_decoder_layer
 
 
 @settings(derandomize=True, deadline=None, max_examples=25)
