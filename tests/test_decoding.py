@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.decoding import (beam_search, evaluate_translations, filter_logits, greedy_decode,
-                                      length_penalty_gnmt, sample_decode, translate)
+from transformer_lib.decoding import (beam_search, evaluate_translations, greedy_decode, length_penalty_gnmt,
+                                      sample_decode, translate)
+from transformer_lib.sampling import filter_logits
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.tokenization import SPECIAL_TOKENS, CharTokenizer
 
@@ -153,3 +154,22 @@ def test_evaluation_uses_every_reference():
         evaluate_translations(["a", "b"], [["a"]])
     with pytest.raises(ValueError, match="no sentences to evaluate"):
         evaluate_translations([], [])
+
+
+def test_zero_new_tokens_means_zero_and_bad_settings_are_refused():
+    torch.manual_seed(0)
+    model = Transformer(Seq2SeqConfig.tiny(src_vocab_size=10, tgt_vocab_size=10))
+    src = torch.tensor([[3, 4, 2]])
+    assert greedy_decode(model, src, BOS, EOS, max_len=0) == [[]]
+    assert sample_decode(model, src, BOS, EOS, max_len=0) == [[]]
+    assert len(greedy_decode(model, src, BOS, 99, max_len=3)[0]) == 3  # <eos> never comes: 3 tokens
+    with pytest.raises(ValueError, match="max_len must be >= 0"):
+        greedy_decode(model, src, BOS, EOS, max_len=-1)
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        sample_decode(model, src, BOS, EOS, top_k=0)
+    with pytest.raises(ValueError, match="top_p must lie in"):
+        sample_decode(model, src, BOS, EOS, top_p=0.0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sample_decode(model, src, BOS, EOS, temperature=float("nan"))
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        beam_search(model, src, BOS, EOS, beam_size=0)

@@ -6,7 +6,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.gpt import GPT, GELU_MODES, GPTConfig, KVCache, RMSNorm, gelu, sample_next
+from transformer_lib.gpt import GPT, GELU_MODES, GPTConfig, KVCache, RMSNorm, gelu, generate
+from transformer_lib.sampling import sample_next
 
 FAST = settings(derandomize=True, deadline=None, max_examples=25)
 DTYPES = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10),
@@ -117,8 +118,8 @@ def test_greedy_generation_same_with_and_without_cache(impl):
     torch.manual_seed(1)
     model = GPT(GPTConfig.tiny(attn_impl=impl)).eval()
     prompt = torch.randint(0, 65, (2, 5))
-    with_cache = model.generate(prompt, 60, temperature=0, use_cache=True)  # 65 > context_len=32
-    without = model.generate(prompt, 60, temperature=0, use_cache=False)
+    with_cache = generate(model, prompt, 60, temperature=0, use_cache=True)  # 65 > context_len=32
+    without = generate(model, prompt, 60, temperature=0, use_cache=False)
     assert with_cache.shape == (2, 65)
     assert torch.equal(with_cache, without)
 
@@ -126,9 +127,9 @@ def test_greedy_generation_same_with_and_without_cache(impl):
 def test_generate_refuses_empty_prompt_and_unknown_ids():
     model = tiny_model()
     with pytest.raises(ValueError, match="non-empty prompt"):
-        model.generate(torch.zeros(1, 0, dtype=torch.long), 3)
+        generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65\)"):
-        model.generate(torch.tensor([[3, 70]]), 3)
+        generate(model, torch.tensor([[3, 70]]), 3)
 
 
 def test_sampling_filters():
@@ -139,5 +140,30 @@ def test_sampling_filters():
     assert {sample_next(logits, 1.0, top_p=0.1, generator=g).item() for _ in range(20)} == {1}
     two = {sample_next(logits, 1.0, top_k=2, generator=g).item() for _ in range(200)}
     assert two == {1, 2}
-    with pytest.raises(ValueError, match="temperature >= 0"):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
         sample_next(logits, temperature=-1)
+
+
+def test_library_guards_name_what_is_wrong():
+    """Bad input to the models gives a ValueError that says what was wrong, not an error deep inside."""
+    from transformer_lib.multi_head import MultiHeadAttention
+
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match="same length T_k .* got 5 and 6"):
+        mha(x, x, torch.randn(2, 6, 8))
+    with pytest.raises(ValueError, match="same batch size B, got 2, 3 and 3"):
+        mha(x, torch.randn(3, 5, 8))
+    model = GPT(GPTConfig.tiny())
+    with pytest.raises(ValueError, match="token ids must lie in \\[0, 65\\); got min 0, max 65"):
+        model(torch.tensor([[0, 65]]))
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        model(torch.tensor([[-1, 3]]))
+    cache = KVCache(model.config, batch_size=2)
+    with pytest.raises(ValueError, match="this cache holds a batch of 2, got a batch of 1"):
+        model(torch.tensor([[1, 2]]), cache=cache)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+        generate(model, torch.tensor([[1]]), -1)
+    assert generate(model, torch.tensor([[1, 2]]), 0).shape == (1, 2)
+    with pytest.raises(ValueError, match="top_p must lie in"):
+        generate(model, torch.tensor([[1]]), 3, top_p=1.5)

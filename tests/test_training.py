@@ -1,4 +1,4 @@
-"""transformer_lib.training: schedules, AdamW groups, clipping, atomic checkpoints and their refusals."""
+"""training, checkpoints, files (notebook 09): schedules, AdamW groups, clipping, atomic checkpoints, refusals."""
 
 import math
 
@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.training import (CheckpointMismatchError, clip_gradients, load_checkpoint, make_adamw,
-                                      param_groups, save_checkpoint, warmup_cosine, warmup_inverse_sqrt)
+from transformer_lib.checkpoints import (CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint,
+                                         save_checkpoint, start_run)
+from transformer_lib.files import atomic_write, check_writable, stale_temporaries
+from transformer_lib.training import (StopRequest, check_finite, clip_gradients, make_adamw, param_groups,
+                                      warmup_cosine, warmup_inverse_sqrt)
 
 FAST = settings(derandomize=True, deadline=None, max_examples=30)
 
@@ -104,8 +107,72 @@ def test_mismatches_are_refused_by_name(tmp_path):
                            tokenizer={"type": "char", "chars": "abc"})
     with pytest.raises(CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"):
         load_checkpoint(path, expected_config={**config, "n_layers": 3})
+    with pytest.raises(CheckpointError, match="is a unlabelled checkpoint, not a transformer_lib.lm/1 one"):
+        load_checkpoint(path, kind="transformer_lib.lm/1")
     with pytest.raises(CheckpointMismatchError, match="tokenizer chars: checkpoint has 'abc', expected 'abd'"):
         load_checkpoint(path, expected_tokenizer={"type": "char", "chars": "abd"})
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "missing.pt")
     assert math.isfinite(load_checkpoint(path, expected_config=config)["step"])
+
+
+def test_a_file_that_would_run_code_is_refused_in_one_line(tmp_path):
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"model": Evil()}))
+    torch.save({"model": Evil()}, tmp_path / "evil_zip.pt")
+    for name in ("evil.pt", "evil_zip.pt"):
+        with pytest.raises(CheckpointError) as e:
+            load_checkpoint(tmp_path / name)
+        assert "\n" not in str(e.value) and "weights_only=False" not in str(e.value)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_atomic_write_keeps_the_old_file_and_gives_the_usual_mode(tmp_path):
+    import os
+
+    old = os.umask(0o027)
+    try:
+        path = atomic_write(tmp_path / "f.bin", lambda f: f.write(b"old"))
+        with pytest.raises(ZeroDivisionError):
+            atomic_write(path, lambda f: (f.write(b"new"), 1 / 0))
+    finally:
+        os.umask(old)
+    assert path.read_bytes() == b"old" and path.stat().st_mode & 0o777 == 0o640
+    assert stale_temporaries(path) == []
+    (tmp_path / ".f.bin.x1.tmp").write_bytes(b"")
+    assert [p.name for p in stale_temporaries(path)] == [".f.bin.x1.tmp"]
+
+
+def test_the_policy_for_an_existing_checkpoint(tmp_path):
+    path = tmp_path / "ck.pt"
+    assert start_run(path, "refuse", log=print) is False  # nothing there: a new run
+    path.write_bytes(b"x")
+    with pytest.raises(FileExistsError, match="--resume .* --restart"):
+        start_run(path, "refuse")
+    assert start_run(path, "resume") is True and start_run(path, "restart") is False
+    with pytest.raises(ValueError, match="existing must be one of"):
+        start_run(path, "overwrite")
+    with pytest.raises(IsADirectoryError):
+        check_writable(tmp_path)
+    assert changed_settings({"lr": 1, "epochs": 2}, {"lr": 2, "epochs": 3}, ("epochs",)) == ["lr: checkpoint 1, now 2"]
+
+
+def test_non_finite_losses_and_ctrl_c():
+    import os
+    import signal
+
+    check_finite(1.0, 3, 1e-3)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(RuntimeError, match="at step 3 \\(learning rate 0.001\\)"):
+            check_finite(bad, 3, 1e-3)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C only asks
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second one stops at once
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

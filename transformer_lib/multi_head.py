@@ -51,6 +51,12 @@ class MultiHeadAttention(nn.Module):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3 or t.size(-1) != self.d_model:
                 raise ValueError(f"{name} must be (B, T, d_model={self.d_model}), got {tuple(t.shape)}")
+        if not query.size(0) == key.size(0) == value.size(0):
+            raise ValueError(f"query, key and value need the same batch size B, got {query.size(0)}, "
+                             f"{key.size(0)} and {value.size(0)}")
+        if key.size(1) != value.size(1):
+            raise ValueError(f"key and value need the same length T_k (one value per key), got {key.size(1)} "
+                             f"and {value.size(1)}")
         # 1) project, all heads at once, and split into heads
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, D)
         k = split_heads(self.k_proj(key), self.n_heads)  # (B, H, T_k, D)
