@@ -160,3 +160,19 @@ def test_bf16_only_on_gpus_that_multiply_it_natively(monkeypatch, capability, na
     """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay off there."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert bf16_supported(torch.device("cuda")) is native
+
+
+def read_scalars(log_dir) -> dict[str, list[float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_curves_while_training(tmp_path):
+    pytest.importorskip("tensorboard")
+    train(log_dir=str(tmp_path / "tb"))
+    scalars = read_scalars(tmp_path / "tb")
+    assert set(scalars) == {"train/loss", "valid/loss", "train/lr"}
+    assert len(scalars["valid/loss"]) == 2 and all(math.isfinite(v) for v in scalars["valid/loss"])

@@ -206,3 +206,13 @@ def test_checkpoints_get_the_mode_of_any_new_file(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "ck.pt").stat().st_mode & 0o777 == 0o644
+
+
+def test_tensorboard_curves_with_validation_bleu(tmp_path):
+    pytest.importorskip("tensorboard")
+    from test_lm_train import read_scalars
+
+    run(tmp_path / "ck.pt", cfg=replace(CFG, epochs=2), log_dir=str(tmp_path / "tb"), valid_bleu=lambda m: 12.5)
+    scalars = read_scalars(tmp_path / "tb")
+    assert set(scalars) == {"train/loss", "train/lr", "valid/loss", "valid/bleu"}
+    assert scalars["valid/bleu"] == [12.5, 12.5] and len(scalars["valid/loss"]) == 2
