@@ -197,7 +197,8 @@ def refused(r: Result, *patterns: str, silent: str = "WEAK") -> Outcome:
         return bad
     if r.rc == 0:
         return silent, f"accepted (rc 0): {r.last_err()}"
-    missing = [p for p in patterns if not re.search(p, r.err, re.I)]
+    # a flag's name may be written with - or _ ('top-k' or top_k); '--out' must be the flag itself
+    missing = [p for p in patterns if not re.search(p if p.startswith("--") else p.replace("-", "[-_ ]"), r.err, re.I)]
     if missing:
         return "WEAK", f"rc {r.rc}, the message does not say /{missing[0]}/: {r.last_err()}"
     lines = _error_lines(r.err)
