@@ -1267,7 +1267,8 @@ def _api_rows() -> None:
 
     def mha_pad_square():
         m5 = torch.ones(5, 5, dtype=torch.bool)
-        m5[:, -2:] = False
+        for i in range(1, 5):
+            m5[i, 5 - i:] = False  # sequence i hides its last i keys; read as (T_q, T_k) it hides them from query i
         x = r(5, 5, 32)
         got, _ = mha(x, mask=m5)
         want, _ = mha(x, mask=m5[:, None, None, :])
