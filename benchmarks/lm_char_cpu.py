@@ -27,7 +27,8 @@ import time
 
 import torch
 
-from transformer_lib.lm_train import TrainSettings, bf16_supported, load_lm_data, train_lm
+from transformer_lib.lm_train import TrainSettings, load_lm_data, train_lm
+from transformer_lib.training import bf16_supported
 from transformer_lib.runtime import describe_machine
 
 NANOGPT_TARGET = 1.88  # nanoGPT README: val loss of its CPU configuration after 2000 iterations

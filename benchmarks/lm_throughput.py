@@ -18,7 +18,8 @@ import time
 import torch
 
 from transformer_lib.gpt import GPTConfig
-from transformer_lib.lm_train import PRESETS, bf16_supported
+from transformer_lib.lm_train import PRESETS
+from transformer_lib.training import bf16_supported
 from transformer_lib.perf import matmul_flops, mfu, model_flops_per_token, training_throughput
 from transformer_lib.runtime import describe_machine, get_device
 

@@ -9,10 +9,10 @@ import torch
 from transformer_lib import lm_train
 from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.lm_train import (LMData, TrainSettings, bf16_supported, evaluate, generate_text, get_batch,
+from transformer_lib.lm_train import (LMData, TrainSettings, evaluate, generate_text, get_batch,
                                       load_lm, train_lm)
 from transformer_lib.tokenization import CharTokenizer
-from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
+from transformer_lib.training import NonFiniteLossError, TrainingInterrupted, bf16_supported
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 20
 BASE = dict(preset="tiny", model={"dropout": 0.1}, batch_size=4, max_iters=8, warmup_steps=2, eval_interval=4,

@@ -35,6 +35,7 @@ class DataFile:
     sha256: str  # of the file itself (not of the archive it may come in)
     archive_sha256: str | None = None  # set when `url` serves a zip holding the file
     member: str | None = None  # the file's name inside that zip
+    keep_labels: tuple[str, ...] | None = None  # keep only the lines whose 2nd tab field is one of these
 
 
 TINY_SHAKESPEARE = DataFile(
@@ -54,6 +55,15 @@ GPT2_VOCAB_BPE = DataFile(
     "tiktoken/6d1cbeee0f20b3d9449abfede4726ed8212e3aee",
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
     "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+)
+# The Tatoeba Translation Challenge's English-Chinese test (Helsinki-NLP), on which OPUS-MT reports its
+# eng-zho scores, at a pinned commit; only its Mandarin lines are kept (data/README.md, section 4).
+TATOEBA_TEST = DataFile(
+    "tatoeba-test/eng-cmn.tsv",
+    "https://raw.githubusercontent.com/Helsinki-NLP/Tatoeba-Challenge/17a1b96a8a23970e031178905133db334e0dff8c/"
+    "data/test/eng-zho/test.txt",
+    "5b6e83605f770bdaa866461c5a36278290302428a9df1cf60d326433f6d19f4d",
+    keep_labels=("cmn_Hans", "cmn_Hant"),
 )
 GPT2_ENCODER_JSON = DataFile(
     "tiktoken/6c7ea1a7e38e3a7f062df639a5b80947f075ffe6",
@@ -105,6 +115,9 @@ def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
     request = urllib.request.Request(spec.url, headers={"User-Agent": "transformer-course/1.0"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         payload = response.read()
+    if spec.keep_labels is not None:  # whole lines, in upstream order, as data/README.md describes
+        lines = payload.decode("utf-8").splitlines(keepends=True)
+        return "".join(ln for ln in lines if ln.split("\t")[1:2] and ln.split("\t")[1] in spec.keep_labels).encode("utf-8")
     if spec.member is None:
         return payload
     got = hashlib.sha256(payload).hexdigest()
@@ -176,6 +189,19 @@ def load_tatoeba_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
+def load_tatoeba_test() -> list[tuple[str, str]]:
+    """The public English-Mandarin test pairs (Tatoeba Translation Challenge), in file order.
+
+    Simplified and Traditional lines both, as upstream; one English sentence may have several lines
+    (several references). Zero-width spaces are removed, as in `load_tatoeba_pairs`.
+    """
+    pairs = []
+    for line in fetch(TATOEBA_TEST).read_text(encoding="utf-8").splitlines():
+        _, _label, english, chinese = line.split("\t")
+        pairs.append((english.strip(), chinese.replace("\u200b", "").strip()))
+    return pairs
+
+
 def gpt2_encoding():
     """tiktoken's GPT-2 encoding, its two files fetched like the corpora (so it works offline)."""
     import tiktoken
@@ -186,7 +212,7 @@ def gpt2_encoding():
     return tiktoken.get_encoding("gpt2")
 
 
-ALL_FILES = (TINY_SHAKESPEARE, TATOEBA_CMN_ENG, GPT2_VOCAB_BPE, GPT2_ENCODER_JSON)
+ALL_FILES = (TINY_SHAKESPEARE, TATOEBA_CMN_ENG, TATOEBA_TEST, GPT2_VOCAB_BPE, GPT2_ENCODER_JSON)
 
 
 def fetch_all() -> list[Path]:
@@ -196,5 +222,5 @@ def fetch_all() -> list[Path]:
 
 __all__ = [
     "ALL_FILES", "DataFile", "DataUnavailableError", "TINY_SHAKESPEARE", "TATOEBA_CMN_ENG", "data_dir",
-    "fetch", "fetch_all", "gpt2_encoding", "load_tatoeba_pairs", "load_tiny_shakespeare", "sha256_of",
+    "TATOEBA_TEST", "fetch", "fetch_all", "gpt2_encoding", "load_tatoeba_pairs", "load_tatoeba_test", "load_tiny_shakespeare", "sha256_of",
 ]

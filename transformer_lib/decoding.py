@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['new_token_limit', 'greedy_decode', 'length_penalty_gnmt', 'beam_search', 'sample_decode', 'encode_sources',
-           'translate', 'evaluate_translations', 'evaluate_model']
+           'translate', 'evaluate_translations', 'evaluate_model', 'average_weights', 'choose_decoding']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d119
 import torch
@@ -185,3 +185,18 @@ def evaluate_model(model: Transformer, src_tok, tgt_tok, pairs: list[tuple[str, 
     sources, references = group_references(pairs)
     hypotheses = translate(model, src_tok, tgt_tok, sources, method, **kwargs)
     return evaluate_translations(hypotheses, references), sources, hypotheses, references
+
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #9d0e0020
+def average_weights(state_dicts: list[dict]) -> dict:
+    """The element-wise mean of several state dicts of one model (checkpoint averaging)."""
+    return {k: torch.stack([sd[k].float() for sd in state_dicts]).mean(0).to(state_dicts[0][k].dtype)
+            for k in state_dicts[0]}
+
+
+def choose_decoding(model: Transformer, src_tok, tgt_tok, valid_pairs: list[tuple[str, str]],
+                    beam_sizes: tuple[int, ...] = (4, 8), alphas: tuple[float, ...] = (0.6, 1.0)) -> dict:
+    """The beam size and length penalty with the best BLEU on `valid_pairs`, and every score tried."""
+    scores = {(k, a): evaluate_model(model, src_tok, tgt_tok, valid_pairs, "beam", beam_size=k,
+                                     length_penalty=a)[0]["bleu"] for k in beam_sizes for a in alphas}
+    beam_size, alpha = max(scores, key=scores.get)
+    return {"beam_size": beam_size, "length_penalty": alpha, "scores": scores}

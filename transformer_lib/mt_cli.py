@@ -32,7 +32,8 @@ def train_mt(args: argparse.Namespace) -> int:
     from transformer_lib.training import TrainingInterrupted
 
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
-    names = ("epochs", "max_minutes", "schedule", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "seed")
+    names = ("epochs", "max_minutes", "schedule", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "seed",
+             "dtype")
     changes = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.betas is not None:
         changes["betas"] = tuple(args.betas)
@@ -86,8 +87,16 @@ def translate_cmd(args: argparse.Namespace) -> int:
         if n > limit:
             print(f"note: {_short(s)!r} has {n} tokens; only the first {limit} are translated "
                   f"(the model's context is {model.config.context_len})", file=sys.stderr)
-    kwargs = {"beam": {"beam_size": args.beam_size}, "greedy": {}, "sample": {"temperature": args.temperature}}
-    for s, zh in zip(sentences, translate(model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method])):
+    kwargs = {"beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty}, "greedy": {},
+              "sample": {"temperature": args.temperature}}
+    outputs = translate(model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method])
+    if args.script == "traditional":
+        from transformer_lib.translation_data import to_traditional
+
+        print("note: the model writes Simplified Chinese; this is its answer converted to Traditional "
+              "characters by OpenCC (s2t), not a second model", file=sys.stderr)
+        outputs = [to_traditional(zh) for zh in outputs]
+    for s, zh in zip(sentences, outputs):
         if not zh:
             print(f"note: the model produced an empty translation of {_short(s)!r}", file=sys.stderr)
         print(zh if len(sentences) == 1 else f"{s}\t{zh}")
@@ -120,6 +129,7 @@ def register(commands) -> None:
     t.add_argument("--betas", type=positive_float, nargs=2, metavar=("B1", "B2"), help="AdamW betas (0.9 0.98)")
     t.add_argument("--grad-clip", type=non_negative_float, help="largest gradient norm, 0 = off (default 1)")
     t.add_argument("--seed", type=seed)
+    t.add_argument("--dtype", choices=["fp32", "bf16", "auto"], help="bf16 autocast; auto: where native (default)")
     t.add_argument("--device", type=device, help="cpu, cuda, mps (default: the best available)")
     t.add_argument("--log-dir", help="write TensorBoard curves here (needs `pip install tensorboard`)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
@@ -131,6 +141,9 @@ def register(commands) -> None:
     tr.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help=f"a train-mt checkpoint ({DEFAULT_CHECKPOINT})")
     tr.add_argument("--method", choices=["beam", "greedy", "sample"], default="beam", help="decoding (default beam)")
     tr.add_argument("--beam-size", type=positive_int, default=4)
+    tr.add_argument("--length-penalty", type=non_negative_float, default=0.6, help="beam's alpha (default 0.6)")
+    tr.add_argument("--script", choices=["simplified", "traditional"], default="simplified",
+                    help="the model writes Simplified; traditional converts its output with OpenCC")
     tr.add_argument("--temperature", type=temperature, default=0.8, help="for --method sample")
     tr.add_argument("--device", type=device, help="cpu, cuda, mps (default cpu)")
     tr.set_defaults(run=translate_cmd)

@@ -2,10 +2,11 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'TrainConfig', 'lr_at', 'prepare_data', 'RunState', 'validation_loss', 'train_epoch', 'end_epoch',
-           'resume_run', 'fit', 'train_translator', 'load_translator', 'held_out_test_split']
+           'resume_run', 'fit', 'train_translator', 'load_translator', 'held_out_split']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b09
 # transformer_lib/mt_train.py, the translator's trainer, is written in the cells marked `#| export mt_train`.
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -18,11 +19,12 @@ from transformer_lib.checkpoints import (
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
 from transformer_lib.training import (
-    StopRequest, TrainingInterrupted, check_finite, clip_gradients, make_adamw, set_lr, tensorboard_writer,
+    StopRequest, TrainingInterrupted, check_finite, clip_gradients, make_adamw, mixed_precision, set_lr,
+    tensorboard_writer,
     warmup_cosine, warmup_inverse_sqrt,
 )
 from transformer_lib.translation_data import (
-    build_tokenizers, collate, encode_pair, label_smoothed_cross_entropy, length_bucketed_batches,
+    build_tokenizers, collate, course_pairs, encode_pair, label_smoothed_cross_entropy, length_bucketed_batches,
     split_by_english,
 )
 
@@ -51,9 +53,11 @@ class TrainConfig:
     label_smoothing: float = 0.1  # the paper's epsilon_ls
     grad_clip: float = 1.0  # largest global gradient norm; 0 turns clipping off
     patience: int = 3  # early stopping: epochs without a better validation loss
+    dtype: str = "auto"  # fp32, bf16 (autocast), or auto: bf16 where the processor multiplies it natively
+    keep_last: int = 3  # the weights of the last epochs kept in the checkpoint, for averaging
 
     # May differ when a run is resumed: they decide when it stops, not what it computes.
-    RESUMABLE = ("epochs", "max_minutes")
+    RESUMABLE = ("epochs", "max_minutes", "dtype")
 
     @classmethod
     def quick(cls) -> "TrainConfig":
@@ -73,9 +77,7 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b16
 def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
     """Splits, tokenizers (learnt on train) and encoded examples for `cfg`: what training needs."""
-    from transformer_lib.data import load_tatoeba_pairs
-
-    pairs = pairs if pairs is not None else load_tatoeba_pairs()
+    pairs = pairs if pairs is not None else course_pairs()
     splits = split_by_english(pairs, cfg.n_valid, cfg.n_test, cfg.seed)
     if cfg.train_limit is not None:
         splits["train"] = splits["train"][: cfg.train_limit]
@@ -132,7 +134,7 @@ def validation_loss(model: Transformer, examples: list, max_tokens: int = 8000) 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0015
 def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: list, cfg: TrainConfig,
                 run: RunState, steps_per_epoch: int, stop: StopRequest, progress: bool = True,
-                writer=None) -> None:
+                writer=None, autocast=None) -> None:
     """Train the remaining batches of epoch `run.epoch` (from batch `run.batch`), updating `run`."""
     from tqdm.auto import tqdm
 
@@ -146,7 +148,9 @@ def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
         lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
         set_lr(optimizer, lr)
         run.lr = lr
-        loss = label_smoothed_cross_entropy(model(src, tgt_in), tgt_out, cfg.label_smoothing, c.tgt_pad_id)
+        with autocast or contextlib.nullcontext():
+            logits = model(src, tgt_in)  # (B, T, V)
+        loss = label_smoothed_cross_entropy(logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id)
         value, n = loss.item(), int((tgt_out != c.tgt_pad_id).sum())
         check_finite(value, run.step, lr)  # before the update: the weights stay good
         optimizer.zero_grad(set_to_none=True)
@@ -167,8 +171,9 @@ def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0017
 def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: RunState, best: dict,
-              log=print, writer=None, valid_bleu=None) -> None:
-    """Validate, keep the best weights in `best`, record the epoch in `run.history`, decide whether to stop."""
+              recent: list, log=print, writer=None, valid_bleu=None) -> None:
+    """Validate, keep the best weights in `best` and the last ones in `recent`, record the epoch in
+    `run.history`, re-plan the epochs that fit the budget, and decide whether to stop."""
     t0 = time.perf_counter()
     valid = validation_loss(model, valid_examples)
     seconds = run.epoch_seconds + time.perf_counter() - t0  # training and validation
@@ -178,6 +183,7 @@ def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: R
         best.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     else:
         run.bad_epochs += 1
+    recent[:] = (recent + [{k: v.detach().clone() for k, v in model.state_dict().items()}])[-cfg.keep_last:]
     train_loss = run.epoch_loss / max(run.epoch_tokens, 1)
     run.history.append({"epoch": run.epoch + 1, "step": run.step, "train_loss": train_loss, "valid_loss": valid,
                         "lr": run.lr, "seconds": seconds})
@@ -188,10 +194,13 @@ def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: R
         if valid_bleu is not None:
             writer.add_scalar("valid/bleu", valid_bleu(model), run.step)
         writer.flush()
-    if run.epoch == 0 and cfg.max_minutes is not None:  # fit the schedule to the budget
-        run.planned_epochs = run.stop_after = max(1, min(cfg.epochs, int(60 * cfg.max_minutes // seconds)))
-        log(f"epoch 1 took {seconds:.0f} s: {run.planned_epochs} epochs fit in {cfg.max_minutes} minutes")
     run.epoch, run.batch, run.seconds = run.epoch + 1, 0, run.seconds + seconds
+    if cfg.max_minutes is not None and run.stop_after == run.planned_epochs:  # re-plan, unless extended
+        fit = run.epoch + int((60 * cfg.max_minutes - run.seconds) // (run.seconds / run.epoch))
+        planned = max(run.epoch, min(cfg.epochs, fit))
+        if planned != run.planned_epochs:
+            log(f"{run.seconds / run.epoch:.0f} s an epoch so far: {planned} epochs fit in {cfg.max_minutes} minutes")
+        run.planned_epochs = run.stop_after = planned
     run.epoch_loss, run.epoch_tokens, run.epoch_seconds = 0.0, 0, 0.0
     run.finished = run.bad_epochs >= cfg.patience or run.epoch >= run.stop_after
     if cfg.max_minutes is not None and run.seconds + seconds > 60 * cfg.max_minutes:
@@ -200,8 +209,8 @@ def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: R
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0019
 def resume_run(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-               tokenizers: dict | None, log=print) -> tuple[RunState, dict]:
-    """Load the run saved at `path` into model and optimizer; returns its RunState and best weights."""
+               tokenizers: dict | None, log=print) -> tuple[RunState, dict, list]:
+    """Load the run saved at `path` into model and optimizer; returns its RunState, best and last weights."""
     payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT, expected_config=model.config.to_dict(),
                               expected_tokenizer=tokenizers)
     changed = changed_settings(payload["train_config"], asdict(cfg), TrainConfig.RESUMABLE)
@@ -218,7 +227,7 @@ def resume_run(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
             f"stays at its floor)")
     log(f"resumed from {path.name} at epoch {run.epoch + 1}, batch {run.batch} (step {run.step})"
         + (": the run had finished" if run.finished else ""))
-    return run, payload["best_model"]
+    return run, payload["best_model"], payload["recent_models"]
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0021
 def fit(model: Transformer, train_examples: list, valid_examples: list, cfg: TrainConfig,
@@ -233,27 +242,28 @@ def fit(model: Transformer, train_examples: list, valid_examples: list, cfg: Tra
     """
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
     steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
-    run, best = RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs), {}
+    run, best, recent = RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs), {}, []
     best.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     path = Path(checkpoint_path) if checkpoint_path else None
     if path and start_run(path, existing, log):
-        run, best = resume_run(path, model, optimizer, cfg, tokenizers, log)
+        run, best, recent = resume_run(path, model, optimizer, cfg, tokenizers, log)
+    autocast = mixed_precision(cfg.dtype, next(model.parameters()).device)
 
     def save() -> None:
         if path:
             save_checkpoint(path, model, optimizer, config=model.config.to_dict(), tokenizer=tokenizers,
-                            format=CHECKPOINT_FORMAT, train_config=asdict(cfg), best_model=best,
+                            format=CHECKPOINT_FORMAT, train_config=asdict(cfg), best_model=best, recent_models=recent,
                             rng=torch.get_rng_state(), **(extra or {}), **asdict(run))
 
     writer = tensorboard_writer(log_dir)
     with StopRequest() as stop:
         while not run.finished and run.epoch < run.stop_after:
-            train_epoch(model, optimizer, train_examples, cfg, run, steps_per_epoch, stop, progress, writer)
+            train_epoch(model, optimizer, train_examples, cfg, run, steps_per_epoch, stop, progress, writer, autocast)
             if stop.requested:
                 save()
                 raise TrainingInterrupted(f"stopped at step {run.step}, in epoch {run.epoch + 1}" +
                                           (f"; saved {path}: resume to continue" if path else ""))
-            end_epoch(model, valid_examples, cfg, run, best, log, writer, valid_bleu)
+            end_epoch(model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu)
             save()
     model.load_state_dict(best)
     return run.history
@@ -298,10 +308,8 @@ def load_translator(path: str | Path, device: torch.device | str = "cpu",
     return model.to(device).eval(), src_tok, tgt_tok, payload
 
 
-def held_out_test_split(payload: dict, pairs: list | None = None) -> list:
-    """The test pairs of the run that wrote `payload` (the split is rebuilt from its seed and sizes)."""
-    from transformer_lib.data import load_tatoeba_pairs
-
+def held_out_split(payload: dict, part: str = "test", pairs: list | None = None) -> list:
+    """The "test" (or "valid") pairs of the run that wrote `payload`, rebuilt from its seed and sizes."""
     t = payload["train_config"]
-    pairs = pairs if pairs is not None else load_tatoeba_pairs()
-    return split_by_english(pairs, t["n_valid"], t["n_test"], t["seed"])["test"]
+    pairs = pairs if pairs is not None else course_pairs()
+    return split_by_english(pairs, t["n_valid"], t["n_test"], t["seed"])[part]

@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['warmup_cosine', 'warmup_inverse_sqrt', 'param_groups', 'make_adamw', 'set_lr', 'clip_gradients', 'NonFiniteLossError',
-           'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer']
+           'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer', 'bf16_supported',
+           'mixed_precision']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b10
 # transformer_lib/training.py, the kit both trainers share, is written in the cells marked
@@ -129,3 +130,24 @@ def tensorboard_writer(log_dir: str | os.PathLike | None):
     except ImportError:
         raise ImportError("writing TensorBoard curves needs the tensorboard package: pip install tensorboard") from None
     return SummaryWriter(str(log_dir))
+
+# %% ../notebooks/09_training_a_translator.ipynb #9d0e0011
+def bf16_supported(device: torch.device) -> bool:
+    """True if this device computes bf16 matmuls natively: CUDA compute capability >= 8.0 (Ampere), or
+    a CPU with AVX512-BF16 or AMX (oneDNN's check). Older GPUs such as Colab's T4 only emulate bf16."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0] >= 8
+    if device.type == "cpu":
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            return False
+    return False
+
+
+def mixed_precision(dtype: str, device: torch.device) -> torch.autocast:
+    """An autocast context: bf16 for "bf16", or for "auto" where bf16 is native; otherwise a disabled one."""
+    if dtype not in ("fp32", "bf16", "auto"):
+        raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype!r}")
+    use_bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported(device))
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
