@@ -72,6 +72,7 @@ def main() -> int:
     parser.add_argument("--model", action="append", default=[], metavar="KEY=VALUE", help="Seq2SeqConfig override")
     parser.add_argument("--limit", type=int, help="evaluate on the first N sentences of each set only")
     parser.add_argument("--valid-only", action="store_true", help="stop after the validation scores")
+    parser.add_argument("--greedy-only", action="store_true", help="with --valid-only: no beam search either")
     args = parser.parse_args()
     device = get_device()
     print(f"hardware: {describe_machine(device)}")
@@ -92,6 +93,8 @@ def main() -> int:
         print(f"validation ({len({e for e, _ in valid})} sentences) BLEU-zh greedy, {name}: {scores[name]:.2f}")
     chosen = max(scores, key=scores.get)
     model.load_state_dict(candidates[chosen])
+    if args.valid_only and args.greedy_only:
+        return 0
     decoding = choose_decoding(model, src_tok, tgt_tok, valid)
     for (k, a), bleu in decoding["scores"].items():
         print(f"validation BLEU-zh, beam {k}, alpha {a}: {bleu:.2f}")

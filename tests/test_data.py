@@ -96,6 +96,21 @@ def test_real_corpora_load():
     assert len(pairs) == 32_028
     assert pairs[0] == ("Hi.", "嗨。")
     assert all(en and zh and "\u200b" not in zh for en, zh in pairs)
+    test = data.load_tatoeba_test()
+    assert len(test) == 8_613 and len({en for en, _ in test}) == 8_549
+    assert all(en and zh and "\u200b" not in zh for en, zh in test)
+
+
+def test_the_public_test_is_cut_from_its_upstream_file_by_label(folders, tmp_path, monkeypatch):
+    data_dir, _ = folders
+    monkeypatch.undo()  # file:// URLs need no network
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
+    upstream = "eng\tcmn_Hans\tHi.\t你好。\neng\tyue_Hant\tHi.\t你好呀。\neng\tcmn_Hant\tBye.\t再見。\n"
+    (tmp_path / "test.txt").write_text(upstream, encoding="utf-8")
+    kept = "eng\tcmn_Hans\tHi.\t你好。\neng\tcmn_Hant\tBye.\t再見。\n".encode()
+    spec = DataFile("t/eng-cmn.tsv", (tmp_path / "test.txt").as_uri(), hashlib.sha256(kept).hexdigest(),
+                    keep_labels=("cmn_Hans", "cmn_Hant"))
+    assert fetch(spec).read_bytes() == kept
 
 
 def test_written_file_has_a_normal_mode(folders):

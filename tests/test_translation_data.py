@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.data import load_tatoeba_pairs
-from transformer_lib.translation_data import (TEST_FINGERPRINT, build_tokenizers, collate, encode_pair,
+from transformer_lib.translation_data import (TEST_FINGERPRINT, build_tokenizers, collate, course_pairs,
+                                              drop_test_sentences, english_key, encode_pair, simplify_pairs,
+                                              to_simplified, to_traditional,
                                               group_references, label_smoothed_cross_entropy,
                                               length_bucketed_batches, split_by_english, split_fingerprint)
 
@@ -31,7 +33,7 @@ def test_split_too_large_is_refused():
 
 
 def test_the_documented_test_split_is_fixed():
-    test = split_by_english(load_tatoeba_pairs(), 1000, 2000, seed=0)["test"]
+    test = split_by_english(course_pairs(), 1000, 2000, seed=0)["test"]
     assert split_fingerprint(test) == TEST_FINGERPRINT
     sources, references = group_references(test)
     assert len(sources) == 2000 and sum(map(len, references)) == len(test)
@@ -39,7 +41,9 @@ def test_the_documented_test_split_is_fixed():
 
 def test_tokenizers_and_encoding():
     src_tok, tgt_tok = build_tokenizers(PAIRS, src_vocab_size=300)
-    assert src_tok.pad_id == tgt_tok.pad_id == 0
+    again, _ = build_tokenizers(PAIRS, src_vocab_size=300)
+    assert src_tok.to_dict() == again.to_dict()  # the same data gives the same vocabulary, every run
+    assert tgt_tok.pad_id == 0 and src_tok.pad_id == src_tok.vocab_size - 4  # BPE: specials after bytes and merges
     src, tgt = encode_pair("sentence 3.", "句子7。", src_tok, tgt_tok, context_len=64)
     assert src[-1] == src_tok.eos_id and tgt[0] == tgt_tok.bos_id and tgt[-1] == tgt_tok.eos_id
     assert tgt_tok.decode(tgt[1:-1]) == "句子7。"
@@ -78,3 +82,22 @@ def test_loss_matches_pytorch(B, T, V, eps, seed):
 def test_loss_of_an_all_padding_batch_is_zero_not_nan():
     loss = label_smoothed_cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 3, dtype=torch.long), 0.1, 0)
     assert loss.item() == 0.0
+
+
+def test_one_script_and_no_test_sentence_in_training():
+    assert to_simplified("我上週買了一輛新車。") == "我上周买了一辆新车。"
+    assert to_traditional("我上周买了一辆新车。") == "我上週買了一輛新車。"
+    assert simplify_pairs([("Hi.", "你們好。"), ("Hi.", "你们好。"), ("Bye.", "再見。")]) == \
+        [("Hi.", "你们好。"), ("Bye.", "再见。")]  # identical after conversion: kept once
+    assert english_key("  Where  is the STATION? ") == "where is the station?"
+    kept = drop_test_sentences([("Hi there.", "嗨"), ("Bye.", "再见")], [("hi  there.", "你好")])
+    assert kept == [("Bye.", "再见")]
+
+
+def test_the_course_corpus_is_simplified_and_disjoint_from_the_public_test():
+    from transformer_lib.translation_data import public_test_pairs
+
+    pairs, public = course_pairs(), public_test_pairs()
+    assert len(pairs) == 27_526 and len(public) == 8_613
+    assert not {english_key(en) for en, _ in pairs} & {english_key(en) for en, _ in public}
+    assert all(to_simplified(zh) == zh for _, zh in pairs[:3000] + public[:3000])

@@ -229,3 +229,21 @@ def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> di
             raise ValueError(f"--model {key}: unknown key; allowed keys: {', '.join(sorted(allowed))}")
         out[key] = _convert(key, text.strip(), allowed[key])
     return out
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """True for the errors PyTorch and Python raise when an allocation fails (CPU or GPU)."""
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text \
+        or "failed to allocate" in text
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message tells a person what to do: the CLI prints them as one line, never a traceback."""
+    from transformer_lib.data import DataUnavailableError
+    from transformer_lib.training import NonFiniteLossError
+
+    return ValueError, OSError, ImportError, DataUnavailableError, NonFiniteLossError
+
+
+USER_ERRORS = user_errors()

@@ -16,8 +16,11 @@ import argparse
 import dataclasses
 import sys
 
-from transformer_lib.cli_args import (device, key_value_overrides, non_negative_float, non_negative_int,
-                                      positive_float, positive_int, probability, read_texts, seed, temperature)
+from transformer_lib.cli_args import (USER_ERRORS, device, key_value_overrides, non_negative_float, non_negative_int,
+                                      out_of_memory, positive_float, positive_int, probability, read_texts, seed,
+                                      temperature)
+
+MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
 
 TRAIN_HELP = """Train the GPT on Tiny Shakespeare (first 90% of the characters; the last 10% validate).
 
@@ -55,6 +58,11 @@ def train_command(args: argparse.Namespace) -> int:
     except USER_ERRORS as e:
         print(f"train-lm: {e}", file=sys.stderr)
         return 1
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
+        print("train-lm: out of memory; lower --batch-size or use a smaller --preset", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -62,6 +70,10 @@ def generate_command(args: argparse.Namespace) -> int:
     """`generate`: print a continuation of the prompt (from --prompt, or a file with --prompt-file)."""
     from transformer_lib.lm_train import generate_text
 
+    if args.max_new_tokens > MAX_NEW_TOKENS:
+        print(f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,}); for a "
+              f"longer text, generate again from the end of this one", file=sys.stderr)
+        return 2
     prompt = args.prompt
     if args.prompt_file is not None:
         try:
@@ -79,16 +91,6 @@ def generate_command(args: argparse.Namespace) -> int:
     print(text)
     return 0
 
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message tells a person what to do: printed as one line, never as a traceback."""
-    from transformer_lib.data import DataUnavailableError
-    from transformer_lib.training import NonFiniteLossError
-
-    return ValueError, OSError, ImportError, DataUnavailableError, NonFiniteLossError
-
-
-USER_ERRORS = _user_errors()
 
 
 def register(commands) -> None:

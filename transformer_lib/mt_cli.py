@@ -17,12 +17,12 @@ import argparse
 import sys
 from dataclasses import replace
 
-from transformer_lib.cli_args import (device, non_negative_float, positive_float, positive_int, read_texts,
-                                      seed, temperature)
+from transformer_lib.cli_args import (USER_ERRORS, device, non_negative_float, out_of_memory, positive_float, positive_int,
+                                      read_texts, seed, temperature)
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
-# Errors a person can fix from the message alone: printed as one line, never as a traceback.
-USER_ERRORS = (ValueError, OSError, ImportError, RuntimeError)
+
+
 
 
 def train_mt(args: argparse.Namespace) -> int:
@@ -49,6 +49,11 @@ def train_mt(args: argparse.Namespace) -> int:
         return 130
     except USER_ERRORS as e:
         print(f"train-mt: {e}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
+        print("train-mt: out of memory; use a smaller model or fewer tokens per batch", file=sys.stderr)
         return 1
     if history:
         best = min(h["valid_loss"] for h in history)
@@ -87,9 +92,16 @@ def translate_cmd(args: argparse.Namespace) -> int:
         if n > limit:
             print(f"note: {_short(s)!r} has {n} tokens; only the first {limit} are translated "
                   f"(the model's context is {model.config.context_len})", file=sys.stderr)
+    if args.method == "sample" and args.temperature == 0:
+        print("translate: --temperature 0 is greedy decoding: use --method greedy", file=sys.stderr)
+        return 2
     kwargs = {"beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty}, "greedy": {},
               "sample": {"temperature": args.temperature}}
-    outputs = translate(model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method])
+    try:
+        outputs = translate(model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method])
+    except USER_ERRORS as e:
+        print(f"translate: {e}", file=sys.stderr)
+        return 1
     if args.script == "traditional":
         from transformer_lib.translation_data import to_traditional
 
