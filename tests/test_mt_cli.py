@@ -102,3 +102,16 @@ def test_a_language_model_checkpoint_is_refused_by_translate(tmp_path, capsys):
     torch.save({"model": {}, "config": {}, "format": "transformer_lib.lm/1"}, tmp_path / "lm.pt")
     assert main(["translate", "--checkpoint", str(tmp_path / "lm.pt"), "Hi."]) == 1
     assert "not a transformer_lib.translator/1 one" in capsys.readouterr().err
+
+
+def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_refused(checkpoint, capsys):
+    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "Where is the station?"]) == 0
+    simplified = capsys.readouterr().out.strip()
+    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "--script", "traditional",
+                 "Where is the station?"]) == 0
+    out, err = capsys.readouterr()
+    from transformer_lib.translation_data import to_traditional
+
+    assert out.strip() == to_traditional(simplified) and "converted to Traditional" in err
+    assert main(["translate", "--checkpoint", checkpoint, "--method", "sample", "--temperature", "0", "Hi."]) == 2
+    assert "use --method greedy" in capsys.readouterr().err
