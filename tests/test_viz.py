@@ -18,7 +18,7 @@ def test_plot_attention_labels_and_colour_map():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
     assert ax.get_xlabel() and ax.get_ylabel()
-    assert ax.images[0].get_cmap().name == ATTENTION_CMAP
+    assert ax.collections[0].get_cmap().name == ATTENTION_CMAP
     plt.close("all")
 
 
