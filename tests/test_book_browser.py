@@ -24,13 +24,32 @@ from bs4 import BeautifulSoup
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+CHROMIUM = next(
+    (
+        p
+        for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
+        if p
+    ),
+    None,
+)
 CHROMIUM_FLAGS = [  # headless, and no background traffic: the machine may have no network
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
 ]
-KEY_PAGES = ["book/intro", "notebooks/00_introduction_and_setup", "notebooks/05_multi_head_attention",
-             "notebooks/10_decoding_and_evaluation", "notebooks/11_gpt_language_model"]
+KEY_PAGES = [
+    "book/intro",
+    "notebooks/00_introduction_and_setup",
+    "notebooks/05_multi_head_attention",
+    "notebooks/10_decoding_and_evaluation",
+    "notebooks/11_gpt_language_model",
+]
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") != "1",
@@ -41,25 +60,47 @@ pytestmark = pytest.mark.skipif(
 def toc_pages() -> list[str]:
     """Every page of the book, as paths without suffix, in reading order."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return [toc["root"]] + [
+        c["file"] for part in toc["parts"] for c in part["chapters"]
+    ]
 
 
 def chromium(*args: str, timeout: int = 120) -> str:
     """Run headless Chromium with a fresh profile and return what it printed."""
     with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     return done.stdout
 
 
 @pytest.fixture(scope="module")
 def book() -> Path:
     """Build the book exactly as `make book` does, and insist that the build is clean."""
-    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", "."],
-                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+    build = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "jupyter-book"),
+            "build",
+            "-W",
+            "-n",
+            "--keep-going",
+            ".",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = build.stdout + build.stderr
-    warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line]
-    assert build.returncode == 0 and not warnings, "book build not clean:\n" + "\n".join(warnings or log.splitlines()[-30:])
+    warnings = [
+        line for line in log.splitlines() if "WARNING" in line or "ERROR" in line
+    ]
+    assert build.returncode == 0 and not warnings, (
+        "book build not clean:\n" + "\n".join(warnings or log.splitlines()[-30:])
+    )
     return HTML
 
 
@@ -69,7 +110,11 @@ def rendered(book: Path) -> dict[str, BeautifulSoup]:
     assert CHROMIUM, "REQUIRE_BROWSER=1 but no Chromium is installed"
     doms = {}
     for page in toc_pages():
-        dom = chromium("--virtual-time-budget=10000", "--dump-dom", (book / f"{page}.html").as_uri())
+        dom = chromium(
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            (book / f"{page}.html").as_uri(),
+        )
         assert "<body" in dom, f"{page}: Chromium returned no page"
         doms[page] = BeautifulSoup(dom, "html.parser")
     return doms
@@ -88,8 +133,12 @@ def test_math_is_typeset(rendered):
         maths = soup.select(".math")
         raw = [m.get_text()[:60] for m in maths if not m.find("mjx-container")]
         assert not raw, f"{page}: math left as raw TeX: {raw[:3]}"
-        leftovers = re.findall(r"\$[^$\n]*\\[A-Za-z]+[^$\n]*\$|\\\(.+?\\\)", prose_text(soup))
-        assert not leftovers, f"{page}: TeX that was never parsed as math: {leftovers[:3]}"
+        leftovers = re.findall(
+            r"\$[^$\n]*\\[A-Za-z]+[^$\n]*\$|\\\(.+?\\\)", prose_text(soup)
+        )
+        assert not leftovers, (
+            f"{page}: TeX that was never parsed as math: {leftovers[:3]}"
+        )
 
 
 def test_images_exist_and_load(book, rendered):
@@ -110,19 +159,33 @@ def test_internal_links_resolve(book, rendered):
             if href.startswith(("http:", "https:", "mailto:", "javascript:")):
                 continue
             path, fragment = urldefrag(href)
-            target = (here / unquote(path)).resolve() if path else (book / f"{page}.html").resolve()
+            target = (
+                (here / unquote(path)).resolve()
+                if path
+                else (book / f"{page}.html").resolve()
+            )
             assert target.is_file(), f"{page}: link {href} points at a missing page"
             if fragment and target.suffix == ".html":
-                ids = {t.get("id") for t in BeautifulSoup(target.read_text(), "html.parser").select("[id]")}
-                assert fragment in ids, f"{page}: link {href} points at a missing anchor"
+                ids = {
+                    t.get("id")
+                    for t in BeautifulSoup(target.read_text(), "html.parser").select(
+                        "[id]"
+                    )
+                }
+                assert fragment in ids, (
+                    f"{page}: link {href} points at a missing anchor"
+                )
 
 
 def test_no_missing_glyphs(rendered):
     """Matplotlib warns 'Glyph N (...) missing from font(s)' when it draws a box instead of a character."""
     for page, soup in rendered.items():
         text = soup.get_text(" ")
-        assert "missing from font" not in text and "missing from current font" not in text, (
-            f"{page}: a figure drew missing-glyph boxes (install a CJK font, e.g. fonts-noto-cjk)")
+        assert (
+            "missing from font" not in text and "missing from current font" not in text
+        ), (
+            f"{page}: a figure drew missing-glyph boxes (install a CJK font, e.g. fonts-noto-cjk)"
+        )
 
 
 def test_screenshots_of_key_pages(book):
@@ -131,8 +194,14 @@ def test_screenshots_of_key_pages(book):
     for page in (p for p in KEY_PAGES if p in toc_pages()):
         shot = SCREENSHOTS / f"{page.replace('/', '__')}.png"
         shot.unlink(missing_ok=True)
-        chromium("--virtual-time-budget=10000", "--window-size=1280,2400", f"--screenshot={shot}",
-                 (book / f"{page}.html").as_uri())
-        assert shot.is_file() and shot.stat().st_size > 20_000, f"no screenshot of {page}"
+        chromium(
+            "--virtual-time-budget=10000",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            (book / f"{page}.html").as_uri(),
+        )
+        assert shot.is_file() and shot.stat().st_size > 20_000, (
+            f"no screenshot of {page}"
+        )
         taken.append(shot)
     assert taken

@@ -85,15 +85,23 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
     tok = lambda i: tgt_tok.decode([i], skip_special=False)  # noqa: E731
     text = lambda ids: tgt_tok.decode(ids, skip_special=True) or "(empty)"  # noqa: E731
     s = Svg(
-        width, height, f"Beam search (beam {K}) beside greedy decoding",
+        width,
+        height,
+        f"Beam search (beam {K}) beside greedy decoding",
         f"Translating '{sentence}' with the translator {source}. Each column is a step; each "
         f"node is a kept hypothesis ending in the token shown, with its summed log-"
         f"probability. Finished hypotheses (<eos>) are scored with the length penalty "
         f"(alpha {alpha}); the best, '{text(best[3])}', scores {best[2]:.2f}. "
         f"Greedy decoding gives '{text(greedy)}' with log-probability {greedy_logp:.2f}.",
     )
-    s.text(20, 26, f"beam search, beam {K}: “{sentence}”", size=15, anchor="start",
-           weight="bold")
+    s.text(
+        20,
+        26,
+        f"beam search, beam {K}: “{sentence}”",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
     s.text(width - 10, 26, f"from {source}", size=12, anchor="end", color=MUTED)
     y0 = 50
     s.box(20, y0 + (K - 1) * row / 2, 70, 36, "<bos>", "embed", size=13)
@@ -123,9 +131,15 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
         s.box(x, y, 96, 36, f"<eos> {norm:.2f}", kind, size=12, dash=kind == "off")
         s.line([(px, py), (x, y + 18)], color=MUTED, dash=True)
     yb = y0 + (K + extra - 1) * row + 56
-    s.text(20, yb, f"finished (<eos>): log-probability / ((5 + length) / 6)^{alpha}; "
-           f"best: “{text(best[3])}” {best[2]:.2f}", size=13, anchor="start",
-           color=PALETTE["out"][1])
+    s.text(
+        20,
+        yb,
+        f"finished (<eos>): log-probability / ((5 + length) / 6)^{alpha}; "
+        f"best: “{text(best[3])}” {best[2]:.2f}",
+        size=13,
+        anchor="start",
+        color=PALETTE["out"][1],
+    )
     yg = yb + 30
     s.text(20, yg + 22, "greedy", size=14, anchor="start", weight="bold")
     total = 0.0
@@ -135,8 +149,15 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
         s.box(x, yg, 96, 36, f"{tok(token)}  {total:.2f}", "attn", size=13)
         if t:
             s.arrow(x - col + 96, yg + 18, x, yg + 18)
-    s.text(20, yg + 62, f"greedy: “{text(greedy)}”, summed log-probability "
-           f"{greedy_logp:.2f} (with <eos>)", size=13, anchor="start", color=MUTED)
+    s.text(
+        20,
+        yg + 62,
+        f"greedy: “{text(greedy)}”, summed log-probability "
+        f"{greedy_logp:.2f} (with <eos>)",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
     return s
 
 
@@ -149,7 +170,9 @@ def greedy_with_logp(model, src, bos_id, eos_id, max_len=12):
     memory, src_mask = model.encode(src)
     ys, out = torch.tensor([[bos_id]]), []
     for _ in range(max_len):
-        logp = torch.log_softmax(model.decode(ys, memory, src_mask)[:, -1].float(), -1)[0]
+        logp = torch.log_softmax(model.decode(ys, memory, src_mask)[:, -1].float(), -1)[
+            0
+        ]
         nxt = int(logp.argmax())
         out.append((nxt, float(logp[nxt])))
         ys = torch.cat([ys, torch.tensor([[nxt]])], dim=1)
@@ -158,8 +181,13 @@ def greedy_with_logp(model, src, bos_id, eos_id, max_len=12):
     return out
 
 
-def beam_tree(checkpoint, sentence="I love you.", K=3, alpha=0.6,
-              out=ROOT / "book" / "images" / "beam_tree.svg"):
+def beam_tree(
+    checkpoint,
+    sentence="I love you.",
+    K=3,
+    alpha=0.6,
+    out=ROOT / "book" / "images" / "beam_tree.svg",
+):
     """Trace, check against the library and draw; returns the output path."""
     model, src_tok, tgt_tok, _ = load_translator(checkpoint, device="cpu")
     model.eval()
@@ -167,21 +195,35 @@ def beam_tree(checkpoint, sentence="I love you.", K=3, alpha=0.6,
     bos, eos = tgt_tok.bos_id, tgt_tok.eos_id
     steps, finished = trace_beam(model, src, bos, eos, K=K, alpha=alpha)
     best = max(finished, key=lambda f: f[2])[3]
-    lib = beam_search(model, src, bos, eos, beam_size=K, length_penalty=alpha, max_len=12)[0]
+    lib = beam_search(
+        model, src, bos, eos, beam_size=K, length_penalty=alpha, max_len=12
+    )[0]
     assert best == lib, f"traced beam {best} differs from the library's {lib}"
     g = greedy_with_logp(model, src, bos, eos)
     greedy = [t for t, _ in g if t != eos]
     assert greedy == greedy_decode(model, src, bos, eos, max_len=12)[0]
     greedy_logp_steps[:] = g
     total = sum(lp for _, lp in g)
-    svg = draw(sentence, tgt_tok, steps, finished, greedy, total, K, alpha, Path(checkpoint).name)
+    svg = draw(
+        sentence,
+        tgt_tok,
+        steps,
+        finished,
+        greedy,
+        total,
+        K,
+        alpha,
+        Path(checkpoint).name,
+    )
     Path(out).write_text(str(svg), encoding="utf-8")
     return Path(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("checkpoint", help="a translator checkpoint, e.g. notebooks/runs/translator.pt")
+    p.add_argument(
+        "checkpoint", help="a translator checkpoint, e.g. notebooks/runs/translator.pt"
+    )
     p.add_argument("--sentence", default="I love you.")
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))

@@ -44,7 +44,9 @@ def _stack(s, x, y_bottom, w, parts, h=34, gap=14):
 @diagram
 def course_map():
     s = Svg(
-        960, 670, "Map of the course",
+        960,
+        670,
+        "Map of the course",
         "Left, the encoder-decoder translator of Part II; right, the decoder-only GPT of "
         "Part III. Each part is labelled with the notebook that builds it: tokens (01), "
         "embeddings (02), positional encoding (03), attention (04, 05), masks (06), encoder "
@@ -52,31 +54,67 @@ def course_map():
         "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), KV cache, fused "
         "attention and DDP (12).",
     )
-    s.text(270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold")
+    s.text(
+        270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
+    )
     s.text(790, 28, "Part III · the GPT (decoder only)", size=17, weight="bold")
     w = 200
     # encoder
-    enc_in = _stack(s, 40, 630, w, [("English tokens", "data", "01 tokenization"),
-                                    ("embedding + positions", "embed", "02, 03")])
+    enc_in = _stack(
+        s,
+        40,
+        630,
+        w,
+        [
+            ("English tokens", "data", "01 tokenization"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
     s.frame(30, 322, w + 20, 214, "encoder block × N · 07")
-    enc = _stack(s, 40, 524, w, [("self-attention", "attn", "04, 05, 06 (padding)"),
-                                 ("add & LayerNorm", "norm"),
-                                 ("feed-forward", "ffn"),
-                                 ("add & LayerNorm", "norm")], gap=12)
+    enc = _stack(
+        s,
+        40,
+        524,
+        w,
+        [
+            ("self-attention", "attn", "04, 05, 06 (padding)"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        gap=12,
+    )
     s.arrow(140, enc_in[-1][1], 140, enc[0][1] + enc[0][3])
     s.box(40, 262, w, 34, "memory", "data", size=13, sub="(B, S, d_model)")
     s.arrow(140, enc[-1][1], 140, 296)
     # decoder
     dx = 300
-    dec_in = _stack(s, dx, 630, w, [("Chinese tokens, shifted", "data", "01, 09"),
-                                    ("embedding + positions", "embed", "02, 03")])
+    dec_in = _stack(
+        s,
+        dx,
+        630,
+        w,
+        [
+            ("Chinese tokens, shifted", "data", "01, 09"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
     s.frame(dx - 10, 230, w + 20, 306, "decoder block × N · 08")
-    dec = _stack(s, dx, 524, w, [("masked self-attention", "attn", "04, 05, 06 (causal)"),
-                                 ("add & LayerNorm", "norm"),
-                                 ("cross-attention", "attn", "queries here, K, V: memory"),
-                                 ("add & LayerNorm", "norm"),
-                                 ("feed-forward", "ffn"),
-                                 ("add & LayerNorm", "norm")], gap=12)
+    dec = _stack(
+        s,
+        dx,
+        524,
+        w,
+        [
+            ("masked self-attention", "attn", "04, 05, 06 (causal)"),
+            ("add & LayerNorm", "norm"),
+            ("cross-attention", "attn", "queries here, K, V: memory"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        gap=12,
+    )
     s.arrow(dx + 100, dec_in[-1][1], dx + 100, dec[0][1] + dec[0][3])
     cx, cy, cw, ch = dec[2]
     s.line([(240, 279), (265, 279), (265, cy + ch / 2), (cx, cy + ch / 2)])
@@ -86,38 +124,76 @@ def course_map():
     s.arrow(dx + 100, 164, dx + 100, 120)
     # GPT
     gx = 690
-    g_in = _stack(s, gx, 630, w, [("text tokens", "data", "01: characters, BPE"),
-                                  ("embedding + positions", "embed", "02, 03")])
+    g_in = _stack(
+        s,
+        gx,
+        630,
+        w,
+        [
+            ("text tokens", "data", "01: characters, BPE"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
     s.frame(gx - 10, 322, w + 20, 214, "GPT block × N, pre-norm · 11")
-    g = _stack(s, gx, 524, w, [("RMSNorm", "norm"),
-                               ("causal self-attention", "attn", "04, 05, 06"),
-                               ("RMSNorm", "norm"),
-                               ("MLP with GELU", "ffn")], gap=12)
+    g = _stack(
+        s,
+        gx,
+        524,
+        w,
+        [
+            ("RMSNorm", "norm"),
+            ("causal self-attention", "attn", "04, 05, 06"),
+            ("RMSNorm", "norm"),
+            ("MLP with GELU", "ffn"),
+        ],
+        gap=12,
+    )
     s.arrow(gx + 100, g_in[-1][1], gx + 100, g[0][1] + g[0][3])
     s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="11")
     s.arrow(gx + 100, g[-1][1], gx + 100, 296)
     s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 11")
     s.arrow(gx + 100, 256, gx + 100, 212)
-    s.box(gx, 80, w, 48, "KV cache · fused attention", "data", size=13,
-          sub="bf16 · compile · DDP · 12")
+    s.box(
+        gx,
+        80,
+        w,
+        48,
+        "KV cache · fused attention",
+        "data",
+        size=13,
+        sub="bf16 · compile · DDP · 12",
+    )
     s.arrow(gx + 100, 172, gx + 100, 128)
-    s.text(480, 660, "Read from the bottom up: tokens enter below, predictions leave above.",
-           size=12, color=MUTED)
+    s.text(
+        480,
+        660,
+        "Read from the bottom up: tokens enter below, predictions leave above.",
+        size=12,
+        color=MUTED,
+    )
     return s
 
 
 @diagram
 def why_attention():
     s = Svg(
-        900, 360, "The bottleneck of a recurrent encoder, and attention",
+        900,
+        360,
+        "The bottleneck of a recurrent encoder, and attention",
         "Top: a recurrent encoder reads the words one after another and hands the decoder "
         "only its last state, one vector for the whole sentence; the first word's "
         "information must survive every step. Bottom: with attention the decoder looks at "
         "every encoder state directly, one step away, and all positions are computed at once.",
     )
     words = ["I", "bought", "a", "red", "car"]
-    s.text(20, 28, "Recurrent encoder: n sequential steps, one vector reaches the decoder",
-           size=15, anchor="start", weight="bold")
+    s.text(
+        20,
+        28,
+        "Recurrent encoder: n sequential steps, one vector reaches the decoder",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
     for i, wd in enumerate(words):
         x = 40 + i * 120
         s.box(x, 112, 80, 30, wd, "data", size=13)
@@ -128,16 +204,27 @@ def why_attention():
     s.box(700, 52, 170, 34, "decoder", "out", size=14)
     s.arrow(600, 69, 700, 69, width=3)
     s.text(650, 104, "one vector", size=12, color=MUTED)
-    s.text(20, 196, "Attention: every state is one step from every other; no sequential chain",
-           size=15, anchor="start", weight="bold")
+    s.text(
+        20,
+        196,
+        "Attention: every state is one step from every other; no sequential chain",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
     for i, wd in enumerate(words):
         x = 40 + i * 120
         s.box(x, 300, 80, 30, wd, "data", size=13)
         s.box(x, 230, 80, 34, f"h{i + 1}", "ffn", size=14)
         s.arrow(x + 40, 300, x + 40, 264)
-        s.line([(x + 40, 230), (x + 40, 216), (785, 216), (785, 230)],
-               color=PALETTE["attn"][1], arrow=False)
-    s.box(700, 230, 170, 40, "decoder query", "attn", size=14, sub="weights over h1 … h5")
+        s.line(
+            [(x + 40, 230), (x + 40, 216), (785, 216), (785, 230)],
+            color=PALETTE["attn"][1],
+            arrow=False,
+        )
+    s.box(
+        700, 230, 170, 40, "decoder query", "attn", size=14, sub="weights over h1 … h5"
+    )
     s.arrow(785, 216, 785, 230, color=PALETTE["attn"][1])
     return s
 
@@ -159,7 +246,9 @@ def attention_one_query():
     tokens, q, keys, values, scores, weights, out = one_query_numbers()
     fmt = lambda v: "[" + " ".join(f"{x:g}" for x in v) + "]"  # noqa: E731
     s = Svg(
-        900, 330, "One query attending over four keys",
+        900,
+        330,
+        "One query attending over four keys",
         f"The query of 'sat', {fmt(q)}, is compared with each key by a dot product divided "
         f"by the square root of d_k = 4, giving scores "
         f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, scores))}; softmax turns them "
@@ -179,15 +268,30 @@ def attention_one_query():
         s.box(xs[1], y, 120, 32, f"{scores[i]:.2f}", "attn", size=13)
         s.arrow(xs[0] + 120, y + 16, xs[1], y + 16)
         bar = 180 * weights[i]
-        s.add(f'<rect x="{xs[2]}" y="{y + 6}" width="{bar:.1f}" height="20" '
-              f'fill="{PALETTE["hot"][0]}" stroke="{PALETTE["hot"][1]}"/>')
+        s.add(
+            f'<rect x="{xs[2]}" y="{y + 6}" width="{bar:.1f}" height="20" '
+            f'fill="{PALETTE["hot"][0]}" stroke="{PALETTE["hot"][1]}"/>'
+        )
         s.text(xs[2] + bar + 8, y + 21, f"{weights[i]:.2f}", size=13, anchor="start")
         s.arrow(xs[1] + 120, y + 16, xs[2] - 4, y + 16)
         s.box(xs[3], y, 120, 32, fmt(values[i]), "data", size=13)
-    s.text(470, 282, f"weights sum to {weights.sum():.2f}", size=12, color=MUTED,
-           anchor="start")
-    s.box(560, 290, 330, 32, f"output = Σ weight_j · v_j = {fmt(np.round(out, 2))}",
-          "out", size=13)
+    s.text(
+        470,
+        282,
+        f"weights sum to {weights.sum():.2f}",
+        size=12,
+        color=MUTED,
+        anchor="start",
+    )
+    s.box(
+        560,
+        290,
+        330,
+        32,
+        f"output = Σ weight_j · v_j = {fmt(np.round(out, 2))}",
+        "out",
+        size=13,
+    )
     return s
 
 
@@ -203,7 +307,9 @@ def heads_split_merge():
     merged = merge_heads(split)
     shape = lambda t: "(" + ", ".join(str(d) for d in t.shape) + ")"  # noqa: E731
     s = Svg(
-        900, 330, "Splitting into heads and merging them back",
+        900,
+        330,
+        "Splitting into heads and merging them back",
         f"With B={B} sentences of T={T} tokens and d_model={C}: the projected queries "
         f"{shape(x)} are viewed as H={H} heads of d_head={C // H}, {shape(x.view(B, T, H, -1))}, "
         f"and transposed to {shape(split)} so each head attends on its own; the outputs are "
@@ -211,13 +317,17 @@ def heads_split_merge():
         f"before the output projection W_O. The shapes come from running split_heads and "
         f"merge_heads.",
     )
-    row = [("x W_Q", shape(x), "(B, T, d_model)", "ffn"),
-           ("view", shape(x.view(B, T, H, -1)), "(B, T, H, d_head)", "data"),
-           ("transpose(1, 2)", shape(split), "(B, H, T, d_head)", "data"),
-           ("attention per head", shape(split), "(B, H, T, d_head)", "attn")]
-    back = [("transpose(1, 2)", shape(split.transpose(1, 2)), "(B, T, H, d_head)", "data"),
-            ("reshape = concat", shape(merged), "(B, T, d_model)", "data"),
-            ("· W_O", shape(merged), "(B, T, d_model)", "ffn")]
+    row = [
+        ("x W_Q", shape(x), "(B, T, d_model)", "ffn"),
+        ("view", shape(x.view(B, T, H, -1)), "(B, T, H, d_head)", "data"),
+        ("transpose(1, 2)", shape(split), "(B, H, T, d_head)", "data"),
+        ("attention per head", shape(split), "(B, H, T, d_head)", "attn"),
+    ]
+    back = [
+        ("transpose(1, 2)", shape(split.transpose(1, 2)), "(B, T, H, d_head)", "data"),
+        ("reshape = concat", shape(merged), "(B, T, d_model)", "data"),
+        ("· W_O", shape(merged), "(B, T, d_model)", "ffn"),
+    ]
     s.text(20, 26, "split_heads", size=15, anchor="start", weight="bold")
     for i, (lab, shp, sym, kind) in enumerate(row):
         x = 20 + i * 220
@@ -225,8 +335,14 @@ def heads_split_merge():
         if i:
             s.arrow(x - 30, 69, x, 69)
     # the model width cut into heads
-    s.text(20, 138, f"one token's d_model = {C} numbers = {H} heads × {C // H}", size=13,
-           anchor="start", color=MUTED)
+    s.text(
+        20,
+        138,
+        f"one token's d_model = {C} numbers = {H} heads × {C // H}",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
     for h in range(H):
         kind = "attn" if h % 2 == 0 else "norm"
         s.box(20 + h * 52, 148, 50, 26, f"h{h + 1}", kind, size=12, rx=3)
@@ -249,11 +365,19 @@ def masks():
 
     tokens = ["I", "like", "cats", "<pad>", "<pad>"]
     ids = torch.tensor([[5, 9, 7, 0, 0]])
-    pad = padding_mask(ids, pad_id=0)[0, 0].expand(5, 5)  # (T, T): every query row alike
+    pad = padding_mask(ids, pad_id=0)[0, 0].expand(
+        5, 5
+    )  # (T, T): every query row alike
     causal = causal_mask(5)
-    grids = [("padding mask", pad), ("causal mask", causal), ("combined: both", pad & causal)]
+    grids = [
+        ("padding mask", pad),
+        ("causal mask", causal),
+        ("combined: both", pad & causal),
+    ]
     s = Svg(
-        900, 330, "The padding, causal and combined masks",
+        900,
+        330,
+        "The padding, causal and combined masks",
         "Three 5 by 5 grids for the tokens I, like, cats and two pads; rows are queries, "
         "columns keys; a green cell may attend. Padding: the two pad columns are hidden from "
         "every row. Causal: row i sees columns up to i, a lower triangle. Combined (the "
@@ -271,12 +395,19 @@ def masks():
             for j in range(5):
                 kind = "hot" if bool(m[i, j]) else "off"
                 s.box(x0 + j * cell, y0 + i * cell, cell, cell, "", kind, rx=0)
-                s.text(x0 + j * cell + 18, y0 + i * cell + 23, "✓" if m[i, j] else "",
-                       size=13, color=PALETTE["hot"][1])
+                s.text(
+                    x0 + j * cell + 18,
+                    y0 + i * cell + 23,
+                    "✓" if m[i, j] else "",
+                    size=13,
+                    color=PALETTE["hot"][1],
+                )
         for j in range(5):
-            s.add(f'<text transform="translate({x0 + j * cell + 22},{y0 + 5 * cell + 8}) '
-                  f'rotate(-40)" font-family="DejaVu Sans, sans-serif" font-size="11" '
-                  f'fill="#263238" text-anchor="end">{tokens[j].replace("<", "&lt;").replace(">", "&gt;")}</text>')
+            s.add(
+                f'<text transform="translate({x0 + j * cell + 22},{y0 + 5 * cell + 8}) '
+                f'rotate(-40)" font-family="DejaVu Sans, sans-serif" font-size="11" '
+                f'fill="#263238" text-anchor="end">{tokens[j].replace("<", "&lt;").replace(">", "&gt;")}</text>'
+            )
     s.text(40, 72 + 2.5 * cell, "queries ↓", size=11, color=MUTED, anchor="middle")
     return s
 
@@ -289,8 +420,10 @@ def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
     for i, j in residuals:
         yi = boxes[i][1] - 8 if i >= 0 else bottom + 16
         yj = boxes[j][1] + boxes[j][3] / 2
-        s.line([(x + w / 2, yi), (x - 18, yi), (x - 18, yj), (x, yj)],
-               color=PALETTE["norm"][1])
+        s.line(
+            [(x + w / 2, yi), (x - 18, yi), (x - 18, yj), (x, yj)],
+            color=PALETTE["norm"][1],
+        )
     s.arrow(x + w / 2, boxes[-1][1], x + w / 2, boxes[-1][1] - 22)
     return boxes
 
@@ -298,32 +431,53 @@ def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
 @diagram
 def encoder_decoder_blocks():
     s = Svg(
-        900, 470, "The encoder block and the decoder block (post-norm, as in the paper)",
+        900,
+        470,
+        "The encoder block and the decoder block (post-norm, as in the paper)",
         "Left, the encoder block: self-attention, add and LayerNorm, feed-forward, add and "
         "LayerNorm, with a residual connection around each sublayer. Right, the decoder "
         "block: masked (causal) self-attention, add and LayerNorm, then cross-attention "
         "whose queries come from the decoder and whose keys and values are the encoder's "
         "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm.",
     )
-    _sublayer_column(s, 80, "encoder block · 07",
-                     [("self-attention", "attn", "Q, K, V from x; padding mask"),
-                      ("add & LayerNorm", "norm"),
-                      ("feed-forward", "ffn", "d_model → d_ff → d_model"),
-                      ("add & LayerNorm", "norm")], [(-1, 1), (1, 3)], bottom=420, w=210)
+    _sublayer_column(
+        s,
+        80,
+        "encoder block · 07",
+        [
+            ("self-attention", "attn", "Q, K, V from x; padding mask"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn", "d_model → d_ff → d_model"),
+            ("add & LayerNorm", "norm"),
+        ],
+        [(-1, 1), (1, 3)],
+        bottom=420,
+        w=210,
+    )
     s.text(185, 452, "x: source tokens (B, S, d_model)", size=12, color=MUTED)
-    dec = _sublayer_column(s, 560, "decoder block · 08",
-                           [("masked self-attention", "attn", "causal + padding mask"),
-                            ("add & LayerNorm", "norm"),
-                            ("cross-attention", "attn", "Q from y; K, V from memory"),
-                            ("add & LayerNorm", "norm"),
-                            ("feed-forward", "ffn"),
-                            ("add & LayerNorm", "norm")],
-                           [(-1, 1), (1, 3), (3, 5)], bottom=420, w=210)
+    dec = _sublayer_column(
+        s,
+        560,
+        "decoder block · 08",
+        [
+            ("masked self-attention", "attn", "causal + padding mask"),
+            ("add & LayerNorm", "norm"),
+            ("cross-attention", "attn", "Q from y; K, V from memory"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        [(-1, 1), (1, 3), (3, 5)],
+        bottom=420,
+        w=210,
+    )
     s.text(665, 452, "y: target tokens so far (B, T, d_model)", size=12, color=MUTED)
     cx, cy, cw, ch = dec[2]
     s.box(330, cy - 6, 150, 48, "memory", "data", size=14, sub="encoder output")
     s.line([(185, 206), (185, 150), (405, 150), (405, cy - 6)], dash=True)
-    s.text(300, 140, "output of the last of N blocks", size=11, color=MUTED, anchor="start")
+    s.text(
+        300, 140, "output of the last of N blocks", size=11, color=MUTED, anchor="start"
+    )
     s.arrow(480, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
     s.text(520, cy + ch / 2 - 8, "K, V", size=12, color=PALETTE["attn"][1])
     return s
@@ -332,19 +486,37 @@ def encoder_decoder_blocks():
 @diagram
 def post_pre_norm():
     s = Svg(
-        900, 330, "Post-norm beside pre-norm",
+        900,
+        330,
+        "Post-norm beside pre-norm",
         "Left, post-norm (the 2017 paper): x plus Sublayer(x), then LayerNorm, so the "
         "residual path passes through a normalisation in every block. Right, pre-norm "
         "(GPT-2 and most models since): LayerNorm first, Sublayer, then add x, so the "
         "residual path from input to output is a clean sum.",
     )
     for x, title, parts, res, eq in [
-        (120, "post-norm (paper, notebook 07)",
-         [("sublayer", "attn", "attention or feed-forward"), ("+", "norm"),
-          ("LayerNorm", "norm")], (-1, 1), "x ← LayerNorm(x + Sublayer(x))"),
-        (560, "pre-norm (GPT, notebook 11)",
-         [("LayerNorm", "norm"), ("sublayer", "attn", "attention or feed-forward"),
-          ("+", "norm")], (-1, 2), "x ← x + Sublayer(LayerNorm(x))"),
+        (
+            120,
+            "post-norm (paper, notebook 07)",
+            [
+                ("sublayer", "attn", "attention or feed-forward"),
+                ("+", "norm"),
+                ("LayerNorm", "norm"),
+            ],
+            (-1, 1),
+            "x ← LayerNorm(x + Sublayer(x))",
+        ),
+        (
+            560,
+            "pre-norm (GPT, notebook 11)",
+            [
+                ("LayerNorm", "norm"),
+                ("sublayer", "attn", "attention or feed-forward"),
+                ("+", "norm"),
+            ],
+            (-1, 2),
+            "x ← x + Sublayer(LayerNorm(x))",
+        ),
     ]:
         _sublayer_column(s, x, title, parts, [res], bottom=260, w=220)
         s.text(x + 110, 318, eq, size=14, mono=True)
@@ -356,15 +528,23 @@ def teacher_forcing():
     zh = list("我爱我的猫。")
     tgt_in, tgt_out = ["<bos>"] + zh, zh + ["<eos>"]
     s = Svg(
-        900, 300, "Teacher forcing: the target shifted by one",
+        900,
+        300,
+        "Teacher forcing: the target shifted by one",
         "The English 'I love my cat.' is the encoder's input. The decoder's input row is "
         "<bos> 我 爱 我 的 猫 。 and the row it must predict is the same characters shifted "
         "left by one: 我 爱 我 的 猫 。 <eos>. Position t sees the true tokens up to t "
         "(the causal mask) and is trained to predict token t+1, all positions in one pass.",
     )
     s.box(20, 20, 240, 34, "source: I love my cat.", "data", size=14)
-    s.text(280, 42, "→ encoder → memory, which every decoder position attends to",
-           size=13, anchor="start", color=MUTED)
+    s.text(
+        280,
+        42,
+        "→ encoder → memory, which every decoder position attends to",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
     w, x0 = 88, 150
     s.text(x0 - 12, 245, "tgt_in", size=14, anchor="end", weight="bold", mono=True)
     s.text(x0 - 12, 105, "tgt_out", size=14, anchor="end", weight="bold", mono=True)
@@ -377,17 +557,28 @@ def teacher_forcing():
         s.arrow(x + w / 2, 224, x + w / 2, 190)
         s.arrow(x + w / 2, 160, x + w / 2, 118)
         if t + 1 < len(tgt_in):
-            s.line([(x + w / 2 + 20, 121), (x + w + 8 + w / 2 - 10, 218)], dash=True,
-                   color=MUTED, arrow=False)
-    s.text(450, 286, "tgt_out[t] = tgt_in[t + 1]: each target is the next input",
-           size=13, color=MUTED)
+            s.line(
+                [(x + w / 2 + 20, 121), (x + w + 8 + w / 2 - 10, 218)],
+                dash=True,
+                color=MUTED,
+                arrow=False,
+            )
+    s.text(
+        450,
+        286,
+        "tgt_out[t] = tgt_in[t + 1]: each target is the next input",
+        size=13,
+        color=MUTED,
+    )
     return s
 
 
 @diagram
 def gpt_block():
     s = Svg(
-        900, 560, "The GPT (decoder-only) model and its pre-norm block",
+        900,
+        560,
+        "The GPT (decoder-only) model and its pre-norm block",
         "Token ids pass through the token embedding plus the learned position embedding, "
         "then n_layers identical blocks. Each block: RMSNorm, causal self-attention, add "
         "the residual; RMSNorm, MLP (a linear layer to 4 d_model, GELU, a linear layer "
@@ -395,44 +586,83 @@ def gpt_block():
         "the logits over the vocabulary for every position.",
     )
     s.box(60, 510, 240, 34, "token ids (B, T)", "data", size=14)
-    s.box(60, 454, 240, 40, "token + position embedding", "embed", size=14,
-          sub="(B, T, d_model)")
+    s.box(
+        60,
+        454,
+        240,
+        40,
+        "token + position embedding",
+        "embed",
+        size=14,
+        sub="(B, T, d_model)",
+    )
     s.arrow(180, 510, 180, 494)
     s.frame(30, 96, 300, 344, "block × n_layers")
-    blk = _sublayer_column(s, 70, "", [("RMSNorm", "norm"),
-                                       ("causal self-attention", "attn", "H heads"),
-                                       ("+", "norm"),
-                                       ("RMSNorm", "norm"),
-                                       ("MLP", "ffn", "Linear · GELU · Linear"),
-                                       ("+", "norm")], [(-1, 2), (2, 5)], bottom=424, w=220)
-    s.box(60, 20, 240, 46, "RMSNorm · LM head", "out", size=14, sub="logits (B, T, vocab)")
+    blk = _sublayer_column(
+        s,
+        70,
+        "",
+        [
+            ("RMSNorm", "norm"),
+            ("causal self-attention", "attn", "H heads"),
+            ("+", "norm"),
+            ("RMSNorm", "norm"),
+            ("MLP", "ffn", "Linear · GELU · Linear"),
+            ("+", "norm"),
+        ],
+        [(-1, 2), (2, 5)],
+        bottom=424,
+        w=220,
+    )
+    s.box(
+        60, 20, 240, 46, "RMSNorm · LM head", "out", size=14, sub="logits (B, T, vocab)"
+    )
     s.arrow(180, blk[-1][1] - 22, 180, 66)
     s.frame(420, 170, 440, 150, "inside the MLP")
-    for i, (lab, sub) in enumerate([("Linear", "d_model → 4·d_model"),
-                                    ("GELU", "smooth ReLU"),
-                                    ("Linear", "4·d_model → d_model")]):
+    for i, (lab, sub) in enumerate(
+        [
+            ("Linear", "d_model → 4·d_model"),
+            ("GELU", "smooth ReLU"),
+            ("Linear", "4·d_model → d_model"),
+        ]
+    ):
         s.box(436 + i * 142, 216, 126, 56, lab, "ffn", size=14, sub=sub)
         if i:
             s.arrow(436 + i * 142 - 16, 244, 436 + i * 142, 244)
     mx, my, mw, mh = blk[4]
     s.line([(mx + mw, my + mh / 2), (420, 245)], dash=True, color=MUTED, arrow=False)
-    s.text(640, 380, "pre-norm: the residual path is a plain sum,", size=13, color=MUTED)
-    s.text(640, 400, "x + attention(…) + MLP(…) from the embedding to the head", size=13,
-           color=MUTED)
+    s.text(
+        640, 380, "pre-norm: the residual path is a plain sum,", size=13, color=MUTED
+    )
+    s.text(
+        640,
+        400,
+        "x + attention(…) + MLP(…) from the embedding to the head",
+        size=13,
+        color=MUTED,
+    )
     return s
 
 
 @diagram
 def kv_cache():
     s = Svg(
-        900, 340, "Generating with a KV cache",
+        900,
+        340,
+        "Generating with a KV cache",
         "At each generation step only the newest token is fed in: its query, key and value "
         "are computed, the key and value are appended to the cache of shape (B, H, t, "
         "d_head), and the one query attends over all t cached keys. Without a cache every "
         "step would recompute keys and values for all t tokens.",
     )
-    s.text(20, 28, "step t: 1 new token in, its k and v appended, 1 query over t keys",
-           size=15, anchor="start", weight="bold")
+    s.text(
+        20,
+        28,
+        "step t: 1 new token in, its k and v appended, 1 query over t keys",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
     toks = ["To", "be", "or", "not"]
     for t in range(1, 5):
         y = 50 + (t - 1) * 66
@@ -446,19 +676,38 @@ def kv_cache():
             s.box(300 + j * 58, y + 2, 52, 22, f"k{j + 1}", kind, size=12, rx=3)
             s.box(300 + j * 58, y + 28, 52, 22, f"v{j + 1}", kind, size=12, rx=3)
         s.line([(260, y + 25), (290, y + 25)], color=PALETTE["attn"][1])
-        s.text(545, y + 22, f"computes q, k, v for 1 token; attends over {t} key{'s' * (t > 1)}",
-               size=13, anchor="start")
-        s.text(545, y + 40, f"no cache: k, v for {t} token{'s' * (t > 1)} again", size=12,
-               anchor="start", color=MUTED)
-    s.text(300, 322, "green: appended this step · grey: stored in the cache (B, H, t, d_head)",
-           size=12, anchor="start", color=MUTED)
+        s.text(
+            545,
+            y + 22,
+            f"computes q, k, v for 1 token; attends over {t} key{'s' * (t > 1)}",
+            size=13,
+            anchor="start",
+        )
+        s.text(
+            545,
+            y + 40,
+            f"no cache: k, v for {t} token{'s' * (t > 1)} again",
+            size=12,
+            anchor="start",
+            color=MUTED,
+        )
+    s.text(
+        300,
+        322,
+        "green: appended this step · grey: stored in the cache (B, H, t, d_head)",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
     return s
 
 
 @diagram
 def ddp():
     s = Svg(
-        900, 380, "Distributed data parallel training",
+        900,
+        380,
+        "Distributed data parallel training",
         "torchrun starts one process per GPU. Every process holds a full copy of the model "
         "and reads its own shard of each batch; it runs forward and backward on its shard; "
         "the gradients are all-reduced (averaged across processes) during the backward "
@@ -477,14 +726,32 @@ def ddp():
         s.arrow(x + 120, 162, x + 120, 182)
         s.arrow(x + 120, 218, x + 120, 232)
         s.arrow(x + 120, 246, x + 120, 262)
-    s.add(f'<rect x="30" y="232" width="840" height="14" rx="7" fill="{PALETTE["norm"][0]}" '
-          f'stroke="{PALETTE["norm"][1]}"/>')
-    s.text(450, 342, "all-reduce: every process gets g = (g0 + g1 + g2) / 3", size=15,
-           weight="bold")
-    s.text(450, 364, "launched with torchrun --nproc_per_node=3 (notebook 12)", size=12,
-           color=MUTED)
-    s.text(20, 26, "one process per GPU; only gradients travel", size=15, anchor="start",
-           weight="bold")
+    s.add(
+        f'<rect x="30" y="232" width="840" height="14" rx="7" fill="{PALETTE["norm"][0]}" '
+        f'stroke="{PALETTE["norm"][1]}"/>'
+    )
+    s.text(
+        450,
+        342,
+        "all-reduce: every process gets g = (g0 + g1 + g2) / 3",
+        size=15,
+        weight="bold",
+    )
+    s.text(
+        450,
+        364,
+        "launched with torchrun --nproc_per_node=3 (notebook 12)",
+        size=12,
+        color=MUTED,
+    )
+    s.text(
+        20,
+        26,
+        "one process per GPU; only gradients travel",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
     return s
 
 

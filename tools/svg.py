@@ -35,8 +35,18 @@ class Svg:
     def add(self, item: str) -> None:
         self.items.append(item)
 
-    def text(self, x, y, s, size=14, anchor="middle", weight="normal", color=INK,
-             mono=False, italic=False):
+    def text(
+        self,
+        x,
+        y,
+        s,
+        size=14,
+        anchor="middle",
+        weight="normal",
+        color=INK,
+        mono=False,
+        italic=False,
+    ):
         font = MONO if mono else FONT
         style = ' font-style="italic"' if italic else ""
         self.add(
@@ -45,7 +55,9 @@ class Svg:
             f"{escape(str(s))}</text>"
         )
 
-    def box(self, x, y, w, h, label="", kind="data", size=14, sub=None, rx=7, dash=False):
+    def box(
+        self, x, y, w, h, label="", kind="data", size=14, sub=None, rx=7, dash=False
+    ):
         fill, stroke = PALETTE[kind]
         dash_attr = ' stroke-dasharray="5 4"' if dash else ""
         self.add(
@@ -91,8 +103,8 @@ class Svg:
             f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.w} {self.h}" '
             f'width="{self.w}" height="{self.h}" role="img" '
             f'aria-labelledby="title desc">\n'
-            f"<title id=\"title\">{escape(self.title)}</title>\n"
-            f"<desc id=\"desc\">{escape(self.desc)}</desc>\n"
+            f'<title id="title">{escape(self.title)}</title>\n'
+            f'<desc id="desc">{escape(self.desc)}</desc>\n'
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
             f'<path d="M0,0 L10,5 L0,10 z" fill="{INK}"/></marker></defs>\n'

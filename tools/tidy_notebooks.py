@@ -75,7 +75,10 @@ def main() -> None:
                 path.write_text(before, encoding="utf-8")
         elif tidy(path):
             changed.append(path.name)
-    print(("would change: " if args.check else "tidied: ") + (", ".join(changed) or "none"))
+    print(
+        ("would change: " if args.check else "tidied: ")
+        + (", ".join(changed) or "none")
+    )
     sys.exit(1 if args.check and changed else 0)
 
 

@@ -22,8 +22,12 @@ from pathlib import Path
 
 from transformer_lib.files import atomic_write
 
-MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder laid out like data/, e.g. a shared copy for CI
-DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where downloads land (default: data/ in the checkout)
+MIRROR_ENV = (
+    "TRANSFORMER_DATA_MIRROR"  # a folder laid out like data/, e.g. a shared copy for CI
+)
+DATA_DIR_ENV = (
+    "TRANSFORMER_DATA_DIR"  # where downloads land (default: data/ in the checkout)
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,9 @@ def data_dir() -> Path:
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV]).expanduser()
     checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():  # an editable install or a plain checkout
+    if (
+        checkout / "pyproject.toml"
+    ).exists():  # an editable install or a plain checkout
         return checkout / "data"
     return Path.home() / ".cache" / "transformer_lib" / "data"
 
@@ -85,7 +91,9 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_verified(dest: Path, payload: bytes, expected_sha256: str, source: str) -> None:
+def _write_verified(
+    dest: Path, payload: bytes, expected_sha256: str, source: str
+) -> None:
     """Check `payload` against its checksum, then write it to `dest` atomically (files.atomic_write)."""
     got = hashlib.sha256(payload).hexdigest()
     if got != expected_sha256:
@@ -96,13 +104,17 @@ def _write_verified(dest: Path, payload: bytes, expected_sha256: str, source: st
     try:
         atomic_write(dest, lambda f: f.write(payload))
     except OSError as e:
-        raise DataUnavailableError(f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
-                                   f"you can write to") from None
+        raise DataUnavailableError(
+            f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
+            f"you can write to"
+        ) from None
 
 
 def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
     """The file's bytes from its canonical URL (extracted from the zip when it comes in one)."""
-    request = urllib.request.Request(spec.url, headers={"User-Agent": "transformer-course/1.0"})
+    request = urllib.request.Request(
+        spec.url, headers={"User-Agent": "transformer-course/1.0"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         payload = response.read()
     if spec.member is None:
@@ -123,7 +135,9 @@ def fetch(spec: DataFile) -> Path:
     if dest.exists():
         if sha256_of(dest) == spec.sha256:
             return dest
-        print(f"{dest} fails its sha256 check (truncated or edited?); fetching a fresh copy.")
+        print(
+            f"{dest} fails its sha256 check (truncated or edited?); fetching a fresh copy."
+        )
     problems = []
     mirror = os.environ.get(MIRROR_ENV)
     if mirror:
@@ -149,7 +163,9 @@ def fetch(spec: DataFile) -> Path:
         problems.append(f"download: {e}")
     except (OSError, http.client.HTTPException, zipfile.BadZipFile, KeyError) as e:
         problems.append(f"download: {e}")
-    how = f"download {spec.url}" + (f" and extract {spec.member!r} from it" if spec.member else "")
+    how = f"download {spec.url}" + (
+        f" and extract {spec.member!r} from it" if spec.member else ""
+    )
     raise DataUnavailableError(
         f"Could not get {spec.relpath}.\n  " + "\n  ".join(problems) + "\n"
         f"To fix: {how}, put it at {dest} (sha256 {spec.sha256}),\n"
@@ -195,6 +211,16 @@ def fetch_all() -> list[Path]:
 
 
 __all__ = [
-    "ALL_FILES", "DataFile", "DataUnavailableError", "TINY_SHAKESPEARE", "TATOEBA_CMN_ENG", "data_dir",
-    "fetch", "fetch_all", "gpt2_encoding", "load_tatoeba_pairs", "load_tiny_shakespeare", "sha256_of",
+    "ALL_FILES",
+    "DataFile",
+    "DataUnavailableError",
+    "TINY_SHAKESPEARE",
+    "TATOEBA_CMN_ENG",
+    "data_dir",
+    "fetch",
+    "fetch_all",
+    "gpt2_encoding",
+    "load_tatoeba_pairs",
+    "load_tiny_shakespeare",
+    "sha256_of",
 ]
