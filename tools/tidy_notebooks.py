@@ -4,12 +4,15 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
 - the Colab install cells and the `#| default_exp` cell get the tag `remove-cell`
   (Jupyter Book drops them from the page; Colab and the exporter still see them);
 - a `# NBVAL_IGNORE_OUTPUT` comment line (and a `# (why ...)` line right after it)
-  becomes the cell tag `nbval-ignore-output`, which nbval reads just like the comment.
+  becomes the cell tag `nbval-ignore-output`, which nbval reads just like the comment;
+- a cell that draws a figure gets alt text from the titles its code sets (cell metadata
+  `mystnb.image.alt`, which the book puts on the image) unless it has alt text already.
 `--check` exits 1 if any notebook would change.
 """
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,10 +25,38 @@ def _add_tag(cell: dict, tag: str) -> None:
         tags.append(tag)
 
 
+TITLE = re.compile(r"""(?:title|suptitle|set_title)\s*[=(]\s*f?(["'])(.+?)\1""")
+HEATMAP_TITLE = re.compile(r'"([^"]* [^"]*)"')  # plot_attention(w, q, k, "a title")
+
+
+def figure_alt(source: str) -> str | None:
+    """'Figure: ' and the titles the cell's code gives its plots (f-string fields by name)."""
+    titles = [m[2] for m in TITLE.finditer(source)]
+    for line in source.splitlines():
+        if re.search(r"plot_(attention|heads)\(", line):
+            titles += HEATMAP_TITLE.findall(line)[-1:]
+    titles = list(dict.fromkeys(re.sub(r"\{(\w+)[^}]*\}", r"\1", s) for s in titles))
+    return "Figure: " + "; ".join(titles) if titles else None
+
+
+def _set_alt(cell: dict) -> None:
+    if not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+        return
+    image = (
+        cell.setdefault("metadata", {}).setdefault("mystnb", {}).setdefault("image", {})
+    )
+    alt = figure_alt("".join(cell["source"]))
+    if alt and not image.get("alt"):
+        image["alt"] = alt
+    if not image:
+        del cell["metadata"]["mystnb"]
+
+
 def tidy_cell(cell: dict) -> None:
     """Move the plumbing of one code cell into its tags."""
     if cell["cell_type"] != "code":
         return
+    _set_alt(cell)
     lines = "".join(cell["source"]).splitlines(keepends=True)
     text = "".join(lines).strip()
     if text.startswith("# On Colab:") or (
