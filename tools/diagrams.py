@@ -328,16 +328,23 @@ def heads_split_merge():
         ("reshape = concat", shape(merged), "(B, T, d_model)", "data"),
         ("· W_O", shape(merged), "(B, T, d_model)", "ffn"),
     ]
-    s.text(20, 26, "split_heads", size=15, anchor="start", weight="bold")
+
+    def shape_box(x, y, lab, shp, sym, kind):
+        s.box(x, y, 190, 70, "", kind)
+        s.text(x + 95, y + 22, lab, size=15)
+        s.text(x + 95, y + 43, shp, size=14, mono=True)
+        s.text(x + 95, y + 61, sym, size=13, color=MUTED)
+
+    s.text(20, 24, "split_heads", size=15, anchor="start", weight="bold")
     for i, (lab, shp, sym, kind) in enumerate(row):
         x = 20 + i * 220
-        s.box(x, 40, 190, 58, lab, kind, size=14, sub=f"{shp} {sym}")
+        shape_box(x, 34, lab, shp, sym, kind)
         if i:
             s.arrow(x - 30, 69, x, 69)
     # the model width cut into heads
     s.text(
         20,
-        138,
+        134,
         f"one token's d_model = {C} numbers = {H} heads × {C // H}",
         size=13,
         anchor="start",
@@ -345,15 +352,15 @@ def heads_split_merge():
     )
     for h in range(H):
         kind = "attn" if h % 2 == 0 else "norm"
-        s.box(20 + h * 52, 148, 50, 26, f"h{h + 1}", kind, size=12, rx=3)
-    s.line([(767, 98), (767, 220), (680, 220)])
-    s.text(20, 222, "merge_heads", size=15, anchor="start", weight="bold")
+        s.box(20 + h * 52, 144, 50, 26, f"h{h + 1}", kind, size=13, rx=3)
+    s.line([(767, 104), (767, 214), (680, 214)])
+    s.text(20, 210, "merge_heads", size=15, anchor="start", weight="bold")
     for i, (lab, shp, sym, kind) in enumerate(back):
-        x = 480 - i * 230
-        s.box(x, 236, 200, 58, lab, kind, size=14, sub=f"{shp} {sym}")
+        x = 490 - i * 235
+        shape_box(x, 228, lab, shp, sym, kind)
         if i:
-            s.arrow(x + 230, 265, x + 200, 265)
-    s.arrow(680, 220, 680, 236)
+            s.arrow(x + 235, 263, x + 190, 263)
+    s.arrow(680, 214, 680, 228)
     return s
 
 

@@ -68,7 +68,7 @@ class Svg:
             cy = y + h / 2 + size * 0.35 - (size * 0.55 if sub else 0)
             self.text(x + w / 2, cy, label, size=size)
             if sub:
-                self.text(x + w / 2, cy + size * 1.15, sub, size=size - 3, color=MUTED)
+                self.text(x + w / 2, cy + size * 1.15, sub, size=size - 2, color=MUTED)
 
     def frame(self, x, y, w, h, label="", color=MUTED):
         self.add(
