@@ -494,7 +494,7 @@ def encoder_decoder_blocks():
 def post_pre_norm():
     s = Svg(
         900,
-        330,
+        280,
         "Post-norm beside pre-norm",
         "Left, post-norm (the 2017 paper): x plus Sublayer(x), then LayerNorm, so the "
         "residual path passes through a normalisation in every block. Right, pre-norm "
@@ -525,8 +525,8 @@ def post_pre_norm():
             "x ← x + Sublayer(LayerNorm(x))",
         ),
     ]:
-        _sublayer_column(s, x, title, parts, [res], bottom=260, w=220)
-        s.text(x + 110, 318, eq, size=14, mono=True)
+        _sublayer_column(s, x, title, parts, [res], bottom=210, w=220)
+        s.text(x + 110, 268, eq, size=14, mono=True)
     return s
 
 
