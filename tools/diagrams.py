@@ -230,11 +230,11 @@ def why_attention():
 
 
 def one_query_numbers():
-    """A query attending over four keys: scores, softmax weights and the output."""
-    tokens = ["the", "cat", "sat", "down"]
-    keys = np.array([[1, 0, 0, 1], [0, 2, 1, 0], [1, 1, 0, 0], [0, 0, 1, 1]], float)
-    values = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], float)
-    q = np.array([0, 2, 1, 0], float)  # "sat" looking for its subject
+    """Notebook 04's hand example (the cat sat, d_k = 2): the query of 'sat' attending."""
+    tokens = ["the", "cat", "sat"]
+    keys = np.array([[1, 0], [0, 1], [0, 0]], float)  # a determiner, a noun, a verb
+    values = np.eye(3)  # one-hot values: the output shows where each row looked
+    q = np.array([0, 2], float)  # sat looks for a noun (direction 2)
     scores = keys @ q / np.sqrt(len(q))
     weights = np.exp(scores - scores.max())
     weights /= weights.sum()
@@ -247,10 +247,10 @@ def attention_one_query():
     fmt = lambda v: "[" + " ".join(f"{x:g}" for x in v) + "]"  # noqa: E731
     s = Svg(
         900,
-        330,
-        "One query attending over four keys",
+        290,
+        "One query attending over three keys",
         f"The query of 'sat', {fmt(q)}, is compared with each key by a dot product divided "
-        f"by the square root of d_k = 4, giving scores "
+        f"by the square root of d_k = 2, giving scores "
         f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, scores))}; softmax turns them "
         f"into weights {', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, weights))}, which "
         f"sum to 1; the output is the weighted average of the value vectors, "
@@ -277,7 +277,7 @@ def attention_one_query():
         s.box(xs[3], y, 120, 32, fmt(values[i]), "data", size=13)
     s.text(
         470,
-        282,
+        234,
         f"weights sum to {weights.sum():.2f}",
         size=12,
         color=MUTED,
@@ -285,7 +285,7 @@ def attention_one_query():
     )
     s.box(
         560,
-        290,
+        244,
         330,
         32,
         f"output = Σ weight_j · v_j = {fmt(np.round(out, 2))}",
