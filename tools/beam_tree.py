@@ -1,7 +1,7 @@
 """Draw a beam-search tree from a real run of a trained translator (notebook 10's figure).
 
     python tools/beam_tree.py notebooks/runs/translator.pt        # after the full training
-    python tools/beam_tree.py CKPT --sentence "I love you." --beam 3 --out book/images/x.svg
+    python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3 --out book/images/x.svg
 
 It traces the library's beam search step by step for one sentence (same scores: summed
 log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that the
@@ -183,7 +183,7 @@ def greedy_with_logp(model, src, bos_id, eos_id, max_len=12):
 
 def beam_tree(
     checkpoint,
-    sentence="I love you.",
+    sentence="Where is the station?",
     K=3,
     alpha=0.6,
     out=ROOT / "book" / "images" / "beam_tree.svg",
@@ -224,7 +224,7 @@ def main() -> None:
     p.add_argument(
         "checkpoint", help="a translator checkpoint, e.g. notebooks/runs/translator.pt"
     )
-    p.add_argument("--sentence", default="I love you.")
+    p.add_argument("--sentence", default="Where is the station?")
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))
     a = p.parse_args()
