@@ -6,10 +6,14 @@
 It traces the library's beam search step by step for one sentence (same scores: summed
 log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that the
 traced winner is what `transformer_lib.decoding.beam_search` returns, and draws the kept
-hypotheses of each step with their scores beside the greedy path, into book/images/beam_tree.svg.
+hypotheses of each step with their scores beside the greedy path, into book/images/beam_tree.svg,
+and puts the figure's description (with the new numbers) as the image's alt text in notebook 10.
 """
 
 import argparse
+import html
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -219,6 +223,24 @@ def beam_tree(
     return Path(out)
 
 
+def update_alt(notebook: Path, image: str, alt: str) -> bool:
+    """Set the alt text of `<img src=".../image" ...>` in the notebook's markdown cells."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    pattern = re.compile(r'(<img src="[^"]*' + re.escape(image) + r'" alt=")[^"]*(")')
+    found = False
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and pattern.search(source):
+            escaped = html.escape(alt, quote=True)
+            source = pattern.sub(lambda m: m[1] + escaped + m[2], source)
+            cell["source"] = source.splitlines(keepends=True)
+            found = True
+    if found:
+        text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        notebook.write_text(text, encoding="utf-8")
+    return found
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -227,8 +249,17 @@ def main() -> None:
     p.add_argument("--sentence", default="Where is the station?")
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))
+    p.add_argument(
+        "--notebook",
+        default=str(ROOT / "notebooks" / "10_decoding_and_evaluation.ipynb"),
+        help="whose <img> of the tree gets the new description as alt text",
+    )
     a = p.parse_args()
-    print("wrote", beam_tree(a.checkpoint, a.sentence, a.beam, out=a.out))
+    out = beam_tree(a.checkpoint, a.sentence, a.beam, out=a.out)
+    print("wrote", out)
+    desc = re.search(r"<desc[^>]*>(.*?)</desc>", out.read_text(encoding="utf-8"), re.S)
+    if update_alt(Path(a.notebook), out.name, html.unescape(desc[1])):
+        print("updated the alt text in", a.notebook)
 
 
 if __name__ == "__main__":
