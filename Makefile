@@ -57,12 +57,10 @@ colab-check: $(STAMP)
 
 # Code that fits its column: ruff, configured in pyproject.toml (line length 88).
 format: $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check "ruff>=0.6"
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 lint: $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check "ruff>=0.6"
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
@@ -70,7 +68,6 @@ lint: $(STAMP)
 # from them (the generated modules follow). Then remove the notebooks and the generated modules
 # from [tool.ruff] extend-exclude in pyproject.toml, so that `make lint` covers them.
 format-notebooks: $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check "ruff>=0.6"
 	$(BIN)/ruff format notebooks/*.ipynb  # named files: formatted although excluded
 	$(BIN)/python tools/tidy_notebooks.py
 	$(BIN)/python tools/export_notebooks.py
