@@ -65,8 +65,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Once, after the last notebook merges: format every notebook, then re-export the library
-# from them (the generated modules follow). Then remove the notebooks and the generated modules
-# from [tool.ruff] extend-exclude in pyproject.toml, so that `make lint` covers them.
+# from them (the generated modules follow). Then delete the "notebooks/*.ipynb" line of
+# [tool.ruff] extend-exclude in pyproject.toml, so that `make lint` covers the notebooks.
 format-notebooks: $(STAMP)
 	$(BIN)/ruff format notebooks/*.ipynb  # named files: formatted although excluded
 	$(BIN)/python tools/tidy_notebooks.py
