@@ -1,15 +1,19 @@
 # Two commands do everything on a fresh machine (Python >= 3.10):
 #   make book   build the HTML book from the outputs stored in the notebooks
 #   make test   unit tests, then every notebook under `pytest --nbval` in quick mode
-# Both create (or reuse) the virtual environment .venv and install requirements.txt into it.
+# Both create (or reuse) the virtual environment .venv: `make book` installs only
+# requirements-book.txt (no torch: about a minute from a fresh clone), `make test` all of
+# requirements.txt.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BOOK_STAMP := $(VENV)/.installed-book
 NB ?= notebooks/*.ipynb
 
-.PHONY: install book test execute export check-export colab-check clean
+.PHONY: install book test execute export check-export colab-check clean format lint \
+	format-notebooks diagrams tidy-notebooks
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed; set PYTHON=python3.1x")'
@@ -17,9 +21,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
+$(BOOK_STAMP): requirements-book.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed; set PYTHON=python3.1x")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-book.txt
+	touch $@
+
 install: $(STAMP)
 
-book: $(STAMP)
+book: $(BOOK_STAMP)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "The book: $(CURDIR)/_build/html/index.html"
 
@@ -44,6 +54,34 @@ check-export: $(STAMP)
 # Every notebook run as Colab runs it: alone, in a fresh Python with only torch, installing the rest itself.
 colab-check: $(STAMP)
 	$(BIN)/python tools/colab_check.py
+
+# Code that fits its column: ruff, configured in pyproject.toml (line length 88).
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+# Once, after the last notebook merges: format every notebook, then re-export the library
+# from them (the generated modules follow). Then delete the "notebooks/*.ipynb" line of
+# [tool.ruff] extend-exclude in pyproject.toml, so that `make lint` covers the notebooks.
+format-notebooks: $(STAMP)
+	$(BIN)/ruff format notebooks/*.ipynb  # named files: formatted although excluded
+	$(BIN)/python tools/tidy_notebooks.py
+	$(BIN)/python tools/export_notebooks.py
+
+# Plumbing off the page (idempotent): Colab and default_exp cells tagged remove-cell,
+# NBVAL comments turned into nbval tags.
+tidy-notebooks:
+	$(PYTHON) tools/tidy_notebooks.py
+
+# The concept diagrams of the book (book/images/*.svg), and notebook 10's beam tree from the
+# trained translator (run notebook 09 first).
+diagrams: $(STAMP)
+	$(BIN)/python tools/diagrams.py
+	$(BIN)/python tools/beam_tree.py notebooks/runs/translator.pt
 
 clean:
 	rm -rf _build

@@ -18,9 +18,18 @@ import os
 import time
 from collections.abc import Callable
 
-from transformer_lib.data import gpt2_encoding, load_tatoeba_pairs, load_tiny_shakespeare
+from transformer_lib.data import (
+    gpt2_encoding,
+    load_tatoeba_pairs,
+    load_tiny_shakespeare,
+)
 from transformer_lib.runtime import describe_machine
-from transformer_lib.tokenization import SPECIAL_TOKENS, BPETokenizer, CharTokenizer, gpt2_merges
+from transformer_lib.tokenization import (
+    SPECIAL_TOKENS,
+    BPETokenizer,
+    CharTokenizer,
+    gpt2_merges,
+)
 
 
 def best_of(repeats: int, fn: Callable[[], object]) -> tuple[object, float]:
@@ -34,36 +43,59 @@ def best_of(repeats: int, fn: Callable[[], object]) -> tuple[object, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each measurement; the best is shown")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each measurement; the best is shown",
+    )
     args = parser.parse_args()
-    print(f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}")
+    print(
+        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}"
+    )
     shakespeare = load_tiny_shakespeare()
     chinese = "\n".join(zh for _, zh in load_tatoeba_pairs())
 
     mixed = shakespeare[:500_000] + chinese[:170_000]  # about a megabyte of UTF-8
     char_tok = CharTokenizer(mixed, specials=SPECIAL_TOKENS)
     _, t = best_of(args.repeats, lambda: char_tok.encode(mixed))
-    print(f"CharTokenizer.encode, {len(mixed):,} characters ({len(mixed.encode()):,} bytes): {t:.3f} s "
-          f"({'under' if t < 0.5 else 'OVER'} 0.5 s)")
+    print(
+        f"CharTokenizer.encode, {len(mixed):,} characters ({len(mixed.encode()):,} bytes): {t:.3f} s "
+        f"({'under' if t < 0.5 else 'OVER'} 0.5 s)"
+    )
 
-    train_text = shakespeare[:int(0.9 * len(shakespeare))]
-    _, t = best_of(args.repeats, lambda: BPETokenizer(specials=SPECIAL_TOKENS).train(train_text, 2000))
-    print(f"BPETokenizer.train to 2,000 tokens on {len(train_text):,} characters: {t:.2f} s")
+    train_text = shakespeare[: int(0.9 * len(shakespeare))]
+    _, t = best_of(
+        args.repeats,
+        lambda: BPETokenizer(specials=SPECIAL_TOKENS).train(train_text, 2000),
+    )
+    print(
+        f"BPETokenizer.train to 2,000 tokens on {len(train_text):,} characters: {t:.2f} s"
+    )
 
     gpt2 = gpt2_encoding()
     merges = gpt2_merges()
     to_gpt2 = [gpt2.encode_single_token(piece) for piece in BPETokenizer(merges).vocab]
-    print(f"{'GPT-2 merges on':<18}{'tokens':>10}{'ours, cold s':>14}{'ours, warm s':>14}{'tiktoken s':>12}"
-          f"{'identical':>11}")
+    print(
+        f"{'GPT-2 merges on':<18}{'tokens':>10}{'ours, cold s':>14}{'ours, warm s':>14}{'tiktoken s':>12}"
+        f"{'identical':>11}"
+    )
     for name, text in [("Tiny Shakespeare", shakespeare), ("Tatoeba Chinese", chinese)]:
-        ids, cold = best_of(args.repeats, lambda: BPETokenizer(merges).encode(text))  # a fresh, empty cache
+        ids, cold = best_of(
+            args.repeats, lambda: BPETokenizer(merges).encode(text)
+        )  # a fresh, empty cache
         warm_tok = BPETokenizer(merges)
         warm_tok.encode(text)
         _, warm = best_of(args.repeats, lambda: warm_tok.encode(text))
         expected, ref = best_of(args.repeats, lambda: gpt2.encode_ordinary(text))
         same = [to_gpt2[i] for i in ids] == expected
-        print(f"{name:<18}{len(ids):>10,}{cold:>14.2f}{warm:>14.2f}{ref:>12.3f}{str(same):>11}", flush=True)
+        print(
+            f"{name:<18}{len(ids):>10,}{cold:>14.2f}{warm:>14.2f}{ref:>12.3f}{str(same):>11}",
+            flush=True,
+        )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")
 
 

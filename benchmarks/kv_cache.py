@@ -19,11 +19,13 @@ import torch
 
 from transformer_lib.data import load_tiny_shakespeare
 from transformer_lib.gpt import GPT, GPTConfig, generate
-from transformer_lib.tokenization import CharTokenizer, tokenizer_from_dict
 from transformer_lib.runtime import describe_machine
+from transformer_lib.tokenization import CharTokenizer, tokenizer_from_dict
 
 
-def timed_generate(model: GPT, prompt: torch.Tensor, n: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+def timed_generate(
+    model: GPT, prompt: torch.Tensor, n: int, use_cache: bool
+) -> tuple[torch.Tensor, float]:
     """(tokens, seconds) of greedy generation of n new tokens."""
     t0 = time.perf_counter()
     out = generate(model, prompt, n, temperature=0, use_cache=use_cache)
@@ -31,11 +33,22 @@ def timed_generate(model: GPT, prompt: torch.Tensor, n: int, use_cache: bool) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a train-lm checkpoint (its context must hold prompt + tokens)")
-    parser.add_argument("--lengths", default="50,100,200,500", help="numbers of new tokens, comma-separated")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--checkpoint",
+        help="a train-lm checkpoint (its context must hold prompt + tokens)",
+    )
+    parser.add_argument(
+        "--lengths",
+        default="50,100,200,500",
+        help="numbers of new tokens, comma-separated",
+    )
     args = parser.parse_args()
-    print(f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}")
+    print(
+        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}"
+    )
     torch.manual_seed(0)
     if args.checkpoint:
         state = torch.load(args.checkpoint, weights_only=True)
@@ -44,19 +57,28 @@ def main() -> None:
     else:
         model = GPT(GPTConfig.cpu(context_len=1024))
     model.eval()
-    tokenizer = (tokenizer_from_dict(state["tokenizer"]) if args.checkpoint
-                 else CharTokenizer(load_tiny_shakespeare()))
+    tokenizer = (
+        tokenizer_from_dict(state["tokenizer"])
+        if args.checkpoint
+        else CharTokenizer(load_tiny_shakespeare())
+    )
     prompt = torch.tensor([tokenizer.encode("ROMEO:")])  # (1, 6)
     generate(model, prompt, 20, temperature=0)  # warm-up
     generate(model, prompt, 20, temperature=0, use_cache=False)
-    print(f"model: {model.config.n_layers} layers, d_model {model.config.d_model}, context {model.config.context_len}, "
-          f"{model.num_params():,} parameters")
-    print(f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} {'speed-up':>9} {'identical':>9}")
+    print(
+        f"model: {model.config.n_layers} layers, d_model {model.config.d_model}, context {model.config.context_len}, "
+        f"{model.num_params():,} parameters"
+    )
+    print(
+        f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} {'speed-up':>9} {'identical':>9}"
+    )
     for n in [int(s) for s in args.lengths.split(",")]:
         slow, t_slow = timed_generate(model, prompt, n, use_cache=False)
         fast, t_fast = timed_generate(model, prompt, n, use_cache=True)
-        print(f"{n:>10} {t_slow:>11.2f} {t_fast:>9.2f} {t_slow / t_fast:>8.1f}x {str(torch.equal(slow, fast)):>9}",
-              flush=True)
+        print(
+            f"{n:>10} {t_slow:>11.2f} {t_fast:>9.2f} {t_slow / t_fast:>8.1f}x {str(torch.equal(slow, fast)):>9}",
+            flush=True,
+        )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")
 
 

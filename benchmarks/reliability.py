@@ -42,13 +42,31 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PY = sys.executable
-MIRROR = os.environ.get("TRANSFORMER_DATA_MIRROR") or str(ROOT.parent / "shared" / "data")
-AREAS = {1: "1 CLI input", 2: "2 Checkpoints", 3: "3 Training faults", 4: "4 Data", 5: "5 API misuse",
-         6: "6 Numerics", 7: "7 Unit tests"}
+MIRROR = os.environ.get("TRANSFORMER_DATA_MIRROR") or str(
+    ROOT.parent / "shared" / "data"
+)
+AREAS = {
+    1: "1 CLI input",
+    2: "2 Checkpoints",
+    3: "3 Training faults",
+    4: "4 Data",
+    5: "5 API misuse",
+    6: "6 Numerics",
+    7: "7 Unit tests",
+}
 ORDER = {"PASS": 0, "SKIP": 0, "WEAK": 1, "FAIL": 2}
 TRACEBACK = "Traceback (most recent call last)"
-OFFLINE = {k: "http://127.0.0.1:9" for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
-NOCAPS = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+OFFLINE = {
+    k: "http://127.0.0.1:9"
+    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+}
+NOCAPS = [
+    "setpriv",
+    "--inh-caps=-all",
+    "--ambient-caps=-all",
+    "--bounding-set=-all",
+    "--",
+]
 Outcome = tuple[str, str]  # (verdict, what was seen)
 
 
@@ -66,17 +84,23 @@ class Result:
     def last_err(self) -> str:
         """The last non-empty stderr line (or stdout's, when stderr is empty), shortened."""
         lines = [ln for ln in (self.err or self.out).splitlines() if ln.strip()]
-        return (lines[-1][:220] + ("..." if len(lines[-1]) > 220 else "")) if lines else "(no output)"
+        return (
+            (lines[-1][:220] + ("..." if len(lines[-1]) > 220 else ""))
+            if lines
+            else "(no output)"
+        )
 
 
 def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]:
     """A child-side setup: its own process group (so kill -9 reaches it alone), a umask, a memory cap."""
+
     def setup() -> None:
         os.setpgrp()
         if umask is not None:
             os.umask(umask)
         if address_space is not None:
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
     return setup
 
 
@@ -88,8 +112,13 @@ class Env:
         self.fix = root / "fixtures"
         self.fix.mkdir(parents=True)
         self.data = self.fresh_data("data")
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "TRANSFORMER_DATA_MIRROR": MIRROR,
-                    "TRANSFORMER_DATA_DIR": str(self.data), "PYTHONUNBUFFERED": "0"}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TRANSFORMER_DATA_MIRROR": MIRROR,
+            "TRANSFORMER_DATA_DIR": str(self.data),
+            "PYTHONUNBUFFERED": "0",
+        }
         self._memo: dict[str, object] = {}
         self._n = 0
 
@@ -98,7 +127,9 @@ class Env:
         dest = self.root / name
         for src in Path(MIRROR).rglob("*"):
             if src.is_file() and src.name != "README.md":
-                (dest / src.relative_to(MIRROR)).parent.mkdir(parents=True, exist_ok=True)
+                (dest / src.relative_to(MIRROR)).parent.mkdir(
+                    parents=True, exist_ok=True
+                )
                 shutil.copyfile(src, dest / src.relative_to(MIRROR))
         return dest
 
@@ -117,32 +148,72 @@ class Env:
 
     def command(self, args: list[str], nocaps: bool = False) -> list[str]:
         """The argv for `python -m transformer_lib ARGS`, niced, and without capabilities when asked."""
-        return ["nice", "-n", "19"] + (NOCAPS if nocaps else []) + [PY, "-m", "transformer_lib", *args]
+        return (
+            ["nice", "-n", "19"]
+            + (NOCAPS if nocaps else [])
+            + [PY, "-m", "transformer_lib", *args]
+        )
 
-    def popen(self, args: list[str], cwd: Path, stdout=subprocess.PIPE, extra_env: dict | None = None,
-              **kw) -> subprocess.Popen:
+    def popen(
+        self,
+        args: list[str],
+        cwd: Path,
+        stdout=subprocess.PIPE,
+        extra_env: dict | None = None,
+        **kw,
+    ) -> subprocess.Popen:
         """Start the CLI in the background (its own process group)."""
-        return subprocess.Popen(self.command(args), cwd=cwd, env={**self.env, **(extra_env or {})},
-                                stdout=stdout, stderr=subprocess.PIPE, text=True, errors="replace",
-                                preexec_fn=_preexec(None, None), **kw)
+        return subprocess.Popen(
+            self.command(args),
+            cwd=cwd,
+            env={**self.env, **(extra_env or {})},
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            preexec_fn=_preexec(None, None),
+            **kw,
+        )
 
-    def cli(self, args: list[str], cwd: Path | None = None, stdin: str | None = None, timeout: float = 180,
-            extra_env: dict | None = None, drop_env: tuple[str, ...] = (), nocaps: bool = False,
-            umask: int | None = None, address_space: int | None = None) -> Result:
+    def cli(
+        self,
+        args: list[str],
+        cwd: Path | None = None,
+        stdin: str | None = None,
+        timeout: float = 180,
+        extra_env: dict | None = None,
+        drop_env: tuple[str, ...] = (),
+        nocaps: bool = False,
+        umask: int | None = None,
+        address_space: int | None = None,
+    ) -> Result:
         """Run `python -m transformer_lib ARGS` to the end (or `timeout`, then kill its group)."""
-        env = {k: v for k, v in {**self.env, **(extra_env or {})}.items() if k not in drop_env}
+        env = {
+            k: v
+            for k, v in {**self.env, **(extra_env or {})}.items()
+            if k not in drop_env
+        }
         start = time.perf_counter()
-        p = subprocess.Popen(self.command(args, nocaps), cwd=cwd or self.fresh(), env=env, text=True,
-                             errors="replace", stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             preexec_fn=_preexec(umask, address_space))
+        p = subprocess.Popen(
+            self.command(args, nocaps),
+            cwd=cwd or self.fresh(),
+            env=env,
+            text=True,
+            errors="replace",
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=_preexec(umask, address_space),
+        )
         try:
             out, err = p.communicate(stdin, timeout=timeout)
             return Result(p.returncode, out, err, time.perf_counter() - start)
         except subprocess.TimeoutExpired:
             kill_group(p)
             out, err = p.communicate()
-            return Result(p.returncode, out, err, time.perf_counter() - start, timed_out=True)
+            return Result(
+                p.returncode, out, err, time.perf_counter() - start, timed_out=True
+            )
 
 
 def kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
@@ -153,7 +224,12 @@ def kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def wait_for(test: Callable[[], bool], timeout: float, p: subprocess.Popen | None = None, poll: float = 0.002) -> bool:
+def wait_for(
+    test: Callable[[], bool],
+    timeout: float,
+    p: subprocess.Popen | None = None,
+    poll: float = 0.002,
+) -> bool:
     """Poll `test` until it holds (True), `timeout` passes or `p` exits (False)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -180,14 +256,23 @@ def crashed(r: Result) -> Outcome | None:
     if TRACEBACK in r.out or TRACEBACK in r.err:
         return "FAIL", f"traceback, rc {r.rc}: {r.last_err()}"
     if "unrecognized arguments" in r.err:
-        return "FAIL", f"flag not recognised (the new interface is missing): {r.last_err()}"
+        return (
+            "FAIL",
+            f"flag not recognised (the new interface is missing): {r.last_err()}",
+        )
     return None
 
 
 def _error_lines(err: str) -> list[str]:
     """stderr lines that are not notes or warnings (a refusal should leave exactly one)."""
-    return [ln for ln in err.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))
-            and not re.match(r"(note|warning)\b", ln.strip(), re.I) and "Warning:" not in ln]
+    return [
+        ln
+        for ln in err.splitlines()
+        if ln.strip()
+        and not ln.startswith((" ", "\t"))
+        and not re.match(r"(note|warning)\b", ln.strip(), re.I)
+        and "Warning:" not in ln
+    ]
 
 
 def refused(r: Result, *patterns: str, silent: str = "WEAK") -> Outcome:
@@ -198,16 +283,30 @@ def refused(r: Result, *patterns: str, silent: str = "WEAK") -> Outcome:
     if r.rc == 0:
         return silent, f"accepted (rc 0): {r.last_err()}"
     # a flag's name may be written with - or _ ('top-k' or top_k); '--out' must be the flag itself
-    missing = [p for p in patterns if not re.search(p if p.startswith("--") else p.replace("-", "[-_ ]"), r.err, re.I)]
+    missing = [
+        p
+        for p in patterns
+        if not re.search(
+            p if p.startswith("--") else p.replace("-", "[-_ ]"), r.err, re.I
+        )
+    ]
     if missing:
-        return "WEAK", f"rc {r.rc}, the message does not say /{missing[0]}/: {r.last_err()}"
+        return (
+            "WEAK",
+            f"rc {r.rc}, the message does not say /{missing[0]}/: {r.last_err()}",
+        )
     lines = _error_lines(r.err)
     if len(lines) != 1:
-        return "WEAK", f"rc {r.rc}, {len(lines)} lines on stderr: {' / '.join(lines)[:240]}"
+        return (
+            "WEAK",
+            f"rc {r.rc}, {len(lines)} lines on stderr: {' / '.join(lines)[:240]}",
+        )
     return "PASS", f"rc {r.rc}: {r.last_err()}"
 
 
-def succeeded(r: Result, check: Callable[[Result], str | None] | None = None) -> Outcome:
+def succeeded(
+    r: Result, check: Callable[[Result], str | None] | None = None
+) -> Outcome:
     """Success on valid input: rc 0, no traceback, and `check(r)` (a complaint or None) has no complaint."""
     bad = crashed(r)
     if bad:
@@ -225,8 +324,13 @@ def either(r: Result, *patterns: str) -> Outcome:
     return refused(r, *patterns)
 
 
-def api(call: Callable[[], object], pattern: str = "", ok: Callable[[object], bool] | None = None,
-        silent: str = "WEAK", raised: str = "WEAK") -> Outcome:
+def api(
+    call: Callable[[], object],
+    pattern: str = "",
+    ok: Callable[[object], bool] | None = None,
+    silent: str = "WEAK",
+    raised: str = "WEAK",
+) -> Outcome:
     """A library call that must raise ValueError/TypeError matching `pattern`, or return a result `ok` accepts.
 
     Another exception (torch's deep RuntimeError, an IndexError, ...) gets `raised`; a return value that
@@ -240,7 +344,10 @@ def api(call: Callable[[], object], pattern: str = "", ok: Callable[[object], bo
             return "PASS", msg
         return "WEAK", f"cryptic: {msg}"
     except Exception as e:  # noqa: BLE001 - the judge reports any other exception
-        return raised, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return (
+            raised,
+            f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+        )
     if ok is not None and ok(value):
         return "PASS", "correct result"
     return silent, f"no error; returned {_short(value)}"
@@ -249,6 +356,7 @@ def api(call: Callable[[], object], pattern: str = "", ok: Callable[[object], bo
 def _short(value: object) -> str:
     """A short description of a returned value."""
     import torch
+
     if isinstance(value, tuple):
         value = value[0]
     if isinstance(value, torch.Tensor):
@@ -261,15 +369,29 @@ def checked(fn: Callable[[], str | None]) -> Outcome:
     try:
         complaint = fn()
     except Exception as e:  # noqa: BLE001
-        return "FAIL", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return (
+            "FAIL",
+            f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+        )
     return ("FAIL", complaint) if complaint else ("PASS", "ok")
 
 
 # --------------------------------------------------------------------------------------------- fixtures
 def L(*extra: str) -> list[str]:
     """The review's `L`: a 4-step tiny train-lm."""
-    return ["train-lm", "--preset", "tiny", "--no-progress", "--max-iters", "4", "--eval-interval", "2",
-            "--eval-windows", "2", *extra]
+    return [
+        "train-lm",
+        "--preset",
+        "tiny",
+        "--no-progress",
+        "--max-iters",
+        "4",
+        "--eval-interval",
+        "2",
+        "--eval-windows",
+        "2",
+        *extra,
+    ]
 
 
 def M(*extra: str) -> list[str]:
@@ -279,32 +401,61 @@ def M(*extra: str) -> list[str]:
 
 def lm_ckpt(env: Env) -> Path:
     """A 20-step --preset tiny checkpoint (the review's runs/lm/tiny.pt)."""
+
     def build() -> Path:
         out = env.fix / "lm" / "tiny.pt"
-        r = env.cli(["train-lm", "--preset", "tiny", "--no-progress", "--max-iters", "20", "--eval-interval", "10",
-                     "--eval-windows", "2", "--out", str(out)])
+        r = env.cli(
+            [
+                "train-lm",
+                "--preset",
+                "tiny",
+                "--no-progress",
+                "--max-iters",
+                "20",
+                "--eval-interval",
+                "10",
+                "--eval-windows",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
         if not out.is_file():
             raise RuntimeError(f"could not build the LM fixture: {r.last_err()}")
         return out
+
     return env.memo("lm", build)
 
 
 def mt_ckpt(env: Env) -> Path:
     """A train-mt --quick checkpoint (the review's runs/mt/quick.pt); --out, or the older --checkpoint."""
+
     def build() -> Path:
         out = env.fix / "mt" / "quick.pt"
         r = env.cli(M("--out", str(out)))
         if "unrecognized arguments" in r.err:
             r = env.cli(M("--checkpoint", str(out)))
         if not out.is_file():
-            raise RuntimeError(f"could not build the translator fixture: {r.last_err()}")
+            raise RuntimeError(
+                f"could not build the translator fixture: {r.last_err()}"
+            )
         return out
+
     return env.memo("mt", build)
 
 
 def G(env: Env, *extra: str) -> list[str]:
     """The review's `G`: 20 new tokens from ROMEO with the tiny LM."""
-    return ["generate", "--checkpoint", str(lm_ckpt(env)), "--max-new-tokens", "20", "--prompt", "ROMEO", *extra]
+    return [
+        "generate",
+        "--checkpoint",
+        str(lm_ckpt(env)),
+        "--max-new-tokens",
+        "20",
+        "--prompt",
+        "ROMEO",
+        *extra,
+    ]
 
 
 def T(env: Env, *extra: str) -> list[str]:
@@ -325,6 +476,7 @@ class _Evil:
 def _edited(src: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
     """Copy a checkpoint with `edit` applied to its dict."""
     import torch
+
     state = torch.load(src, weights_only=True)
     edit(state)
     torch.save(state, dest)
@@ -341,6 +493,7 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
     import pickle
 
     import torch
+
     ck = env.fix / "ck"
     ck.mkdir()
     f: dict[str, Path] = {}
@@ -352,7 +505,11 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
         f[name].write_bytes(data[: int(len(data) * 0.4)])
     f["random"] = ck / "random.pt"
     f["random"].write_bytes(random.Random(0).randbytes(300_000))
-    for name, obj in (("dict", {"foo": 1}), ("list", [1, 2, 3]), ("tensor", torch.zeros(3))):
+    for name, obj in (
+        ("dict", {"foo": 1}),
+        ("list", [1, 2, 3]),
+        ("tensor", torch.zeros(3)),
+    ):
         f[name] = ck / f"{name}.pt"
         torch.save(obj, f[name])
     f["adir"] = ck / "adir.pt"
@@ -361,7 +518,9 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
         "lm_vocab100": lambda s: s["config"].update(vocab_size=100),
         "lm_dmodel64": lambda s: s["config"].update(d_model=64),
         "lm_no_tokemb": lambda s: s["model"].pop("tok_emb.weight"),
-        "lm_tok66": lambda s: s["tokenizer"].update(chars=s["tokenizer"]["chars"] + "é"),
+        "lm_tok66": lambda s: s["tokenizer"].update(
+            chars=s["tokenizer"]["chars"] + "é"
+        ),
         "lm_tok10": lambda s: s["tokenizer"].update(chars=s["tokenizer"]["chars"][:10]),
         "lm_rope": lambda s: s["config"].update(rope=True),
         "lm_nomodel": lambda s: s.pop("model"),
@@ -370,9 +529,13 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
     }
     mt_edits: dict[str, Callable[[dict], None]] = {
         "mt_d32": lambda s: s["config"].update(d_model=32),
-        "mt_tgt7": lambda s: s["config"].update(tgt_vocab_size=s["config"]["tgt_vocab_size"] + 7),
+        "mt_tgt7": lambda s: s["config"].update(
+            tgt_vocab_size=s["config"]["tgt_vocab_size"] + 7
+        ),
         "mt_nobest": lambda s: s.pop("best_model"),
-        "mt_sentencepiece": lambda s: s["tokenizer"]["src"].update(type="sentencepiece"),
+        "mt_sentencepiece": lambda s: s["tokenizer"]["src"].update(
+            type="sentencepiece"
+        ),
         "mt_extra": lambda s: s["config"].update(foo=1),
     }
     for name, edit in lm_edits.items():
@@ -380,12 +543,23 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
     for name, edit in mt_edits.items():
         f[name] = _edited(mt, ck / f"{name}.pt", edit)
     evil = _Evil(env.root / "pwned")
-    lm_state, mt_state = torch.load(lm, weights_only=True), torch.load(mt, weights_only=True)
+    lm_state, mt_state = (
+        torch.load(lm, weights_only=True),
+        torch.load(mt, weights_only=True),
+    )
     torch.save(evil, ck / "evil_top.pt")
     torch.save({**lm_state, "step": evil}, ck / "evil_lm.pt")
-    torch.save({**lm_state, "step": evil}, ck / "evil_lm_legacy.pt", _use_new_zipfile_serialization=False)
+    torch.save(
+        {**lm_state, "step": evil},
+        ck / "evil_lm_legacy.pt",
+        _use_new_zipfile_serialization=False,
+    )
     torch.save({**mt_state, "epoch": evil}, ck / "evil_mt.pt")
-    torch.save({**mt_state, "epoch": evil}, ck / "evil_mt_legacy.pt", _use_new_zipfile_serialization=False)
+    torch.save(
+        {**mt_state, "epoch": evil},
+        ck / "evil_mt_legacy.pt",
+        _use_new_zipfile_serialization=False,
+    )
     (ck / "evil_raw.pkl").write_bytes(pickle.dumps(evil))
     for name in ("evil_top", "evil_lm", "evil_lm_legacy", "evil_mt", "evil_mt_legacy"):
         f[name] = ck / f"{name}.pt"
@@ -415,13 +589,22 @@ def nocaps_skip() -> str | None:
     if shutil.which("setpriv") is None:
         return "needs root without capabilities (setpriv not found); as root, chmod 000/555 blocks nothing"
     probe = subprocess.run(NOCAPS + ["true"], capture_output=True)
-    return None if probe.returncode == 0 else "setpriv cannot drop capabilities here (no permission)"
+    return (
+        None
+        if probe.returncode == 0
+        else "setpriv cannot drop capabilities here (no permission)"
+    )
 
 
 def cuda_skip() -> str | None:
     """Rows about a CPU-only torch cannot run where CUDA is present."""
     import torch
-    return "needs a CPU-only torch (this one has CUDA)" if torch.cuda.is_available() else None
+
+    return (
+        "needs a CPU-only torch (this one has CUDA)"
+        if torch.cuda.is_available()
+        else None
+    )
 
 
 def big_text(n: int) -> str:
@@ -447,22 +630,39 @@ ATTEMPTS: list[Attempt] = []
 
 def row(id: int, area: int, what: str, skip: Callable[[], str | None] | None = None):
     """Register the decorated function as attempt `id`."""
+
     def add(fn: Callable[[Env], Outcome]) -> Callable[[Env], Outcome]:
         ATTEMPTS.append(Attempt(id, area, what, fn, skip))
         return fn
+
     return add
 
 
-def cli_row(id: int, what: str, make: Callable[[Env], list[str]], judge: Callable[[Result], Outcome],
-            area: int = 1, timeout: float = 180, **kw) -> None:
+def cli_row(
+    id: int,
+    what: str,
+    make: Callable[[Env], list[str]],
+    judge: Callable[[Result], Outcome],
+    area: int = 1,
+    timeout: float = 180,
+    **kw,
+) -> None:
     """Register a one-command attempt: run `make(env)` and apply `judge`."""
     row(id, area, what)(lambda env: judge(env.cli(make(env), timeout=timeout, **kw)))
 
 
-def multi_row(id: int, what: str, inputs: Callable[[Env], list[list[str]]], judge: Callable[[Result], Outcome],
-              area: int = 1, **kw) -> None:
+def multi_row(
+    id: int,
+    what: str,
+    inputs: Callable[[Env], list[list[str]]],
+    judge: Callable[[Result], Outcome],
+    area: int = 1,
+    **kw,
+) -> None:
     """Register an attempt of several commands, judged each, kept at the worst."""
-    row(id, area, what)(lambda env: worst([judge(env.cli(a, **kw)) for a in inputs(env)]))
+    row(id, area, what)(
+        lambda env: worst([judge(env.cli(a, **kw)) for a in inputs(env)])
+    )
 
 
 def _generated(r: Result) -> str | None:
@@ -470,247 +670,672 @@ def _generated(r: Result) -> str | None:
 
 
 # ---- 1 CLI input: generate
-cli_row(1, "G --prompt ''", lambda e: G(e, "--prompt", ""), lambda r: succeeded(r, _generated))
-cli_row(2, "G --prompt 'ROMEO: 😀'", lambda e: G(e, "--prompt", "ROMEO: 😀"), lambda r: refused(r, "😀"))
-cli_row(3, "G --prompt '你好，世界'", lambda e: G(e, "--prompt", "你好，世界"), lambda r: refused(r, "你"))
+cli_row(
+    1,
+    "G --prompt ''",
+    lambda e: G(e, "--prompt", ""),
+    lambda r: succeeded(r, _generated),
+)
+cli_row(
+    2,
+    "G --prompt 'ROMEO: 😀'",
+    lambda e: G(e, "--prompt", "ROMEO: 😀"),
+    lambda r: refused(r, "😀"),
+)
+cli_row(
+    3,
+    "G --prompt '你好，世界'",
+    lambda e: G(e, "--prompt", "你好，世界"),
+    lambda r: refused(r, "你"),
+)
 
 
 @row(4, 1, "G --prompt-file 1MB.txt, and the same 1 MB on stdin (--prompt-file -)")
 def _r4(env: Env) -> Outcome:
     folder = env.fresh("prompt")
     (folder / "1MB.txt").write_text(big_text(1_000_000))
-    return worst([succeeded(env.cli(G(env, "--prompt-file", "1MB.txt"), cwd=folder), _generated),
-                  succeeded(env.cli(G(env, "--prompt-file", "-"), stdin=big_text(1_000_000)), _generated)])
+    return worst(
+        [
+            succeeded(
+                env.cli(G(env, "--prompt-file", "1MB.txt"), cwd=folder), _generated
+            ),
+            succeeded(
+                env.cli(G(env, "--prompt-file", "-"), stdin=big_text(1_000_000)),
+                _generated,
+            ),
+        ]
+    )
 
 
-cli_row(5, "G --prompt \"$(cat 120KB.txt)\"", lambda e: G(e, "--prompt", big_text(120_000)),
-        lambda r: succeeded(r, lambda r: None if re.search(r"context", r.err) else "no note that the prompt was cut"))
+cli_row(
+    5,
+    'G --prompt "$(cat 120KB.txt)"',
+    lambda e: G(e, "--prompt", big_text(120_000)),
+    lambda r: succeeded(
+        r,
+        lambda r: (
+            None if re.search(r"context", r.err) else "no note that the prompt was cut"
+        ),
+    ),
+)
 cli_row(6, "G --max-new-tokens 0", lambda e: G(e, "--max-new-tokens", "0"), succeeded)
-cli_row(7, "G --max-new-tokens -5", lambda e: G(e, "--max-new-tokens", "-5"), lambda r: refused(r, "max-new-tokens"))
+cli_row(
+    7,
+    "G --max-new-tokens -5",
+    lambda e: G(e, "--max-new-tokens", "-5"),
+    lambda r: refused(r, "max-new-tokens"),
+)
 
 
-@row(8, 1, "G --max-new-tokens 1000000000 (timeout 25 s): refused, or text streamed as it is made")
+@row(
+    8,
+    1,
+    "G --max-new-tokens 1000000000 (timeout 25 s): refused, or text streamed as it is made",
+)
 def _r8(env: Env) -> Outcome:
     r = env.cli(G(env, "--max-new-tokens", "1000000000"), timeout=25)
     if not r.timed_out:
         return refused(r, "max-new-tokens")
-    return ("PASS", "streamed before the timeout") if len(r.out) > len("ROMEO") else \
-        ("WEAK", "nothing streamed in 25 s; an interrupt loses everything")
+    return (
+        ("PASS", "streamed before the timeout")
+        if len(r.out) > len("ROMEO")
+        else ("WEAK", "nothing streamed in 25 s; an interrupt loses everything")
+    )
 
 
 cli_row(9, "G --temperature 0", lambda e: G(e, "--temperature", "0"), succeeded)
-cli_row(10, "G --temperature -1", lambda e: G(e, "--temperature", "-1"), lambda r: refused(r, "temperature"))
-cli_row(11, "G --temperature 1e-30", lambda e: G(e, "--temperature", "1e-30"), lambda r: either(r, "temperature"))
-cli_row(12, "G --temperature 1e-40", lambda e: G(e, "--temperature", "1e-40"), lambda r: either(r, "temperature"))
-cli_row(13, "G --temperature nan", lambda e: G(e, "--temperature", "nan"), lambda r: refused(r, "temperature"))
-cli_row(14, "G --temperature inf", lambda e: G(e, "--temperature", "inf"), lambda r: refused(r, "temperature"))
+cli_row(
+    10,
+    "G --temperature -1",
+    lambda e: G(e, "--temperature", "-1"),
+    lambda r: refused(r, "temperature"),
+)
+cli_row(
+    11,
+    "G --temperature 1e-30",
+    lambda e: G(e, "--temperature", "1e-30"),
+    lambda r: either(r, "temperature"),
+)
+cli_row(
+    12,
+    "G --temperature 1e-40",
+    lambda e: G(e, "--temperature", "1e-40"),
+    lambda r: either(r, "temperature"),
+)
+cli_row(
+    13,
+    "G --temperature nan",
+    lambda e: G(e, "--temperature", "nan"),
+    lambda r: refused(r, "temperature"),
+)
+cli_row(
+    14,
+    "G --temperature inf",
+    lambda e: G(e, "--temperature", "inf"),
+    lambda r: refused(r, "temperature"),
+)
 cli_row(15, "G --top-k 0", lambda e: G(e, "--top-k", "0"), succeeded)
-cli_row(16, "G --top-k -3", lambda e: G(e, "--top-k", "-3"), lambda r: refused(r, "top-k"))
+cli_row(
+    16, "G --top-k -3", lambda e: G(e, "--top-k", "-3"), lambda r: refused(r, "top-k")
+)
 cli_row(17, "G --top-k 1000000000", lambda e: G(e, "--top-k", "1000000000"), succeeded)
-multi_row(18, "G --top-p 0 / 1.5 / nan", lambda e: [G(e, "--top-p", v) for v in ("0", "1.5", "nan")],
-          lambda r: refused(r, "top-p"))
+multi_row(
+    18,
+    "G --top-p 0 / 1.5 / nan",
+    lambda e: [G(e, "--top-p", v) for v in ("0", "1.5", "nan")],
+    lambda r: refused(r, "top-p"),
+)
 cli_row(19, "G --top-p 1e-9", lambda e: G(e, "--top-p", "1e-9"), succeeded)
 cli_row(20, "G --seed -1", lambda e: G(e, "--seed", "-1"), lambda r: either(r, "seed"))
-cli_row(21, "G --seed 100000000000000000000000", lambda e: G(e, "--seed", "100000000000000000000000"),
-        lambda r: refused(r, "seed"))
+cli_row(
+    21,
+    "G --seed 100000000000000000000000",
+    lambda e: G(e, "--seed", "100000000000000000000000"),
+    lambda r: refused(r, "seed"),
+)
 row(22, 1, "G --device cuda (CPU-only torch)", cuda_skip)(
-    lambda e: refused(e.cli(G(e, "--device", "cuda")), "cuda", "cpu"))
-cli_row(23, "G --device foo", lambda e: G(e, "--device", "foo"), lambda r: refused(r, "foo", "cpu"))
-cli_row(24, "G --checkpoint ck/nope.pt (nonexistent)", lambda e: G(e, "--checkpoint", str(e.fix / "nope.pt")),
-        lambda r: refused(r, "nope.pt"))
-cli_row(25, "G --checkpoint ck/adir.pt (a directory)", lambda e: G(e, "--checkpoint", str(crafted(e)["adir"])),
-        lambda r: refused(r, "adir"))
-row(26, 1, "NC G --checkpoint unreadable.pt (mode 000, capabilities dropped)", nocaps_skip)(
-    lambda e: refused(e.cli(G(e, "--checkpoint", str(crafted(e)["unreadable"])), nocaps=True),
-                      "unreadable|permission"))
-cli_row(27, "G --checkpoint runs/mt/quick.pt (a translator checkpoint)",
-        lambda e: G(e, "--checkpoint", str(mt_ckpt(e))), lambda r: refused(r, "translat"))
+    lambda e: refused(e.cli(G(e, "--device", "cuda")), "cuda", "cpu")
+)
+cli_row(
+    23,
+    "G --device foo",
+    lambda e: G(e, "--device", "foo"),
+    lambda r: refused(r, "foo", "cpu"),
+)
+cli_row(
+    24,
+    "G --checkpoint ck/nope.pt (nonexistent)",
+    lambda e: G(e, "--checkpoint", str(e.fix / "nope.pt")),
+    lambda r: refused(r, "nope.pt"),
+)
+cli_row(
+    25,
+    "G --checkpoint ck/adir.pt (a directory)",
+    lambda e: G(e, "--checkpoint", str(crafted(e)["adir"])),
+    lambda r: refused(r, "adir"),
+)
+row(
+    26,
+    1,
+    "NC G --checkpoint unreadable.pt (mode 000, capabilities dropped)",
+    nocaps_skip,
+)(
+    lambda e: refused(
+        e.cli(G(e, "--checkpoint", str(crafted(e)["unreadable"])), nocaps=True),
+        "unreadable|permission",
+    )
+)
+cli_row(
+    27,
+    "G --checkpoint runs/mt/quick.pt (a translator checkpoint)",
+    lambda e: G(e, "--checkpoint", str(mt_ckpt(e))),
+    lambda r: refused(r, "translat"),
+)
 
 # ---- 1 CLI input: translate
-multi_row(28, "T '' / T (no sentence) / T '   ' ''", lambda e: [T(e, ""), T(e), T(e, "   ", "")],
-          lambda r: refused(r, "nothing to translate|sentence"))
-cli_row(29, "T 'Hello 😀'", lambda e: T(e, "Hello 😀"),
-        lambda r: succeeded(r, lambda r: None if "😀" in r.err else "no note about '😀'"))
-cli_row(30, "T '你好，世界'", lambda e: T(e, "你好，世界"),
-        lambda r: succeeded(r, lambda r: None if "你" in r.err else "no note about the unseen characters"))
-cli_row(31, "T \"$(cat 120KB.txt)\"", lambda e: T(e, big_text(120_000).replace("\n", " ")),
-        lambda r: succeeded(r, lambda r: None if len(r.err) < 5000 else f"{len(r.err)} characters on stderr "
-                            "(the sentence is echoed in full)"))
-cli_row(32, "T --beam-size 0 Hello.", lambda e: T(e, "--beam-size", "0", "Hello."), lambda r: refused(r, "beam"))
-cli_row(33, "T --beam-size -2 Hello.", lambda e: T(e, "--beam-size", "-2", "Hello."), lambda r: refused(r, "beam"))
-multi_row(34, "T --beam-size 1 / --beam-size 500", lambda e: [T(e, "--beam-size", v, "Hello.") for v in ("1", "500")],
-          succeeded)
-cli_row(35, "T --method sample --temperature 0", lambda e: T(e, "--method", "sample", "--temperature", "0", "Hello."),
-        lambda r: either(r, "temperature"))
+multi_row(
+    28,
+    "T '' / T (no sentence) / T '   ' ''",
+    lambda e: [T(e, ""), T(e), T(e, "   ", "")],
+    lambda r: refused(r, "nothing to translate|sentence"),
+)
+cli_row(
+    29,
+    "T 'Hello 😀'",
+    lambda e: T(e, "Hello 😀"),
+    lambda r: succeeded(r, lambda r: None if "😀" in r.err else "no note about '😀'"),
+)
+cli_row(
+    30,
+    "T '你好，世界'",
+    lambda e: T(e, "你好，世界"),
+    lambda r: succeeded(
+        r, lambda r: None if "你" in r.err else "no note about the unseen characters"
+    ),
+)
+cli_row(
+    31,
+    'T "$(cat 120KB.txt)"',
+    lambda e: T(e, big_text(120_000).replace("\n", " ")),
+    lambda r: succeeded(
+        r,
+        lambda r: (
+            None
+            if len(r.err) < 5000
+            else f"{len(r.err)} characters on stderr (the sentence is echoed in full)"
+        ),
+    ),
+)
+cli_row(
+    32,
+    "T --beam-size 0 Hello.",
+    lambda e: T(e, "--beam-size", "0", "Hello."),
+    lambda r: refused(r, "beam"),
+)
+cli_row(
+    33,
+    "T --beam-size -2 Hello.",
+    lambda e: T(e, "--beam-size", "-2", "Hello."),
+    lambda r: refused(r, "beam"),
+)
+multi_row(
+    34,
+    "T --beam-size 1 / --beam-size 500",
+    lambda e: [T(e, "--beam-size", v, "Hello.") for v in ("1", "500")],
+    succeeded,
+)
+cli_row(
+    35,
+    "T --method sample --temperature 0",
+    lambda e: T(e, "--method", "sample", "--temperature", "0", "Hello."),
+    lambda r: either(r, "temperature"),
+)
 for _id, _t in ((36, "-1"), (37, "nan"), (38, "inf")):
-    cli_row(_id, f"T --method sample --temperature {_t}",
-            lambda e, t=_t: T(e, "--method", "sample", "--temperature", t, "Hello."), lambda r: refused(r, "temperature"))
-multi_row(39, "T --checkpoint nonexistent / empty / directory / truncated / random bytes / LM checkpoint",
-          lambda e: [T(e, "--checkpoint", str(p), "Hello.") for p in
-                     (e.fix / "nope.pt", *(crafted(e)[k] for k in ("empty", "adir", "trunc_mt", "random")), lm_ckpt(e))],
-          lambda r: refused(r, "checkpoint"))
+    cli_row(
+        _id,
+        f"T --method sample --temperature {_t}",
+        lambda e, t=_t: T(e, "--method", "sample", "--temperature", t, "Hello."),
+        lambda r: refused(r, "temperature"),
+    )
+multi_row(
+    39,
+    "T --checkpoint nonexistent / empty / directory / truncated / random bytes / LM checkpoint",
+    lambda e: [
+        T(e, "--checkpoint", str(p), "Hello.")
+        for p in (
+            e.fix / "nope.pt",
+            *(crafted(e)[k] for k in ("empty", "adir", "trunc_mt", "random")),
+            lm_ckpt(e),
+        )
+    ],
+    lambda r: refused(r, "checkpoint"),
+)
 row(40, 1, "NC T --checkpoint unreadable.pt", nocaps_skip)(
-    lambda e: refused(e.cli(T(e, "--checkpoint", str(crafted(e)["unreadable"]), "Hello."), nocaps=True),
-                      "unreadable|permission"))
-multi_row(41, "PM (no command) / PM frobnicate / train-lm --preset huge / generate without --checkpoint / "
-              "translate --method foo / G --max-new-tokens abc / L --batch-size 1.5",
-          lambda e: [[], ["frobnicate"], ["train-lm", "--preset", "huge"], ["generate"],
-                     ["translate", "--method", "foo", "Hello."], G(e, "--max-new-tokens", "abc"),
-                     L("--batch-size", "1.5")],
-          lambda r: refused(r, r"error"))
+    lambda e: refused(
+        e.cli(
+            T(e, "--checkpoint", str(crafted(e)["unreadable"]), "Hello."), nocaps=True
+        ),
+        "unreadable|permission",
+    )
+)
+multi_row(
+    41,
+    "PM (no command) / PM frobnicate / train-lm --preset huge / generate without --checkpoint / "
+    "translate --method foo / G --max-new-tokens abc / L --batch-size 1.5",
+    lambda e: [
+        [],
+        ["frobnicate"],
+        ["train-lm", "--preset", "huge"],
+        ["generate"],
+        ["translate", "--method", "foo", "Hello."],
+        G(e, "--max-new-tokens", "abc"),
+        L("--batch-size", "1.5"),
+    ],
+    lambda r: refused(r, r"error"),
+)
 
 # ---- 1 CLI input: train-lm and train-mt
-cli_row(42, "L --batch-size 0", lambda e: L("--batch-size", "0"), lambda r: refused(r, "batch-size"))
-cli_row(43, "L --batch-size -4", lambda e: L("--batch-size", "-4"), lambda r: refused(r, "batch-size"))
-cli_row(44, "(ulimit -v 8000000; L --batch-size 100000000)", lambda e: L("--batch-size", "100000000"),
-        lambda r: refused(r, "memory|batch"), address_space=8_000_000 * 1024, timeout=240)
-cli_row(45, "L --max-iters 0", lambda e: L("--max-iters", "0"), lambda r: either(r, "max-iters"))
-cli_row(46, "L --max-iters -5", lambda e: L("--max-iters", "-5"), lambda r: refused(r, "max-iters"))
-cli_row(47, "L --lr 0 --min-lr 0", lambda e: L("--lr", "0", "--min-lr", "0"), lambda r: either(r, "lr"))
-multi_row(48, "L --lr -1 / L --lr nan", lambda e: [L("--lr", "-1"), L("--lr", "nan")], lambda r: refused(r, "lr"))
-cli_row(49, "L --lr 1e10 --max-iters 20 --eval-interval 10",
-        lambda e: L("--lr", "1e10", "--max-iters", "20", "--eval-interval", "10"),
-        lambda r: refused(r, r"nan|finite|diverg", r"step", r"lr|learning rate", silent="FAIL"))
-cli_row(50, "L --eval-interval 0", lambda e: L("--eval-interval", "0"), lambda r: refused(r, "eval-interval"))
-cli_row(51, "L --eval-interval -1", lambda e: L("--eval-interval", "-1"), lambda r: refused(r, "eval-interval"))
-cli_row(52, "L --eval-windows 0", lambda e: L("--eval-windows", "0"), lambda r: refused(r, "eval-windows"))
-cli_row(53, "L --eval-windows -1", lambda e: L("--eval-windows", "-1"), lambda r: refused(r, "eval-windows"))
-cli_row(54, "L --warmup-steps -10 (the review's --warmup)", lambda e: L("--warmup-steps", "-10"),
-        lambda r: refused(r, "warmup"))
-cli_row(55, "L --model n_heads=5", lambda e: L("--model", "n_heads=5"), lambda r: refused(r, "n_heads"))
-cli_row(56, "L --model n_heads=0", lambda e: L("--model", "n_heads=0"), lambda r: refused(r, "n_heads"))
-cli_row(57, "L --model foo=1", lambda e: L("--model", "foo=1"), lambda r: refused(r, "foo", "d_model"))
-cli_row(58, "L --model dropout (no =)", lambda e: L("--model", "dropout"), lambda r: refused(r, "KEY=VALUE"))
-cli_row(59, "L --model context_len=0", lambda e: L("--model", "context_len=0"), lambda r: refused(r, "context_len"))
-cli_row(60, "L --model context_len=2000000", lambda e: L("--model", "context_len=2000000"),
-        lambda r: refused(r, "context"))
-multi_row(61, "L --model dropout=1.5 / --model norm=batch", lambda e: [L("--model", "dropout=1.5"),
-                                                                    L("--model", "norm=batch")],
-          lambda r: refused(r, "dropout|norm"))
-multi_row(62, "L --tokenizer bpe --bpe-vocab 0 / --bpe-vocab 10",
-          lambda e: [L("--tokenizer", "bpe", "--bpe-vocab", v) for v in ("0", "10")],
-          lambda r: refused(r, "bpe-vocab|256"))
-row(63, 1, "L --device cuda (CPU-only torch)", cuda_skip)(lambda e: refused(e.cli(L("--device", "cuda")), "cuda", "cpu"))
-cli_row(64, "L --device foo", lambda e: L("--device", "foo"), lambda r: refused(r, "foo", "cpu"))
-multi_row(65, "L --stop-at 0 / L --time-budget -1", lambda e: [L("--stop-at", "0"), L("--time-budget", "-1")],
-          lambda r: either(r, "stop-at|time-budget"))
-cli_row(66, "L --resume (no --out)", lambda e: L("--resume"), lambda r: refused(r, "--out"))
-cli_row(67, "L --resume --out ck/none.pt", lambda e: L("--resume", "--out", str(e.fix / "none.pt")),
-        lambda r: refused(r, "none.pt"))
+cli_row(
+    42,
+    "L --batch-size 0",
+    lambda e: L("--batch-size", "0"),
+    lambda r: refused(r, "batch-size"),
+)
+cli_row(
+    43,
+    "L --batch-size -4",
+    lambda e: L("--batch-size", "-4"),
+    lambda r: refused(r, "batch-size"),
+)
+cli_row(
+    44,
+    "(ulimit -v 8000000; L --batch-size 100000000)",
+    lambda e: L("--batch-size", "100000000"),
+    lambda r: refused(r, "memory|batch"),
+    address_space=8_000_000 * 1024,
+    timeout=240,
+)
+cli_row(
+    45,
+    "L --max-iters 0",
+    lambda e: L("--max-iters", "0"),
+    lambda r: either(r, "max-iters"),
+)
+cli_row(
+    46,
+    "L --max-iters -5",
+    lambda e: L("--max-iters", "-5"),
+    lambda r: refused(r, "max-iters"),
+)
+cli_row(
+    47,
+    "L --lr 0 --min-lr 0",
+    lambda e: L("--lr", "0", "--min-lr", "0"),
+    lambda r: either(r, "lr"),
+)
+multi_row(
+    48,
+    "L --lr -1 / L --lr nan",
+    lambda e: [L("--lr", "-1"), L("--lr", "nan")],
+    lambda r: refused(r, "lr"),
+)
+cli_row(
+    49,
+    "L --lr 1e10 --max-iters 20 --eval-interval 10",
+    lambda e: L("--lr", "1e10", "--max-iters", "20", "--eval-interval", "10"),
+    lambda r: refused(
+        r, r"nan|finite|diverg", r"step", r"lr|learning rate", silent="FAIL"
+    ),
+)
+cli_row(
+    50,
+    "L --eval-interval 0",
+    lambda e: L("--eval-interval", "0"),
+    lambda r: refused(r, "eval-interval"),
+)
+cli_row(
+    51,
+    "L --eval-interval -1",
+    lambda e: L("--eval-interval", "-1"),
+    lambda r: refused(r, "eval-interval"),
+)
+cli_row(
+    52,
+    "L --eval-windows 0",
+    lambda e: L("--eval-windows", "0"),
+    lambda r: refused(r, "eval-windows"),
+)
+cli_row(
+    53,
+    "L --eval-windows -1",
+    lambda e: L("--eval-windows", "-1"),
+    lambda r: refused(r, "eval-windows"),
+)
+cli_row(
+    54,
+    "L --warmup-steps -10 (the review's --warmup)",
+    lambda e: L("--warmup-steps", "-10"),
+    lambda r: refused(r, "warmup"),
+)
+cli_row(
+    55,
+    "L --model n_heads=5",
+    lambda e: L("--model", "n_heads=5"),
+    lambda r: refused(r, "n_heads"),
+)
+cli_row(
+    56,
+    "L --model n_heads=0",
+    lambda e: L("--model", "n_heads=0"),
+    lambda r: refused(r, "n_heads"),
+)
+cli_row(
+    57,
+    "L --model foo=1",
+    lambda e: L("--model", "foo=1"),
+    lambda r: refused(r, "foo", "d_model"),
+)
+cli_row(
+    58,
+    "L --model dropout (no =)",
+    lambda e: L("--model", "dropout"),
+    lambda r: refused(r, "KEY=VALUE"),
+)
+cli_row(
+    59,
+    "L --model context_len=0",
+    lambda e: L("--model", "context_len=0"),
+    lambda r: refused(r, "context_len"),
+)
+cli_row(
+    60,
+    "L --model context_len=2000000",
+    lambda e: L("--model", "context_len=2000000"),
+    lambda r: refused(r, "context"),
+)
+multi_row(
+    61,
+    "L --model dropout=1.5 / --model norm=batch",
+    lambda e: [L("--model", "dropout=1.5"), L("--model", "norm=batch")],
+    lambda r: refused(r, "dropout|norm"),
+)
+multi_row(
+    62,
+    "L --tokenizer bpe --bpe-vocab 0 / --bpe-vocab 10",
+    lambda e: [L("--tokenizer", "bpe", "--bpe-vocab", v) for v in ("0", "10")],
+    lambda r: refused(r, "bpe-vocab|256"),
+)
+row(63, 1, "L --device cuda (CPU-only torch)", cuda_skip)(
+    lambda e: refused(e.cli(L("--device", "cuda")), "cuda", "cpu")
+)
+cli_row(
+    64,
+    "L --device foo",
+    lambda e: L("--device", "foo"),
+    lambda r: refused(r, "foo", "cpu"),
+)
+multi_row(
+    65,
+    "L --stop-at 0 / L --time-budget -1",
+    lambda e: [L("--stop-at", "0"), L("--time-budget", "-1")],
+    lambda r: either(r, "stop-at|time-budget"),
+)
+cli_row(
+    66, "L --resume (no --out)", lambda e: L("--resume"), lambda r: refused(r, "--out")
+)
+cli_row(
+    67,
+    "L --resume --out ck/none.pt",
+    lambda e: L("--resume", "--out", str(e.fix / "none.pt")),
+    lambda r: refused(r, "none.pt"),
+)
 
 
 @row(68, 1, "L --out ck/new/deep/dir/x.pt (folder does not exist)")
 def _r68(env: Env) -> Outcome:
     folder = env.fresh("deep")
     out = folder / "new" / "deep" / "dir" / "x.pt"
-    return succeeded(env.cli(L("--out", str(out)), cwd=folder), lambda r: None if out.is_file() else "no checkpoint")
+    return succeeded(
+        env.cli(L("--out", str(out)), cwd=folder),
+        lambda r: None if out.is_file() else "no checkpoint",
+    )
 
 
-row(69, 1, "L --compile (CPU, gcc present)",
-    lambda: None if shutil.which("gcc") or shutil.which("cc") else "needs a C compiler for torch.compile")(
-    lambda e: succeeded(e.cli(L("--compile"), timeout=420)))
+row(
+    69,
+    1,
+    "L --compile (CPU, gcc present)",
+    lambda: (
+        None
+        if shutil.which("gcc") or shutil.which("cc")
+        else "needs a C compiler for torch.compile"
+    ),
+)(lambda e: succeeded(e.cli(L("--compile"), timeout=420)))
 
 
-@row(70, 1, "L --tokenizer bpe --bpe-vocab 300 --out bpe.pt, then generate --prompt 'ROMEO 😀 你好' and ''")
+@row(
+    70,
+    1,
+    "L --tokenizer bpe --bpe-vocab 300 --out bpe.pt, then generate --prompt 'ROMEO 😀 你好' and ''",
+)
 def _r70(env: Env) -> Outcome:
     folder = env.fresh("bpe")
-    r = env.cli(L("--tokenizer", "bpe", "--bpe-vocab", "300", "--out", "bpe.pt"), cwd=folder, timeout=300)
+    r = env.cli(
+        L("--tokenizer", "bpe", "--bpe-vocab", "300", "--out", "bpe.pt"),
+        cwd=folder,
+        timeout=300,
+    )
     if r.rc != 0 or crashed(r):
         return succeeded(r)
     gen = ["generate", "--checkpoint", "bpe.pt", "--max-new-tokens", "20", "--prompt"]
-    return worst([succeeded(env.cli(gen + [p], cwd=folder)) for p in ("ROMEO 😀 你好", "")])
+    return worst(
+        [succeeded(env.cli(gen + [p], cwd=folder)) for p in ("ROMEO 😀 你好", "")]
+    )
 
 
-multi_row(71, "M --epochs 0 / M --epochs -1", lambda e: [M("--epochs", "0"), M("--epochs", "-1")],
-          lambda r: refused(r, "epochs"))
-cli_row(72, "M --max-minutes 0", lambda e: M("--max-minutes", "0"), lambda r: either(r, "max-minutes"))
-cli_row(73, "M --max-minutes nan (refused before training)", lambda e: M("--max-minutes", "nan"),
-        lambda r: ("FAIL", "trained an epoch before refusing") if "epoch" in r.out and r.rc != 0 and not crashed(r)
-        else refused(r, "max-minutes"))
+multi_row(
+    71,
+    "M --epochs 0 / M --epochs -1",
+    lambda e: [M("--epochs", "0"), M("--epochs", "-1")],
+    lambda r: refused(r, "epochs"),
+)
+cli_row(
+    72,
+    "M --max-minutes 0",
+    lambda e: M("--max-minutes", "0"),
+    lambda r: either(r, "max-minutes"),
+)
+cli_row(
+    73,
+    "M --max-minutes nan (refused before training)",
+    lambda e: M("--max-minutes", "nan"),
+    lambda r: (
+        ("FAIL", "trained an epoch before refusing")
+        if "epoch" in r.out and r.rc != 0 and not crashed(r)
+        else refused(r, "max-minutes")
+    ),
+)
+
 
 # ---- 2 Checkpoints
 def _gck(name: str, *patterns: str, area: int = 2, what: str = "", id: int = 0) -> None:
     """Register `G --checkpoint <crafted name>`, refused naming `patterns`."""
-    cli_row(id, what or f"G --checkpoint {name}.pt", lambda e: G(e, "--checkpoint", str(crafted(e)[name])),
-            lambda r: refused(r, *patterns), area=area)
+    cli_row(
+        id,
+        what or f"G --checkpoint {name}.pt",
+        lambda e: G(e, "--checkpoint", str(crafted(e)[name])),
+        lambda r: refused(r, *patterns),
+        area=area,
+    )
 
 
 def _no_unsafe_advice(o: Outcome, r: Result) -> Outcome:
     """FAIL a message that tells the user to load with weights_only=False."""
     if "weights_only set to False" in r.err or "weights_only=False" in r.err:
-        return "FAIL", "the message advises weights_only=False (the unsafe load): " + r.last_err()
+        return (
+            "FAIL",
+            "the message advises weights_only=False (the unsafe load): " + r.last_err(),
+        )
     return o
 
 
 _gck("empty", "empty|checkpoint", id=74, what="G --checkpoint empty.pt (0 bytes)")
 _gck("trunc_lm", "checkpoint", id=75, what="G --checkpoint trunc_lm.pt (first 40%)")
-cli_row(76, "G --checkpoint random.pt (300 kB of random bytes)",
-        lambda e: G(e, "--checkpoint", str(crafted(e)["random"])),
-        lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r), area=2)
-multi_row(77, "T --checkpoint trunc_mt.pt / random.pt / empty.pt",
-          lambda e: [T(e, "--checkpoint", str(crafted(e)[k]), "Hello.") for k in ("trunc_mt", "random", "empty")],
-          lambda r: refused(r, "checkpoint"), area=2)
+cli_row(
+    76,
+    "G --checkpoint random.pt (300 kB of random bytes)",
+    lambda e: G(e, "--checkpoint", str(crafted(e)["random"])),
+    lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
+    area=2,
+)
+multi_row(
+    77,
+    "T --checkpoint trunc_mt.pt / random.pt / empty.pt",
+    lambda e: [
+        T(e, "--checkpoint", str(crafted(e)[k]), "Hello.")
+        for k in ("trunc_mt", "random", "empty")
+    ],
+    lambda r: refused(r, "checkpoint"),
+    area=2,
+)
 _gck("dict", "checkpoint", id=78, what="G on torch.save({'foo': 1})")
 _gck("list", "checkpoint", id=79, what="G on torch.save([1, 2, 3])")
 _gck("tensor", "checkpoint", id=80, what="G on torch.save(torch.zeros(3))")
-_gck("lm_vocab100", "vocab|size", id=81, what="G on an LM checkpoint with config.vocab_size=100 (weights 65)")
-_gck("lm_dmodel64", "d_model|size|shape", id=82, what="G on an LM checkpoint with config.d_model=64 (weights 32)")
-_gck("lm_no_tokemb", "tok_emb", id=83, what="G on an LM checkpoint missing tok_emb.weight")
-_gck("lm_tok66", "vocab|tokenizer", id=84, what="G on an LM checkpoint whose tokenizer has 66 characters, model 65")
-_gck("lm_tok10", "vocab|tokenizer", id=85, what="G on an LM checkpoint whose tokenizer has 10 characters, model 65")
-_gck("lm_rope", "rope", id=86, what="G on an LM checkpoint with an unknown config key `rope`")
+_gck(
+    "lm_vocab100",
+    "vocab|size",
+    id=81,
+    what="G on an LM checkpoint with config.vocab_size=100 (weights 65)",
+)
+_gck(
+    "lm_dmodel64",
+    "d_model|size|shape",
+    id=82,
+    what="G on an LM checkpoint with config.d_model=64 (weights 32)",
+)
+_gck(
+    "lm_no_tokemb",
+    "tok_emb",
+    id=83,
+    what="G on an LM checkpoint missing tok_emb.weight",
+)
+_gck(
+    "lm_tok66",
+    "vocab|tokenizer",
+    id=84,
+    what="G on an LM checkpoint whose tokenizer has 66 characters, model 65",
+)
+_gck(
+    "lm_tok10",
+    "vocab|tokenizer",
+    id=85,
+    what="G on an LM checkpoint whose tokenizer has 10 characters, model 65",
+)
+_gck(
+    "lm_rope",
+    "rope",
+    id=86,
+    what="G on an LM checkpoint with an unknown config key `rope`",
+)
 _gck("lm_nomodel", "model", id=87, what="G on an LM checkpoint with no `model` key")
 _gck("lm_tokNone", "tokenizer", id=88, what="G on an LM checkpoint with tokenizer=None")
-_gck("lm_configstr", "config", id=89, what="G on an LM checkpoint with config='gpt' (a string)")
-multi_row(90, "T on {'foo': 1} / [1, 2, 3] / a tensor",
-          lambda e: [T(e, "--checkpoint", str(crafted(e)[k]), "Hello.") for k in ("dict", "list", "tensor")],
-          lambda r: refused(r, "translator"), area=2)
+_gck(
+    "lm_configstr",
+    "config",
+    id=89,
+    what="G on an LM checkpoint with config='gpt' (a string)",
+)
+multi_row(
+    90,
+    "T on {'foo': 1} / [1, 2, 3] / a tensor",
+    lambda e: [
+        T(e, "--checkpoint", str(crafted(e)[k]), "Hello.")
+        for k in ("dict", "list", "tensor")
+    ],
+    lambda r: refused(r, "translator"),
+    area=2,
+)
 for _id, _name, _pat, _what in (
-        (91, "mt_d32", "d_model|size|shape", "config d_model 32 (weights 64)"),
-        (92, "mt_tgt7", "vocab|size|shape", "config tgt_vocab_size + 7"),
-        (93, "mt_nobest", "best_model", "no `best_model`"),
-        (94, "mt_sentencepiece", "sentencepiece", "src tokenizer type 'sentencepiece'"),
-        (95, "mt_extra", "foo", "an extra config key `foo`")):
-    cli_row(_id, f"T on a translator checkpoint with {_what}",
-            lambda e, n=_name: T(e, "--checkpoint", str(crafted(e)[n]), "Hello."),
-            lambda r, p=_pat: refused(r, p), area=2)
+    (91, "mt_d32", "d_model|size|shape", "config d_model 32 (weights 64)"),
+    (92, "mt_tgt7", "vocab|size|shape", "config tgt_vocab_size + 7"),
+    (93, "mt_nobest", "best_model", "no `best_model`"),
+    (94, "mt_sentencepiece", "sentencepiece", "src tokenizer type 'sentencepiece'"),
+    (95, "mt_extra", "foo", "an extra config key `foo`"),
+):
+    cli_row(
+        _id,
+        f"T on a translator checkpoint with {_what}",
+        lambda e, n=_name: T(e, "--checkpoint", str(crafted(e)[n]), "Hello."),
+        lambda r, p=_pat: refused(r, p),
+        area=2,
+    )
 
 
 @row(96, 2, "train-lm --preset cpu --resume --out <tiny checkpoint>")
 def _r96(env: Env) -> Outcome:
     out = copy_to(lm_ckpt(env), env.fresh("r96"))
-    return refused(env.cli(L("--preset", "cpu", "--resume", "--out", str(out))), "d_model")
+    return refused(
+        env.cli(L("--preset", "cpu", "--resume", "--out", str(out))), "d_model"
+    )
 
 
 @row(97, 2, "train-lm --tokenizer bpe --resume --out <char checkpoint>")
 def _r97(env: Env) -> Outcome:
     out = copy_to(lm_ckpt(env), env.fresh("r97"))
-    return refused(env.cli(L("--tokenizer", "bpe", "--resume", "--out", str(out)), timeout=300), "tokenizer|vocab")
+    return refused(
+        env.cli(L("--tokenizer", "bpe", "--resume", "--out", str(out)), timeout=300),
+        "tokenizer|vocab",
+    )
 
 
-@row(98, 2, "train-lm --resume --out <translator checkpoint> / train-mt --resume --out <LM checkpoint>")
+@row(
+    98,
+    2,
+    "train-lm --resume --out <translator checkpoint> / train-mt --resume --out <LM checkpoint>",
+)
 def _r98(env: Env) -> Outcome:
     folder = env.fresh("r98")
-    mt, lm = copy_to(mt_ckpt(env), folder, "mt.pt"), copy_to(lm_ckpt(env), folder, "lm.pt")
-    return worst([refused(env.cli(L("--resume", "--out", str(mt))), "translat|config|differ|match"),
-                  refused(env.cli(M("--resume", "--out", str(lm)), timeout=120), "language|LM|config|differ|match")])
+    mt, lm = (
+        copy_to(mt_ckpt(env), folder, "mt.pt"),
+        copy_to(lm_ckpt(env), folder, "lm.pt"),
+    )
+    return worst(
+        [
+            refused(
+                env.cli(L("--resume", "--out", str(mt))), "translat|config|differ|match"
+            ),
+            refused(
+                env.cli(M("--resume", "--out", str(lm)), timeout=120),
+                "language|LM|config|differ|match",
+            ),
+        ]
+    )
 
 
 @row(99, 2, "control: torch.load(evil_lm.pt, weights_only=False) runs the payload")
 def _r99(env: Env) -> Outcome:
     import torch
+
     files = crafted(env)
-    torch.load(files["evil_lm"], weights_only=False)  # the positive control: this must run `touch`
+    torch.load(
+        files["evil_lm"], weights_only=False
+    )  # the positive control: this must run `touch`
     ran = marker(env).exists()
     marker(env).unlink(missing_ok=True)
-    return ("PASS", "the payload ran: the files are malicious") if ran else ("FAIL", "the control payload did not run")
+    return (
+        ("PASS", "the payload ran: the files are malicious")
+        if ran
+        else ("FAIL", "the control payload did not run")
+    )
 
 
 EVIL_LM = ("evil_top", "evil_lm", "evil_lm_legacy", "evil_raw")
 EVIL_MT = ("evil_top", "evil_mt", "evil_mt_legacy", "evil_raw")
 
 
-def _nothing_ran(env: Env, judge: Callable[[Result], Outcome], runs: list[list[str]], **kw) -> Outcome:
+def _nothing_ran(
+    env: Env, judge: Callable[[Result], Outcome], runs: list[list[str]], **kw
+) -> Outcome:
     """Run each command; FAIL if the marker appears, else `judge` each result."""
     outcomes = []
     for args in runs:
@@ -723,25 +1348,53 @@ def _nothing_ran(env: Env, judge: Callable[[Result], Outcome], runs: list[list[s
 
 
 def _rc_nonzero(r: Result) -> Outcome:
-    return ("PASS", "refused") if r.rc != 0 else ("FAIL", "loaded a malicious file, rc 0")
+    return (
+        ("PASS", "refused") if r.rc != 0 else ("FAIL", "loaded a malicious file, rc 0")
+    )
 
 
-row(100, 2, "G --checkpoint evil_top.pt / evil_lm.pt / evil_lm_legacy.pt / evil_raw.pkl: nothing runs")(
-    lambda e: _nothing_ran(e, _rc_nonzero, [G(e, "--checkpoint", str(crafted(e)[k])) for k in EVIL_LM]))
+row(
+    100,
+    2,
+    "G --checkpoint evil_top.pt / evil_lm.pt / evil_lm_legacy.pt / evil_raw.pkl: nothing runs",
+)(
+    lambda e: _nothing_ran(
+        e, _rc_nonzero, [G(e, "--checkpoint", str(crafted(e)[k])) for k in EVIL_LM]
+    )
+)
 row(101, 2, "the same 4 malicious files: the message generate shows")(
-    lambda e: _nothing_ran(e, lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
-                           [G(e, "--checkpoint", str(crafted(e)[k])) for k in EVIL_LM]))
+    lambda e: _nothing_ran(
+        e,
+        lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
+        [G(e, "--checkpoint", str(crafted(e)[k])) for k in EVIL_LM],
+    )
+)
 row(102, 2, "T --checkpoint evil_top / evil_mt / evil_mt_legacy / evil_raw")(
-    lambda e: _nothing_ran(e, lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
-                           [T(e, "--checkpoint", str(crafted(e)[k]), "Hello.") for k in EVIL_MT]))
+    lambda e: _nothing_ran(
+        e,
+        lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
+        [T(e, "--checkpoint", str(crafted(e)[k]), "Hello.") for k in EVIL_MT],
+    )
+)
 
 
-@row(103, 2, "train-lm --resume --out evil_resume.pt; train-mt --quick --resume --out evil_mtresume.pt")
+@row(
+    103,
+    2,
+    "train-lm --resume --out evil_resume.pt; train-mt --quick --resume --out evil_mtresume.pt",
+)
 def _r103(env: Env) -> Outcome:
     folder = env.fresh("r103")
-    lm, mt = copy_to(crafted(env)["evil_lm"], folder), copy_to(crafted(env)["evil_mt"], folder)
-    return _nothing_ran(env, lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
-                        [L("--resume", "--out", str(lm)), M("--resume", "--out", str(mt))], timeout=120)
+    lm, mt = (
+        copy_to(crafted(env)["evil_lm"], folder),
+        copy_to(crafted(env)["evil_mt"], folder),
+    )
+    return _nothing_ran(
+        env,
+        lambda r: _no_unsafe_advice(refused(r, "checkpoint"), r),
+        [L("--resume", "--out", str(lm)), M("--resume", "--out", str(mt))],
+        timeout=120,
+    )
 
 
 def _call_spans(text: str, name: str):
@@ -751,10 +1404,14 @@ def _call_spans(text: str, name: str):
         while i < len(text) and depth:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
             i += 1
-        yield text[m.end(): i - 1]
+        yield text[m.end() : i - 1]
 
 
-@row(104, 2, "source audit: every torch.load in transformer_lib, tests, benchmarks passes weights_only=True")
+@row(
+    104,
+    2,
+    "source audit: every torch.load in transformer_lib, tests, benchmarks passes weights_only=True",
+)
 def _r104(env: Env) -> Outcome:
     unsafe = []
     for folder in ("transformer_lib", "tests", "benchmarks"):
@@ -764,26 +1421,45 @@ def _r104(env: Env) -> Outcome:
             for args in _call_spans(path.read_text(encoding="utf-8"), "torch.load"):
                 if not re.search(r"weights_only\s*=\s*True", args):
                     unsafe.append(f"{path.relative_to(ROOT)}: torch.load({args[:60]})")
-    return ("FAIL", "; ".join(unsafe)) if unsafe else ("PASS", "every call passes weights_only=True")
+    return (
+        ("FAIL", "; ".join(unsafe))
+        if unsafe
+        else ("PASS", "every call passes weights_only=True")
+    )
 
 
-@row(105, 2, "dependency floor: torch>=X in pyproject.toml and requirements.txt is a torch where weights_only is safe")
+@row(
+    105,
+    2,
+    "dependency floor: torch>=X in pyproject.toml and requirements.txt is a torch where weights_only is safe",
+)
 def _r105(env: Env) -> Outcome:
     floors = {}
     for name in ("pyproject.toml", "requirements.txt"):
-        m = re.search(r"torch\s*>=\s*([0-9]+)\.([0-9]+)", (ROOT / name).read_text(encoding="utf-8"))
+        m = re.search(
+            r"torch\s*>=\s*([0-9]+)\.([0-9]+)",
+            (ROOT / name).read_text(encoding="utf-8"),
+        )
         floors[name] = (int(m.group(1)), int(m.group(2))) if m else None
     low = {k: v for k, v in floors.items() if v is None or v < (2, 6)}
     if low:
-        return "FAIL", ("floor below 2.6, where weights_only=True can be bypassed (CVE-2025-32434): "
-                        + ", ".join(f"{k} {'.'.join(map(str, v)) if v else 'no floor'}" for k, v in low.items()))
-    return "PASS", ", ".join(f"{k} >= {'.'.join(map(str, v))}" for k, v in floors.items())
+        return "FAIL", (
+            "floor below 2.6, where weights_only=True can be bypassed (CVE-2025-32434): "
+            + ", ".join(
+                f"{k} {'.'.join(map(str, v)) if v else 'no floor'}"
+                for k, v in low.items()
+            )
+        )
+    return "PASS", ", ".join(
+        f"{k} >= {'.'.join(map(str, v))}" for k, v in floors.items()
+    )
 
 
 # ---- 3 Training faults
 def _load(path: Path) -> dict | None:
     """The checkpoint's dict, or None when it cannot be read (weights_only=True)."""
     import torch
+
     try:
         return torch.load(path, weights_only=True)
     except Exception:  # noqa: BLE001 - unreadable is the answer
@@ -798,6 +1474,7 @@ def _tmp_files(out: Path) -> list[Path]:
 def _same_weights(a: dict, b: dict, key: str = "model") -> str | None:
     """None when the two checkpoints hold bit-identical `key` weights; else what differs."""
     import torch
+
     if a is None or b is None:
         return "a checkpoint is missing or unreadable"
     diff = [k for k in a[key] if not torch.equal(a[key][k], b[key][k])]
@@ -806,24 +1483,30 @@ def _same_weights(a: dict, b: dict, key: str = "model") -> str | None:
 
 def _new_save(out: Path, delay: float) -> Callable[[subprocess.Popen], None]:
     """A trigger: once `out` is (re)written after the start, wait `delay` s, then kill -9."""
+
     def trigger(p: subprocess.Popen) -> None:
         before = out.stat().st_mtime_ns if out.exists() else None
         wait_for(lambda: out.exists() and out.stat().st_mtime_ns != before, 120, p)
         time.sleep(delay)
         kill_group(p)
+
     return trigger
 
 
 def _temp_appears(out: Path, delay: float) -> Callable[[subprocess.Popen], None]:
     """A trigger: once a save's temp file exists, wait `delay` s, then kill -9 (the write is caught midway)."""
+
     def trigger(p: subprocess.Popen) -> None:
         wait_for(lambda: bool(_tmp_files(out)), 120, p, poll=0.0005)
         time.sleep(delay)
         kill_group(p)
+
     return trigger
 
 
-def kill_runs(env: Env, base: list[str], out: Path, triggers: list, cwd: Path) -> list[str]:
+def kill_runs(
+    env: Env, base: list[str], out: Path, triggers: list, cwd: Path
+) -> list[str]:
     """Run `base` (+ --resume once `out` exists) under each trigger; complaints about the checkpoint after each kill."""
     problems = []
     for trigger in triggers:
@@ -846,45 +1529,110 @@ def _lm_kill(env: Env, iters: int, interval: int, delays: list[float]) -> Outcom
     base = L("--max-iters", str(iters), "--eval-interval", str(interval))
     ref = env.cli(base + ["--out", str(folder / "ref.pt")], cwd=folder)
     out = folder / "k.pt"
-    problems = kill_runs(env, base + ["--out", str(out)], out, [_new_save(out, d) for d in delays], folder)
+    problems = kill_runs(
+        env,
+        base + ["--out", str(out)],
+        out,
+        [_new_save(out, d) for d in delays],
+        folder,
+    )
     r = finish(env, base + ["--out", str(out)], out, folder)
     if crashed(r) or r.rc != 0 or ref.rc != 0:
-        return crashed(r) or crashed(ref) or ("FAIL", f"rc {r.rc}/{ref.rc}: {r.last_err()}")
+        return (
+            crashed(r)
+            or crashed(ref)
+            or ("FAIL", f"rc {r.rc}/{ref.rc}: {r.last_err()}")
+        )
     a, b = _load(folder / "ref.pt"), _load(out)
     problems += [p for p in (_same_weights(a, b),) if p]
-    if a and b and [h["val_loss"] for h in a["history"]] != [h["val_loss"] for h in b["history"]]:
+    if (
+        a
+        and b
+        and [h["val_loss"] for h in a["history"]]
+        != [h["val_loss"] for h in b["history"]]
+    ):
         problems.append("validation history differs")
-    return ("FAIL", "; ".join(problems)) if problems else ("PASS", f"{len(delays)} kills, bit-identical")
+    return (
+        ("FAIL", "; ".join(problems))
+        if problems
+        else ("PASS", f"{len(delays)} kills, bit-identical")
+    )
 
 
-row(106, 3, "kill -9 train-lm (tiny, 60 iters, eval every 10) after a save, resume: same weights")(
-    lambda e: _lm_kill(e, 60, 10, [0.0]))
-row(107, 3, "tiny, 120 iters, eval every 20, 3 kills -9 at 0-0.3 s after saves: bit-identical to uninterrupted")(
-    lambda e: _lm_kill(e, 120, 20, [0.0, 0.15, 0.3]))
+row(
+    106,
+    3,
+    "kill -9 train-lm (tiny, 60 iters, eval every 10) after a save, resume: same weights",
+)(lambda e: _lm_kill(e, 60, 10, [0.0]))
+row(
+    107,
+    3,
+    "tiny, 120 iters, eval every 20, 3 kills -9 at 0-0.3 s after saves: bit-identical to uninterrupted",
+)(lambda e: _lm_kill(e, 120, 20, [0.0, 0.15, 0.3]))
 
 
 def _killwrite_lm(env: Env) -> dict[int, Outcome]:
     """Rows 108-110: kill -9 preset cpu while its checkpoint is being written; then resume and look for litter."""
     folder = env.fresh("killwrite-lm")
     out = folder / "lm.pt"
-    base = ["train-lm", "--preset", "cpu", "--no-progress", "--max-iters", "30", "--eval-interval", "3",
-            "--eval-windows", "1", "--out", str(out)]
-    p108 = kill_runs(env, base, out, [_temp_appears(out, 0.0) for _ in range(6)], folder)
-    p109 = kill_runs(env, base, out, [_temp_appears(out, d) for d in (0.002, 0.01, 0.03, 0.1)], folder)
+    base = [
+        "train-lm",
+        "--preset",
+        "cpu",
+        "--no-progress",
+        "--max-iters",
+        "30",
+        "--eval-interval",
+        "3",
+        "--eval-windows",
+        "1",
+        "--out",
+        str(out),
+    ]
+    p108 = kill_runs(
+        env, base, out, [_temp_appears(out, 0.0) for _ in range(6)], folder
+    )
+    p109 = kill_runs(
+        env,
+        base,
+        out,
+        [_temp_appears(out, d) for d in (0.002, 0.01, 0.03, 0.1)],
+        folder,
+    )
     left = len(_tmp_files(out))
     r = finish(env, base, out, folder)
     after = _tmp_files(out)
-    o110 = crashed(r) or (("FAIL", f"the resumed run failed, rc {r.rc}: {r.last_err()}") if r.rc else
-                          (("WEAK", f"{len(after)} temp files remain (of {left} after the kills)") if after else
-                           ("PASS", f"{left} temp files after the kills, none after the next run")))
-    return {108: ("FAIL", "; ".join(p108)) if p108 else ("PASS", "always absent or readable"),
-            109: ("FAIL", "; ".join(p109)) if p109 else ("PASS", "always absent or readable"), 110: o110}
+    o110 = crashed(r) or (
+        ("FAIL", f"the resumed run failed, rc {r.rc}: {r.last_err()}")
+        if r.rc
+        else (
+            ("WEAK", f"{len(after)} temp files remain (of {left} after the kills)")
+            if after
+            else ("PASS", f"{left} temp files after the kills, none after the next run")
+        )
+    )
+    return {
+        108: ("FAIL", "; ".join(p108))
+        if p108
+        else ("PASS", "always absent or readable"),
+        109: ("FAIL", "; ".join(p109))
+        if p109
+        else ("PASS", "always absent or readable"),
+        110: o110,
+    }
 
 
-for _id, _what in ((108, "kill -9 train-lm --preset cpu the instant a checkpoint temp file appears (6 times)"),
-                   (109, "kill -9 during the write, 2-100 ms after the temp file appears (4 times)"),
-                   (110, "temp files after those kills are removed by the next run")):
-    row(_id, 3, _what)(lambda e, i=_id: e.memo("killwrite-lm", lambda: _killwrite_lm(e))[i])
+for _id, _what in (
+    (
+        108,
+        "kill -9 train-lm --preset cpu the instant a checkpoint temp file appears (6 times)",
+    ),
+    (109, "kill -9 during the write, 2-100 ms after the temp file appears (4 times)"),
+    (110, "temp files after those kills are removed by the next run"),
+):
+    row(_id, 3, _what)(
+        lambda e, i=_id: e.memo("killwrite-lm", lambda: _killwrite_lm(e))[i]
+    )
 
 
 def _mt_kill(env: Env, trigger_of, n: int, compare: bool) -> Outcome:
@@ -892,31 +1640,57 @@ def _mt_kill(env: Env, trigger_of, n: int, compare: bool) -> Outcome:
     folder = env.fresh("kill-mt")
     out = folder / "k.pt"
     base = M("--epochs", "4", "--out", str(out))
-    problems = kill_runs(env, base, out, [trigger_of(out, 0.05 * i) for i in range(n)], folder)
+    problems = kill_runs(
+        env, base, out, [trigger_of(out, 0.05 * i) for i in range(n)], folder
+    )
     r = finish(env, base, out, folder)
     if crashed(r) or r.rc != 0:
         return crashed(r) or ("FAIL", f"rc {r.rc}: {r.last_err()}")
     if compare:
-        ref = env.cli(M("--epochs", "4", "--out", str(folder / "ref.pt")), cwd=folder, timeout=300)
+        ref = env.cli(
+            M("--epochs", "4", "--out", str(folder / "ref.pt")), cwd=folder, timeout=300
+        )
         a, b = _load(folder / "ref.pt"), _load(out)
-        problems += [p for p in (_same_weights(a, b), _same_weights(a, b, "best_model")) if p] if ref.rc == 0 \
+        problems += (
+            [p for p in (_same_weights(a, b), _same_weights(a, b, "best_model")) if p]
+            if ref.rc == 0
             else [f"the uninterrupted run failed: {ref.last_err()}"]
-        if a and b and [h["valid_loss"] for h in a["history"]] != [h["valid_loss"] for h in b["history"]]:
+        )
+        if (
+            a
+            and b
+            and [h["valid_loss"] for h in a["history"]]
+            != [h["valid_loss"] for h in b["history"]]
+        ):
             problems.append("validation history differs")
-    return ("FAIL", "; ".join(problems)) if problems else ("PASS", f"{n} kills, checkpoint always readable")
+    return (
+        ("FAIL", "; ".join(problems))
+        if problems
+        else ("PASS", f"{n} kills, checkpoint always readable")
+    )
 
 
-row(111, 3, "kill -9 train-mt --quick --epochs 4 three times after epoch saves, rerun: bit-identical")(
-    lambda e: _mt_kill(e, _new_save, 3, compare=True))
-row(112, 3, "kill -9 train-mt during the checkpoint write (4 times): never half-written")(
-    lambda e: _mt_kill(e, _temp_appears, 4, compare=False))
+row(
+    111,
+    3,
+    "kill -9 train-mt --quick --epochs 4 three times after epoch saves, rerun: bit-identical",
+)(lambda e: _mt_kill(e, _new_save, 3, compare=True))
+row(
+    112, 3, "kill -9 train-mt during the checkpoint write (4 times): never half-written"
+)(lambda e: _mt_kill(e, _temp_appears, 4, compare=False))
 
 
-@row(113, 3, "Ctrl-C (SIGINT) train-lm 1 s after a save: saves at the next step, exits with a message")
+@row(
+    113,
+    3,
+    "Ctrl-C (SIGINT) train-lm 1 s after a save: saves at the next step, exits with a message",
+)
 def _r113(env: Env) -> Outcome:
     folder = env.fresh("sigint")
     out = folder / "s.pt"
-    p = env.popen(L("--max-iters", "100000", "--eval-interval", "50", "--out", str(out)), folder)
+    p = env.popen(
+        L("--max-iters", "100000", "--eval-interval", "50", "--out", str(out)), folder
+    )
     wait_for(out.exists, 120, p)
     time.sleep(1.0)
     sent = time.time()
@@ -930,17 +1704,32 @@ def _r113(env: Env) -> Outcome:
         return "FAIL", f"traceback: {err.strip().splitlines()[-1][:200]}"
     saved = out.exists() and out.stat().st_mtime > sent - 0.01
     if not saved:
-        return "WEAK", "no save at the interrupt (the steps since the last evaluation are lost)"
+        return (
+            "WEAK",
+            "no save at the interrupt (the steps since the last evaluation are lost)",
+        )
     said = re.search(r"interrupt|resume|stopp", stdout + err, re.I)
-    return ("PASS", f"rc {p.returncode}, saved") if said else ("WEAK", "saved, but no message")
+    return (
+        ("PASS", f"rc {p.returncode}, saved")
+        if said
+        else ("WEAK", "saved, but no message")
+    )
 
 
-@row(114, 3, "train-lm ... --out buf.pt > log, kill -9 after 3 saves: the log shows the checkpoint's progress")
+@row(
+    114,
+    3,
+    "train-lm ... --out buf.pt > log, kill -9 after 3 saves: the log shows the checkpoint's progress",
+)
 def _r114(env: Env) -> Outcome:
     folder = env.fresh("log")
     out = folder / "buf.pt"
     with open(folder / "log", "w") as log:
-        p = env.popen(L("--max-iters", "100000", "--eval-interval", "10", "--out", str(out)), folder, stdout=log)
+        p = env.popen(
+            L("--max-iters", "100000", "--eval-interval", "10", "--out", str(out)),
+            folder,
+            stdout=log,
+        )
         for _ in range(3):
             before = out.stat().st_mtime_ns if out.exists() else None
             wait_for(lambda: out.exists() and out.stat().st_mtime_ns != before, 60, p)
@@ -951,15 +1740,24 @@ def _r114(env: Env) -> Outcome:
     if state is None:
         return "FAIL", "no readable checkpoint"
     if not steps or max(steps) < state["step"]:
-        return "WEAK", f"checkpoint at step {state['step']}, log at step {max(steps, default=0)} (buffered)"
+        return (
+            "WEAK",
+            f"checkpoint at step {state['step']}, log at step {max(steps, default=0)} (buffered)",
+        )
     return "PASS", f"log at step {max(steps)}, checkpoint at {state['step']}"
 
 
 def _unchanged(path: Path, before: bytes) -> str | None:
-    return None if path.read_bytes() == before else "the existing checkpoint was changed"
+    return (
+        None if path.read_bytes() == before else "the existing checkpoint was changed"
+    )
 
 
-@row(115, 3, "L --out keep.pt where keep.pt is a finished run (no --resume, no --restart)")
+@row(
+    115,
+    3,
+    "L --out keep.pt where keep.pt is a finished run (no --resume, no --restart)",
+)
 def _r115(env: Env) -> Outcome:
     out = copy_to(lm_ckpt(env), env.fresh("keep"), "keep.pt")
     before = out.read_bytes()
@@ -970,50 +1768,127 @@ def _r115(env: Env) -> Outcome:
 
 def _has_nan(state: dict | None) -> bool:
     import torch
-    return state is not None and any(not torch.isfinite(t).all() for t in state["model"].values()
-                                     if t.is_floating_point())
+
+    return state is not None and any(
+        not torch.isfinite(t).all()
+        for t in state["model"].values()
+        if t.is_floating_point()
+    )
 
 
-@row(116, 3, "train-lm --lr 1e10 (fresh --out, and --resume on a good checkpoint): divergence stops, nothing NaN saved")
+@row(
+    116,
+    3,
+    "train-lm --lr 1e10 (fresh --out, and --resume on a good checkpoint): divergence stops, nothing NaN saved",
+)
 def _r116(env: Env) -> Outcome:
     folder = env.fresh("nan")
     fresh, keep = folder / "fresh.pt", copy_to(lm_ckpt(env), folder, "keep2.pt")
     before = keep.read_bytes()
-    outcomes = [refused(env.cli(L("--lr", "1e10", "--max-iters", "20", "--eval-interval", "10", "--out", str(fresh))),
-                        r"nan|finite|diverg", silent="FAIL")]
+    outcomes = [
+        refused(
+            env.cli(
+                L(
+                    "--lr",
+                    "1e10",
+                    "--max-iters",
+                    "20",
+                    "--eval-interval",
+                    "10",
+                    "--out",
+                    str(fresh),
+                )
+            ),
+            r"nan|finite|diverg",
+            silent="FAIL",
+        )
+    ]
     if _has_nan(_load(fresh)):
         outcomes.append(("FAIL", "a checkpoint with NaN weights was saved"))
-    r = env.cli(L("--lr", "1e10", "--max-iters", "80", "--eval-interval", "10", "--resume", "--out", str(keep)))
+    r = env.cli(
+        L(
+            "--lr",
+            "1e10",
+            "--max-iters",
+            "80",
+            "--eval-interval",
+            "10",
+            "--resume",
+            "--out",
+            str(keep),
+        )
+    )
     outcomes.append(refused(r, r"nan|finite|diverg|lr", silent="FAIL"))
     if _unchanged(keep, before) and _has_nan(_load(keep)):
         outcomes.append(("FAIL", "NaN weights saved over the good checkpoint"))
     return worst(outcomes)
 
 
-@row(117, 3, "--resume with --batch-size 4 --lr 0.05 (trained with 16 / default): refused naming both; "
-             "--resume with only a larger --max-iters: extends")
+@row(
+    117,
+    3,
+    "--resume with --batch-size 4 --lr 0.05 (trained with 16 / default): refused naming both; "
+    "--resume with only a larger --max-iters: extends",
+)
 def _r117(env: Env) -> Outcome:
     folder = env.fresh("extend")
     out = copy_to(lm_ckpt(env), folder, "extend.pt")
-    base = ["train-lm", "--preset", "tiny", "--no-progress", "--eval-interval", "10", "--eval-windows", "2"]
-    changed = refused(env.cli(base + ["--max-iters", "40", "--batch-size", "4", "--lr", "0.05", "--resume",
-                                      "--out", str(out)]), "batch", "lr")
-    extend = succeeded(env.cli(base + ["--max-iters", "30", "--resume", "--out", str(out)]),
-                       lambda r: None if (_load(out) or {}).get("step") == 30 else "the run did not reach step 30")
+    base = [
+        "train-lm",
+        "--preset",
+        "tiny",
+        "--no-progress",
+        "--eval-interval",
+        "10",
+        "--eval-windows",
+        "2",
+    ]
+    changed = refused(
+        env.cli(
+            base
+            + [
+                "--max-iters",
+                "40",
+                "--batch-size",
+                "4",
+                "--lr",
+                "0.05",
+                "--resume",
+                "--out",
+                str(out),
+            ]
+        ),
+        "batch",
+        "lr",
+    )
+    extend = succeeded(
+        env.cli(base + ["--max-iters", "30", "--resume", "--out", str(out)]),
+        lambda r: (
+            None
+            if (_load(out) or {}).get("step") == 30
+            else "the run did not reach step 30"
+        ),
+    )
     return worst([changed, extend])
 
 
 @row(118, 3, "two train-lm runs writing the same --out at once: lock or warning")
 def _r118(env: Env) -> Outcome:
     folder = env.fresh("two")
-    args = L("--max-iters", "200", "--eval-interval", "10", "--out", str(folder / "same.pt"))
+    args = L(
+        "--max-iters", "200", "--eval-interval", "10", "--out", str(folder / "same.pt")
+    )
     a = env.popen(args, folder)
     time.sleep(0.5)
     b = env.popen(args, folder)
     (_, ea), (_, eb) = a.communicate(timeout=300), b.communicate(timeout=300)
     if TRACEBACK in ea + eb:
         return "FAIL", "traceback"
-    if a.returncode or b.returncode or re.search(r"lock|already|another|running", ea + eb, re.I):
+    if (
+        a.returncode
+        or b.returncode
+        or re.search(r"lock|already|another|running", ea + eb, re.I)
+    ):
         return "PASS", "one run refused or warned"
     return "WEAK", "both ran to the end, no warning"
 
@@ -1034,25 +1909,52 @@ def _ro_folder(env: Env) -> Path:
 
 
 row(119, 3, "NC L --out ro/x.pt (folder mode 555, capabilities dropped)", nocaps_skip)(
-    lambda e: _before_training(e.cli(L("--out", str(_ro_folder(e) / "x.pt")), nocaps=True), r"ro|writ|permission"))
+    lambda e: _before_training(
+        e.cli(L("--out", str(_ro_folder(e) / "x.pt")), nocaps=True),
+        r"ro|writ|permission",
+    )
+)
 row(120, 3, "NC L --out ro/sub/x.pt (the folder cannot be created)", nocaps_skip)(
-    lambda e: _before_training(e.cli(L("--out", str(_ro_folder(e) / "sub" / "x.pt")), nocaps=True),
-                               r"sub|writ|permission|create"))
+    lambda e: _before_training(
+        e.cli(L("--out", str(_ro_folder(e) / "sub" / "x.pt")), nocaps=True),
+        r"sub|writ|permission|create",
+    )
+)
 row(121, 3, "L --out ck/adir.pt (the path is a directory)")(
-    lambda e: _before_training(e.cli(L("--out", str(crafted(e)["adir"]))), r"adir|director|folder"))
+    lambda e: _before_training(
+        e.cli(L("--out", str(crafted(e)["adir"]))), r"adir|director|folder"
+    )
+)
 row(122, 3, "NC M --out ro/t.pt (folder mode 555)", nocaps_skip)(
-    lambda e: _before_training(e.cli(M("--out", str(_ro_folder(e) / "t.pt")), nocaps=True), r"ro|writ|permission"))
+    lambda e: _before_training(
+        e.cli(M("--out", str(_ro_folder(e) / "t.pt")), nocaps=True),
+        r"ro|writ|permission",
+    )
+)
 row(123, 3, "M --out ck/adir.pt (a directory)")(
-    lambda e: _before_training(e.cli(M("--out", str(crafted(e)["adir"]))), r"director|folder"))
+    lambda e: _before_training(
+        e.cli(M("--out", str(crafted(e)["adir"]))), r"director|folder"
+    )
+)
 
 
-@row(124, 3, "checkpoint modes under umask 022 (train-lm and train-mt): 0644 like other files")
+@row(
+    124,
+    3,
+    "checkpoint modes under umask 022 (train-lm and train-mt): 0644 like other files",
+)
 def _r124(env: Env) -> Outcome:
     folder = env.fresh("modes")
     env.cli(L("--out", "m.pt"), cwd=folder, umask=0o022)
     env.cli(M("--out", "mm.pt"), cwd=folder, umask=0o022)
-    modes = {n: (oct((folder / n).stat().st_mode & 0o777) if (folder / n).exists() else "missing")
-             for n in ("m.pt", "mm.pt")}
+    modes = {
+        n: (
+            oct((folder / n).stat().st_mode & 0o777)
+            if (folder / n).exists()
+            else "missing"
+        )
+        for n in ("m.pt", "mm.pt")
+    }
     bad = {n: m for n, m in modes.items() if m != "0o644"}
     return ("WEAK", f"modes {bad}") if bad else ("PASS", "both 0644")
 
@@ -1062,22 +1964,58 @@ def _finished_mt(env: Env, name: str) -> Path:
 
 
 row(125, 3, "M --schedule inverse_sqrt --resume on a cosine checkpoint")(
-    lambda e: refused(e.cli(M("--schedule", "inverse_sqrt", "--resume", "--out", str(_finished_mt(e, "r125")))),
-                      "schedule"))
+    lambda e: refused(
+        e.cli(
+            M(
+                "--schedule",
+                "inverse_sqrt",
+                "--resume",
+                "--out",
+                str(_finished_mt(e, "r125")),
+            )
+        ),
+        "schedule",
+    )
+)
 row(126, 3, "M --epochs 4 --resume on a finished 2-epoch checkpoint: extends")(
-    lambda e: succeeded(e.cli(M("--epochs", "4", "--resume", "--out", str(_finished_mt(e, "r126"))), timeout=300)))
+    lambda e: succeeded(
+        e.cli(
+            M("--epochs", "4", "--resume", "--out", str(_finished_mt(e, "r126"))),
+            timeout=300,
+        )
+    )
+)
 row(127, 3, "M --resume again on a finished checkpoint: nothing to do")(
-    lambda e: succeeded(e.cli(M("--resume", "--out", str(_finished_mt(e, "r127"))))))
-row(128, 3, "train-mt (full mode) --resume --out <quick checkpoint>: refused (killed after 90 s if it trains)")(
-    lambda e: refused(e.cli(["train-mt", "--no-progress", "--resume", "--out", str(_finished_mt(e, "r128"))],
-                            timeout=90), "d_model|vocab|setting|config"))
+    lambda e: succeeded(e.cli(M("--resume", "--out", str(_finished_mt(e, "r127")))))
+)
+row(
+    128,
+    3,
+    "train-mt (full mode) --resume --out <quick checkpoint>: refused (killed after 90 s if it trains)",
+)(
+    lambda e: refused(
+        e.cli(
+            [
+                "train-mt",
+                "--no-progress",
+                "--resume",
+                "--out",
+                str(_finished_mt(e, "r128")),
+            ],
+            timeout=90,
+        ),
+        "d_model|vocab|setting|config",
+    )
+)
 
 
 # ---- 4 Data
 SHAKESPEARE, CMN = "tinyshakespeare/input.txt", "cmn-eng/cmn.txt"
 
 
-def _data_env(env: Env, name: str, mirror: str | None = MIRROR, online: bool = False) -> tuple[Path, dict]:
+def _data_env(
+    env: Env, name: str, mirror: str | None = MIRROR, online: bool = False
+) -> tuple[Path, dict]:
     """A fresh data folder and the environment pointing at it (offline unless `online`; mirror or none)."""
     data = env.fresh_data(f"data-{name}-{random.randrange(10**6)}")
     extra = {"TRANSFORMER_DATA_DIR": str(data), "TRANSFORMER_DATA_MIRROR": mirror or ""}
@@ -1092,23 +2030,40 @@ def _flip(path: Path, at: int = 1000) -> None:
 
 def _sha(path: Path) -> str:
     import hashlib
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@row(129, 4, "truncate data/tinyshakespeare/input.txt to 500 kB, then L (mirror set): detected, replaced")
+@row(
+    129,
+    4,
+    "truncate data/tinyshakespeare/input.txt to 500 kB, then L (mirror set): detected, replaced",
+)
 def _r129(env: Env) -> Outcome:
     data, extra = _data_env(env, "129")
     os.truncate(data / SHAKESPEARE, 500_000)
     r = env.cli(L(), extra_env=extra)
-    return succeeded(r, lambda r: None if _sha(data / SHAKESPEARE) == _sha(Path(MIRROR) / SHAKESPEARE)
-                     else "the file was not replaced")
+    return succeeded(
+        r,
+        lambda r: (
+            None
+            if _sha(data / SHAKESPEARE) == _sha(Path(MIRROR) / SHAKESPEARE)
+            else "the file was not replaced"
+        ),
+    )
 
 
-@row(130, 4, "same truncation, no mirror, offline, L: one message naming URL, path, sha256; bad file not used")
+@row(
+    130,
+    4,
+    "same truncation, no mirror, offline, L: one message naming URL, path, sha256; bad file not used",
+)
 def _r130(env: Env) -> Outcome:
     data, extra = _data_env(env, "130", mirror=None)
     os.truncate(data / SHAKESPEARE, 500_000)
-    return _before_training(env.cli(L(), extra_env=extra), "sha256", "http", "TRANSFORMER_DATA_MIRROR")
+    return _before_training(
+        env.cli(L(), extra_env=extra), "sha256", "http", "TRANSFORMER_DATA_MIRROR"
+    )
 
 
 @row(131, 4, "flip one byte of cmn.txt, offline, no mirror, M")
@@ -1130,10 +2085,18 @@ def _r132(env: Env) -> Outcome:
     if r.rc == 0:
         return "FAIL", "rc 0 with damaged files"
     named = [n for n in ("input.txt", "cmn.txt") if n in r.err + r.out]
-    return ("PASS", "both files reported") if len(named) == 2 else ("WEAK", f"only {named} reported")
+    return (
+        ("PASS", "both files reported")
+        if len(named) == 2
+        else ("WEAK", f"only {named} reported")
+    )
 
 
-@row(133, 4, "rm input.txt; TRANSFORMER_DATA_MIRROR=/nonexistent/mirror, offline fetch-data")
+@row(
+    133,
+    4,
+    "rm input.txt; TRANSFORMER_DATA_MIRROR=/nonexistent/mirror, offline fetch-data",
+)
 def _r133(env: Env) -> Outcome:
     data, extra = _data_env(env, "133", mirror="/nonexistent/mirror")
     (data / SHAKESPEARE).unlink()
@@ -1145,7 +2108,11 @@ def _r133(env: Env) -> Outcome:
     return "WEAK", "no mirror / fix advice: " + r.last_err()
 
 
-@row(134, 4, "the mirror holds a truncated input.txt (1000 bytes): refused, nothing written")
+@row(
+    134,
+    4,
+    "the mirror holds a truncated input.txt (1000 bytes): refused, nothing written",
+)
 def _r134(env: Env) -> Outcome:
     mirror = env.fresh("badmirror")
     (mirror / "tinyshakespeare").mkdir()
@@ -1160,15 +2127,22 @@ def _r134(env: Env) -> Outcome:
     return ("PASS", r.last_err()) if "sha256" in r.err else ("WEAK", r.last_err())
 
 
-@row(135, 4, "TRANSFORMER_DATA_MIRROR= (empty), offline, input.txt missing: treated as unset")
+@row(
+    135,
+    4,
+    "TRANSFORMER_DATA_MIRROR= (empty), offline, input.txt missing: treated as unset",
+)
 def _r135(env: Env) -> Outcome:
     data, extra = _data_env(env, "135", mirror="")
     (data / SHAKESPEARE).unlink()
     r = env.cli(["fetch-data"], extra_env=extra)
     if crashed(r) or r.rc == 0:
         return crashed(r) or ("FAIL", "rc 0")
-    return ("WEAK", "talks about a mirror: " + r.last_err()) if re.search(r"^mirror:", r.err, re.M) \
+    return (
+        ("WEAK", "talks about a mirror: " + r.last_err())
+        if re.search(r"^mirror:", r.err, re.M)
         else ("PASS", r.last_err())
+    )
 
 
 @row(136, 4, "data/tinyshakespeare/input.txt is a folder; fetch-data")
@@ -1179,24 +2153,39 @@ def _r136(env: Env) -> Outcome:
     return refused(env.cli(["fetch-data"], extra_env=extra), "input.txt")
 
 
-@row(137, 4, "TRANSFORMER_DATA_DIR is a file: the message blames the data folder, not the mirror")
+@row(
+    137,
+    4,
+    "TRANSFORMER_DATA_DIR is a file: the message blames the data folder, not the mirror",
+)
 def _r137(env: Env) -> Outcome:
     folder = env.fresh("ddfile")
     (folder / "afile").write_text("x")
-    r = env.cli(["fetch-data"], extra_env={"TRANSFORMER_DATA_DIR": str(folder / "afile"), **OFFLINE})
+    r = env.cli(
+        ["fetch-data"],
+        extra_env={"TRANSFORMER_DATA_DIR": str(folder / "afile"), **OFFLINE},
+    )
     o = refused(r, "afile")
     if o[0] == "PASS" and re.search(r"^mirror:.*afile", r.err, re.M):
         return "WEAK", "blamed on the mirror: " + r.last_err()
     return o
 
 
-row(138, 4, "NC TRANSFORMER_DATA_DIR mode 555, files missing: the message blames the data folder", nocaps_skip)(
-    lambda e: _r138(e))
+row(
+    138,
+    4,
+    "NC TRANSFORMER_DATA_DIR mode 555, files missing: the message blames the data folder",
+    nocaps_skip,
+)(lambda e: _r138(e))
 
 
 def _r138(env: Env) -> Outcome:
     ro = _ro_folder(env)
-    r = env.cli(["fetch-data"], nocaps=True, extra_env={"TRANSFORMER_DATA_DIR": str(ro), **OFFLINE})
+    r = env.cli(
+        ["fetch-data"],
+        nocaps=True,
+        extra_env={"TRANSFORMER_DATA_DIR": str(ro), **OFFLINE},
+    )
     o = refused(r, "permission|writ")
     if o[0] == "PASS" and re.search(r"^mirror:.*ro", r.err, re.M):
         return "WEAK", "blamed on the mirror: " + r.last_err()
@@ -1216,23 +2205,40 @@ def _killfetch(env: Env) -> dict[int, Outcome]:
             problems.append("cmn.txt half-written")
     r = env.cli(["fetch-data"], extra_env=extra)
     left = _tmp_files(data / CMN)
-    o140 = succeeded(r, lambda r: None if _sha(data / CMN) == _sha(Path(MIRROR) / CMN) else "bad cmn.txt")
+    o140 = succeeded(
+        r,
+        lambda r: (
+            None if _sha(data / CMN) == _sha(Path(MIRROR) / CMN) else "bad cmn.txt"
+        ),
+    )
     if o140[0] == "PASS" and left:
         o140 = ("PASS", f"recovered ({len(left)} temp files left from the kills)")
-    return {139: ("FAIL", "; ".join(problems)) if problems else ("PASS", "never half-written"), 140: o140}
+    return {
+        139: ("FAIL", "; ".join(problems))
+        if problems
+        else ("PASS", "never half-written"),
+        140: o140,
+    }
 
 
-row(139, 4, "kill -9 fetch-data while it copies cmn.txt (3 times): no half-written file")(
-    lambda e: e.memo("killfetch", lambda: _killfetch(e))[139])
-row(140, 4, "fetch-data after those kills: recovers")(lambda e: e.memo("killfetch", lambda: _killfetch(e))[140])
+row(
+    139, 4, "kill -9 fetch-data while it copies cmn.txt (3 times): no half-written file"
+)(lambda e: e.memo("killfetch", lambda: _killfetch(e))[139])
+row(140, 4, "fetch-data after those kills: recovers")(
+    lambda e: e.memo("killfetch", lambda: _killfetch(e))[140]
+)
 
 
 @row(141, 4, "flip one byte of cmn.txt, fetch-data with the mirror: detected, replaced")
 def _r141(env: Env) -> Outcome:
     data, extra = _data_env(env, "141")
     _flip(data / CMN)
-    return succeeded(env.cli(["fetch-data"], extra_env=extra),
-                     lambda r: None if _sha(data / CMN) == _sha(Path(MIRROR) / CMN) else "not replaced")
+    return succeeded(
+        env.cli(["fetch-data"], extra_env=extra),
+        lambda r: (
+            None if _sha(data / CMN) == _sha(Path(MIRROR) / CMN) else "not replaced"
+        ),
+    )
 
 
 # ---- 5 API misuse (in this process)
@@ -1241,18 +2247,39 @@ def _lib():
     import torch
 
     import transformer_lib.decoding as dec
-    from transformer_lib import attention, gpt, masks, multi_head, positional, seq2seq, tokenization
+    from transformer_lib import (
+        attention,
+        gpt,
+        masks,
+        multi_head,
+        positional,
+        seq2seq,
+        tokenization,
+    )
+
     try:
         from transformer_lib.sampling import filter_logits, sample_next
     except ImportError:
         filter_logits, sample_next = dec.filter_logits, gpt.sample_next
-    return dict(torch=torch, dec=dec, attn=attention, gpt=gpt, masks=masks, mh=multi_head, pos=positional,
-                s2s=seq2seq, tok=tokenization, filter_logits=filter_logits, sample_next=sample_next)
+    return dict(
+        torch=torch,
+        dec=dec,
+        attn=attention,
+        gpt=gpt,
+        masks=masks,
+        mh=multi_head,
+        pos=positional,
+        s2s=seq2seq,
+        tok=tokenization,
+        filter_logits=filter_logits,
+        sample_next=sample_next,
+    )
 
 
 def _api_rows() -> None:
     """Register rows 142-196."""
     import torch
+
     K = _lib()
     mh, G_, s2s, dec = K["mh"], K["gpt"], K["s2s"], K["dec"]
     r = torch.randn
@@ -1268,7 +2295,9 @@ def _api_rows() -> None:
     def mha_pad_square():
         m5 = torch.ones(5, 5, dtype=torch.bool)
         for i in range(1, 5):
-            m5[i, 5 - i:] = False  # sequence i hides its last i keys; read as (T_q, T_k) it hides them from query i
+            m5[i, 5 - i :] = (
+                False  # sequence i hides its last i keys; read as (T_q, T_k) it hides them from query i
+            )
         x = r(5, 5, 32)
         got, _ = mha(x, mask=m5)
         want, _ = mha(x, mask=m5[:, None, None, :])
@@ -1283,101 +2312,497 @@ def _api_rows() -> None:
         tiny(torch.zeros(1, 30, dtype=torch.long), cache=cache)
         return tiny(torch.zeros(1, 5, dtype=torch.long), cache=cache)
 
-    ok_shape = lambda shape: (lambda v: tuple((v[0] if isinstance(v, tuple) else v).shape) == shape)  # noqa: E731
+    ok_shape = lambda shape: (  # noqa: E731
+        lambda v: tuple((v[0] if isinstance(v, tuple) else v).shape) == shape
+    )  # noqa: E731
     entries = [
-        (142, "MultiHeadAttention(32,4): query 2-D (5, 32)", lambda: mha(r(5, 32)), "query", None, {}),
+        (
+            142,
+            "MultiHeadAttention(32,4): query 2-D (5, 32)",
+            lambda: mha(r(5, 32)),
+            "query",
+            None,
+            {},
+        ),
         (143, "MHA: query width 16", lambda: mha(r(2, 5, 16)), "query", None, {}),
-        (144, "MHA: key batch 3, query batch 2", lambda: mha(q, r(3, 5, 32)), r"query.*key|key.*query", None, {}),
-        (145, "MHA: key T_k=5, value T_v=6 (and 6, 5)", lambda: (mha(q, r(2, 5, 32), r(2, 6, 32)),
-                                                                 mha(q, r(2, 6, 32), r(2, 5, 32))),
-         r"key.*value|value.*key", None, {"silent": "FAIL"}),
-        (146, "MHA: float64 input to an fp32 module", lambda: mha(q.double()), "dtype|float64|double", None, {}),
-        (147, "MHA: int64 input", lambda: mha(q.long()), "dtype|int64|long|float", None, {}),
-        (148, "MHA: float mask / int mask", lambda: (mha(q, mask=pad.float()[:, None, None]),), "bool", None, {}),
-        (149, "MHA: mask (6, 6) for T=5", lambda: mha(q, mask=torch.ones(6, 6, dtype=torch.bool)), r"\(6, 6\)", None, {}),
-        (150, "MHA: (B, T_k) padding mask not unsqueezed, B != T", lambda: mha(q, mask=pad), r"\(2, 5\)", None, {}),
-        (151, "MHA: (B, T) padding mask when B == T == 5", mha_pad_square, r"mask", lambda v: v is True, {}),
-        (152, "MultiHeadAttention(30, 4)", lambda: mh.MultiHeadAttention(30, 4), "divisible", None, {}),
-        (153, "MultiHeadAttention(32, 0)", lambda: mh.MultiHeadAttention(32, 0), "n_heads", None, {}),
-        (154, "MultiHeadAttention(-4, 2)", lambda: mh.MultiHeadAttention(-4, 2), "d_model", None, {}),
-        (155, "MHA: all-NaN / all-inf input", lambda: (mha(torch.full((2, 5, 32), float("nan"))),
-                                                      mha(torch.full((2, 5, 32), float("inf")))),
-         "nan|finite", lambda v: True, {}),
-        (156, "MHA: T = 0", lambda: mha(r(2, 0, 32)), "empty|T", ok_shape((2, 0, 32)), {}),
-        (157, "split_heads on a 2-D tensor", lambda: mh.split_heads(r(5, 32), 4), r"shape|\(B", None, {}),
-        (158, "scaled_dot_product_attention / fast_: q D=8, k D=16",
-         lambda: [f(r(2, 4, 8), r(2, 4, 16), r(2, 4, 8)) for f in (K["attn"].scaled_dot_product_attention,
-                                                                   K["attn"].fast_scaled_dot_product_attention)],
-         r"8.*16|16.*8", None, {}),
-        (159, "scaled_dot_product_attention: k T=5, v T=6",
-         lambda: K["attn"].scaled_dot_product_attention(r(2, 4, 8), r(2, 5, 8), r(2, 6, 8)), r"5.*6|6.*5", None, {}),
-        (160, "GPTConfig(n_heads=5)", lambda: G_.GPTConfig(n_heads=5), "divisible", None, {}),
-        (161, "GPTConfig(n_heads=0)", lambda: G_.GPTConfig(n_heads=0), "n_heads", None, {}),
-        (162, "GPT(GPTConfig.tiny(vocab_size=0))", lambda: G_.GPT(G_.GPTConfig.tiny(vocab_size=0)), "vocab", None, {}),
-        (163, "GPT(GPTConfig.tiny(context_len=-1))", lambda: G_.GPT(G_.GPTConfig.tiny(context_len=-1)), "context",
-         None, {}),
-        (164, "GPT forward, 33 tokens, context 32", lambda: tiny(torch.zeros(1, 33, dtype=torch.long)), "33", None, {}),
-        (165, "GPT forward, id 65 (= vocab) / id -1",
-         lambda: [tiny(torch.tensor([[1, i]])) for i in (65, -1)], r"\[0, 65\)|65", None, {"raised": "FAIL"}),
-        (166, "GPT forward, float ids", lambda: tiny(torch.zeros(1, 4)), "integer|dtype|long", None, {}),
-        (167, "GPT forward, 1-D / 3-D ids", lambda: [tiny(torch.zeros(*s, dtype=torch.long)) for s in ((4,), (1, 2, 4))],
-         r"\(B, T\)|shape", None, {}),
-        (168, "GPT forward, targets (1, 3) for ids (1, 4)",
-         lambda: tiny(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)), r"\(1, 3\)", None, {}),
-        (169, "GPT forward, target id 99", lambda: tiny(torch.zeros(1, 4, dtype=torch.long),
-                                                        torch.full((1, 4), 99)), "99", None, {}),
-        (170, "GPT forward, T = 0", lambda: tiny(torch.zeros(1, 0, dtype=torch.long)), "empty", ok_shape((1, 0, 65)), {}),
-        (171, "GPT.generate: prompt id 70 / empty prompt / 1-D prompt",
-         lambda: [tiny.generate(x, 2) for x in (torch.tensor([[70]]), torch.zeros(1, 0, dtype=torch.long),
-                                               torch.zeros(3, dtype=torch.long))], r"\[0, 65\)|prompt", None, {}),
-        (172, "GPT.generate(max_new_tokens=-3)", lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), -3),
-         "max_new_tokens", None, {}),
-        (173, "GPT.generate(temperature=nan)",
-         lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), 2, temperature=float("nan")), "temperature", None, {}),
-        (174, "GPT.generate(top_k=0)", lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_k=0),
-         "top_k", None, {}),
-        (175, "GPT.generate(float prompt)", lambda: tiny.generate(torch.zeros(1, 2), 2), "integer|dtype|long", None, {}),
-        (176, "GPT forward with KVCache: 30 then 5 tokens (context 32)", kv_35, "35", None, {}),
-        (177, "GPT forward, input batch 1 with KVCache(batch_size=2)", lambda: cached(1), "batch", None, {}),
-        (178, "Seq2SeqConfig d_model 30, n_heads 4", lambda: s2s.Transformer(s2s.Seq2SeqConfig.tiny(d_model=30, n_heads=4)),
-         "divisible", None, {}),
-        (179, "Transformer: source of 33 tokens (context 32)", lambda: tr(torch.ones(1, 33, dtype=torch.long),
-                                                                       torch.ones(1, 3, dtype=torch.long)), "33", None, {}),
-        (180, "Transformer: src id 20 (= vocab) / tgt id -1",
-         lambda: [tr(torch.tensor([[1, 20]]), torch.ones(1, 2, dtype=torch.long)),
-                  tr(torch.ones(1, 2, dtype=torch.long), torch.tensor([[1, -1]]))], r"\[0, 20\)", None, {}),
-        (181, "Transformer: float src", lambda: tr(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.long)),
-         "integer", None, {}),
-        (182, "Transformer: src batch 2, tgt batch 3", lambda: tr(torch.ones(2, 4, dtype=torch.long),
-                                                               torch.ones(3, 4, dtype=torch.long)), "batch", None, {}),
-        (183, "Transformer: 1-D src", lambda: tr(torch.ones(4, dtype=torch.long), torch.ones(1, 2, dtype=torch.long)),
-         r"\(B, |shape", None, {}),
-        (184, "Transformer / greedy_decode: all-PAD source (every key masked)",
-         lambda: (bool(torch.isfinite(tr(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 2, dtype=torch.long))).all())
-                  and dec.greedy_decode(tr, torch.zeros(1, 4, dtype=torch.long), 1, 2, max_len=5) is not None),
-         "pad", lambda v: v is True, {}),
-        (185, "beam_search(beam_size=0)", lambda: dec.beam_search(tr, src, 1, 2, beam_size=0), "beam", None, {}),
-        (186, "beam_search(beam_size=1000 > vocab 20)", lambda: dec.beam_search(tr, src, 1, 2, beam_size=1000, max_len=4),
-         "beam", lambda v: isinstance(v, list), {}),
-        (187, "sample_decode(top_k=0)", lambda: dec.sample_decode(tr, src, 1, 2, top_k=0), "top_k", None, {}),
-        (188, "sample_decode(top_p=0) / (top_p=-1)", lambda: [dec.sample_decode(tr, src, 1, 2, top_p=p) for p in (0, -1)],
-         "top_p", None, {}),
-        (189, "filter_logits(top_k=-1)", lambda: K["filter_logits"](r(2, 20), top_k=-1), "top_k", None, {}),
-        (190, "greedy_decode(max_len=0) (and sample_decode): zero new tokens",
-         lambda: dec.greedy_decode(tr, src, 1, 2, max_len=0) + dec.sample_decode(tr, src, 1, 2, max_len=0),
-         "max_len", lambda v: all(len(x) == 0 for x in v), {"silent": "FAIL"}),
-        (191, "greedy_decode(max_len=-5)", lambda: dec.greedy_decode(tr, src, 1, 2, max_len=-5), "max_len", None, {}),
-        (192, "SinusoidalPositionalEncoding: offset -1 / T > context",
-         lambda: [K["pos"].SinusoidalPositionalEncoding(32, 8)(r(1, t, 32), offset=o) for t, o in ((2, -1), (9, 0))],
-         "offset|context", None, {}),
-        (193, "padding_mask(1-D ids)", lambda: K["masks"].padding_mask(torch.ones(4, dtype=torch.long), 0), "shape",
-         None, {}),
+        (
+            144,
+            "MHA: key batch 3, query batch 2",
+            lambda: mha(q, r(3, 5, 32)),
+            r"query.*key|key.*query",
+            None,
+            {},
+        ),
+        (
+            145,
+            "MHA: key T_k=5, value T_v=6 (and 6, 5)",
+            lambda: (
+                mha(q, r(2, 5, 32), r(2, 6, 32)),
+                mha(q, r(2, 6, 32), r(2, 5, 32)),
+            ),
+            r"key.*value|value.*key",
+            None,
+            {"silent": "FAIL"},
+        ),
+        (
+            146,
+            "MHA: float64 input to an fp32 module",
+            lambda: mha(q.double()),
+            "dtype|float64|double",
+            None,
+            {},
+        ),
+        (
+            147,
+            "MHA: int64 input",
+            lambda: mha(q.long()),
+            "dtype|int64|long|float",
+            None,
+            {},
+        ),
+        (
+            148,
+            "MHA: float mask / int mask",
+            lambda: (mha(q, mask=pad.float()[:, None, None]),),
+            "bool",
+            None,
+            {},
+        ),
+        (
+            149,
+            "MHA: mask (6, 6) for T=5",
+            lambda: mha(q, mask=torch.ones(6, 6, dtype=torch.bool)),
+            r"\(6, 6\)",
+            None,
+            {},
+        ),
+        (
+            150,
+            "MHA: (B, T_k) padding mask not unsqueezed, B != T",
+            lambda: mha(q, mask=pad),
+            r"\(2, 5\)",
+            None,
+            {},
+        ),
+        (
+            151,
+            "MHA: (B, T) padding mask when B == T == 5",
+            mha_pad_square,
+            r"mask",
+            lambda v: v is True,
+            {},
+        ),
+        (
+            152,
+            "MultiHeadAttention(30, 4)",
+            lambda: mh.MultiHeadAttention(30, 4),
+            "divisible",
+            None,
+            {},
+        ),
+        (
+            153,
+            "MultiHeadAttention(32, 0)",
+            lambda: mh.MultiHeadAttention(32, 0),
+            "n_heads",
+            None,
+            {},
+        ),
+        (
+            154,
+            "MultiHeadAttention(-4, 2)",
+            lambda: mh.MultiHeadAttention(-4, 2),
+            "d_model",
+            None,
+            {},
+        ),
+        (
+            155,
+            "MHA: all-NaN / all-inf input",
+            lambda: (
+                mha(torch.full((2, 5, 32), float("nan"))),
+                mha(torch.full((2, 5, 32), float("inf"))),
+            ),
+            "nan|finite",
+            lambda v: True,
+            {},
+        ),
+        (
+            156,
+            "MHA: T = 0",
+            lambda: mha(r(2, 0, 32)),
+            "empty|T",
+            ok_shape((2, 0, 32)),
+            {},
+        ),
+        (
+            157,
+            "split_heads on a 2-D tensor",
+            lambda: mh.split_heads(r(5, 32), 4),
+            r"shape|\(B",
+            None,
+            {},
+        ),
+        (
+            158,
+            "scaled_dot_product_attention / fast_: q D=8, k D=16",
+            lambda: [
+                f(r(2, 4, 8), r(2, 4, 16), r(2, 4, 8))
+                for f in (
+                    K["attn"].scaled_dot_product_attention,
+                    K["attn"].fast_scaled_dot_product_attention,
+                )
+            ],
+            r"8.*16|16.*8",
+            None,
+            {},
+        ),
+        (
+            159,
+            "scaled_dot_product_attention: k T=5, v T=6",
+            lambda: K["attn"].scaled_dot_product_attention(
+                r(2, 4, 8), r(2, 5, 8), r(2, 6, 8)
+            ),
+            r"5.*6|6.*5",
+            None,
+            {},
+        ),
+        (
+            160,
+            "GPTConfig(n_heads=5)",
+            lambda: G_.GPTConfig(n_heads=5),
+            "divisible",
+            None,
+            {},
+        ),
+        (
+            161,
+            "GPTConfig(n_heads=0)",
+            lambda: G_.GPTConfig(n_heads=0),
+            "n_heads",
+            None,
+            {},
+        ),
+        (
+            162,
+            "GPT(GPTConfig.tiny(vocab_size=0))",
+            lambda: G_.GPT(G_.GPTConfig.tiny(vocab_size=0)),
+            "vocab",
+            None,
+            {},
+        ),
+        (
+            163,
+            "GPT(GPTConfig.tiny(context_len=-1))",
+            lambda: G_.GPT(G_.GPTConfig.tiny(context_len=-1)),
+            "context",
+            None,
+            {},
+        ),
+        (
+            164,
+            "GPT forward, 33 tokens, context 32",
+            lambda: tiny(torch.zeros(1, 33, dtype=torch.long)),
+            "33",
+            None,
+            {},
+        ),
+        (
+            165,
+            "GPT forward, id 65 (= vocab) / id -1",
+            lambda: [tiny(torch.tensor([[1, i]])) for i in (65, -1)],
+            r"\[0, 65\)|65",
+            None,
+            {"raised": "FAIL"},
+        ),
+        (
+            166,
+            "GPT forward, float ids",
+            lambda: tiny(torch.zeros(1, 4)),
+            "integer|dtype|long",
+            None,
+            {},
+        ),
+        (
+            167,
+            "GPT forward, 1-D / 3-D ids",
+            lambda: [
+                tiny(torch.zeros(*s, dtype=torch.long)) for s in ((4,), (1, 2, 4))
+            ],
+            r"\(B, T\)|shape",
+            None,
+            {},
+        ),
+        (
+            168,
+            "GPT forward, targets (1, 3) for ids (1, 4)",
+            lambda: tiny(
+                torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)
+            ),
+            r"\(1, 3\)",
+            None,
+            {},
+        ),
+        (
+            169,
+            "GPT forward, target id 99",
+            lambda: tiny(torch.zeros(1, 4, dtype=torch.long), torch.full((1, 4), 99)),
+            "99",
+            None,
+            {},
+        ),
+        (
+            170,
+            "GPT forward, T = 0",
+            lambda: tiny(torch.zeros(1, 0, dtype=torch.long)),
+            "empty",
+            ok_shape((1, 0, 65)),
+            {},
+        ),
+        (
+            171,
+            "GPT.generate: prompt id 70 / empty prompt / 1-D prompt",
+            lambda: [
+                tiny.generate(x, 2)
+                for x in (
+                    torch.tensor([[70]]),
+                    torch.zeros(1, 0, dtype=torch.long),
+                    torch.zeros(3, dtype=torch.long),
+                )
+            ],
+            r"\[0, 65\)|prompt",
+            None,
+            {},
+        ),
+        (
+            172,
+            "GPT.generate(max_new_tokens=-3)",
+            lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), -3),
+            "max_new_tokens",
+            None,
+            {},
+        ),
+        (
+            173,
+            "GPT.generate(temperature=nan)",
+            lambda: tiny.generate(
+                torch.zeros(1, 2, dtype=torch.long), 2, temperature=float("nan")
+            ),
+            "temperature",
+            None,
+            {},
+        ),
+        (
+            174,
+            "GPT.generate(top_k=0)",
+            lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_k=0),
+            "top_k",
+            None,
+            {},
+        ),
+        (
+            175,
+            "GPT.generate(float prompt)",
+            lambda: tiny.generate(torch.zeros(1, 2), 2),
+            "integer|dtype|long",
+            None,
+            {},
+        ),
+        (
+            176,
+            "GPT forward with KVCache: 30 then 5 tokens (context 32)",
+            kv_35,
+            "35",
+            None,
+            {},
+        ),
+        (
+            177,
+            "GPT forward, input batch 1 with KVCache(batch_size=2)",
+            lambda: cached(1),
+            "batch",
+            None,
+            {},
+        ),
+        (
+            178,
+            "Seq2SeqConfig d_model 30, n_heads 4",
+            lambda: s2s.Transformer(s2s.Seq2SeqConfig.tiny(d_model=30, n_heads=4)),
+            "divisible",
+            None,
+            {},
+        ),
+        (
+            179,
+            "Transformer: source of 33 tokens (context 32)",
+            lambda: tr(
+                torch.ones(1, 33, dtype=torch.long), torch.ones(1, 3, dtype=torch.long)
+            ),
+            "33",
+            None,
+            {},
+        ),
+        (
+            180,
+            "Transformer: src id 20 (= vocab) / tgt id -1",
+            lambda: [
+                tr(torch.tensor([[1, 20]]), torch.ones(1, 2, dtype=torch.long)),
+                tr(torch.ones(1, 2, dtype=torch.long), torch.tensor([[1, -1]])),
+            ],
+            r"\[0, 20\)",
+            None,
+            {},
+        ),
+        (
+            181,
+            "Transformer: float src",
+            lambda: tr(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.long)),
+            "integer",
+            None,
+            {},
+        ),
+        (
+            182,
+            "Transformer: src batch 2, tgt batch 3",
+            lambda: tr(
+                torch.ones(2, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.long)
+            ),
+            "batch",
+            None,
+            {},
+        ),
+        (
+            183,
+            "Transformer: 1-D src",
+            lambda: tr(
+                torch.ones(4, dtype=torch.long), torch.ones(1, 2, dtype=torch.long)
+            ),
+            r"\(B, |shape",
+            None,
+            {},
+        ),
+        (
+            184,
+            "Transformer / greedy_decode: all-PAD source (every key masked)",
+            lambda: (
+                bool(
+                    torch.isfinite(
+                        tr(
+                            torch.zeros(1, 4, dtype=torch.long),
+                            torch.ones(1, 2, dtype=torch.long),
+                        )
+                    ).all()
+                )
+                and dec.greedy_decode(
+                    tr, torch.zeros(1, 4, dtype=torch.long), 1, 2, max_len=5
+                )
+                is not None
+            ),
+            "pad",
+            lambda v: v is True,
+            {},
+        ),
+        (
+            185,
+            "beam_search(beam_size=0)",
+            lambda: dec.beam_search(tr, src, 1, 2, beam_size=0),
+            "beam",
+            None,
+            {},
+        ),
+        (
+            186,
+            "beam_search(beam_size=1000 > vocab 20)",
+            lambda: dec.beam_search(tr, src, 1, 2, beam_size=1000, max_len=4),
+            "beam",
+            lambda v: isinstance(v, list),
+            {},
+        ),
+        (
+            187,
+            "sample_decode(top_k=0)",
+            lambda: dec.sample_decode(tr, src, 1, 2, top_k=0),
+            "top_k",
+            None,
+            {},
+        ),
+        (
+            188,
+            "sample_decode(top_p=0) / (top_p=-1)",
+            lambda: [dec.sample_decode(tr, src, 1, 2, top_p=p) for p in (0, -1)],
+            "top_p",
+            None,
+            {},
+        ),
+        (
+            189,
+            "filter_logits(top_k=-1)",
+            lambda: K["filter_logits"](r(2, 20), top_k=-1),
+            "top_k",
+            None,
+            {},
+        ),
+        (
+            190,
+            "greedy_decode(max_len=0) (and sample_decode): zero new tokens",
+            lambda: (
+                dec.greedy_decode(tr, src, 1, 2, max_len=0)
+                + dec.sample_decode(tr, src, 1, 2, max_len=0)
+            ),
+            "max_len",
+            lambda v: all(len(x) == 0 for x in v),
+            {"silent": "FAIL"},
+        ),
+        (
+            191,
+            "greedy_decode(max_len=-5)",
+            lambda: dec.greedy_decode(tr, src, 1, 2, max_len=-5),
+            "max_len",
+            None,
+            {},
+        ),
+        (
+            192,
+            "SinusoidalPositionalEncoding: offset -1 / T > context",
+            lambda: [
+                K["pos"].SinusoidalPositionalEncoding(32, 8)(r(1, t, 32), offset=o)
+                for t, o in ((2, -1), (9, 0))
+            ],
+            "offset|context",
+            None,
+            {},
+        ),
+        (
+            193,
+            "padding_mask(1-D ids)",
+            lambda: K["masks"].padding_mask(torch.ones(4, dtype=torch.long), 0),
+            "shape",
+            None,
+            {},
+        ),
         (194, "causal_mask(-1)", lambda: K["masks"].causal_mask(-1), "-1|T", None, {}),
-        (195, "CharTokenizer: decode id 99 / encode an unknown character",
-         lambda: [f() for f in (lambda: K["tok"].CharTokenizer("abc").decode([99]),
-                                lambda: K["tok"].CharTokenizer("abc").encode("z"))], "99|z", None, {}),
-        (196, "BPETokenizer().train(text, 100)", lambda: K["tok"].BPETokenizer().train("hello world", 100), "256",
-         None, {}),
+        (
+            195,
+            "CharTokenizer: decode id 99 / encode an unknown character",
+            lambda: [
+                f()
+                for f in (
+                    lambda: K["tok"].CharTokenizer("abc").decode([99]),
+                    lambda: K["tok"].CharTokenizer("abc").encode("z"),
+                )
+            ],
+            "99|z",
+            None,
+            {},
+        ),
+        (
+            196,
+            "BPETokenizer().train(text, 100)",
+            lambda: K["tok"].BPETokenizer().train("hello world", 100),
+            "256",
+            None,
+            {},
+        ),
     ]
     for id_, what, call, pattern, ok, kw in entries:
         row(id_, 5, what)(lambda env, c=call, p=pattern, o=ok, k=kw: _each(c, p, o, k))
@@ -1391,63 +2816,90 @@ def _each(call, pattern, ok, kw) -> Outcome:
 # ---- 6 Numerics (in this process)
 def _finite(*ts) -> bool:
     import torch
+
     return all(bool(torch.isfinite(t).all()) for t in ts)
 
 
 def _masked_row(fast: bool, every: bool) -> str | None:
     """Attention with one (or every) query row fully masked: finite output and gradients."""
     import torch
+
     K = _lib()
     q, k, v = (torch.randn(2, 2, 4, 8, requires_grad=True) for _ in range(3))
     mask = torch.ones(4, 4, dtype=torch.bool)
     mask[:] = False if every else mask
     mask[1] = False
-    f = K["attn"].fast_scaled_dot_product_attention if fast else K["attn"].scaled_dot_product_attention
+    f = (
+        K["attn"].fast_scaled_dot_product_attention
+        if fast
+        else K["attn"].scaled_dot_product_attention
+    )
     out = f(q, k, v, mask)
     out = out[0] if isinstance(out, tuple) else out
     out.sum().backward()
-    return None if _finite(out, q.grad, k.grad, v.grad) else "NaN or inf in the output or gradients"
+    return (
+        None
+        if _finite(out, q.grad, k.grad, v.grad)
+        else "NaN or inf in the output or gradients"
+    )
 
 
 def _low_precision(dtype, big: bool = False) -> str | None:
     """Both attention paths in fp16/bf16 (causal) against fp32: finite and close."""
     import torch
+
     K = _lib()
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 16, 64) * (40 if big else 1) for _ in range(3))
     mask = torch.ones(16, 16, dtype=torch.bool).tril()
-    for f in (K["attn"].scaled_dot_product_attention, K["attn"].fast_scaled_dot_product_attention):
+    for f in (
+        K["attn"].scaled_dot_product_attention,
+        K["attn"].fast_scaled_dot_product_attention,
+    ):
         ref = f(q, k, v, mask)
         got = f(q.to(dtype), k.to(dtype), v.to(dtype), mask)
         ref, got = (x[0] if isinstance(x, tuple) else x for x in (ref, got))
         if not _finite(got):
             return f"{f.__name__}: NaN or inf in {dtype}"
-        if not big and (got.float() - ref).abs().max() > (2e-2 if dtype == torch.float16 else 6e-2):
-            return f"{f.__name__}: error {(got.float() - ref).abs().max():.3g} in {dtype}"
+        if not big and (got.float() - ref).abs().max() > (
+            2e-2 if dtype == torch.float16 else 6e-2
+        ):
+            return (
+                f"{f.__name__}: error {(got.float() - ref).abs().max():.3g} in {dtype}"
+            )
     return None
 
 
 def _mha_dtypes() -> str | None:
     import torch
+
     for dtype in (torch.float16, torch.bfloat16):
         m = _lib()["mh"].MultiHeadAttention(32, 4).to(dtype)
         for need in (False, True):
             out, _ = m(torch.randn(2, 5, 32, dtype=dtype), need_weights=need)
             if out.dtype != dtype or not _finite(out):
-                return f"{dtype}, need_weights={need}: {out.dtype}, finite={_finite(out)}"
+                return (
+                    f"{dtype}, need_weights={need}: {out.dtype}, finite={_finite(out)}"
+                )
     return None
 
 
 def _mha_autocast() -> str | None:
     import torch
+
     m = _lib()["mh"].MultiHeadAttention(32, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = m(torch.randn(2, 5, 32))
-    return None if out.dtype == torch.bfloat16 and _finite(out) else f"{out.dtype}, finite={_finite(out)}"
+    return (
+        None
+        if out.dtype == torch.bfloat16 and _finite(out)
+        else f"{out.dtype}, finite={_finite(out)}"
+    )
 
 
 def _trained_tiny(env: Env):
     import torch
+
     G_ = _lib()["gpt"]
     state = torch.load(lm_ckpt(env), weights_only=True)
     model = G_.GPT(G_.GPTConfig.from_dict(state["config"]))
@@ -1457,20 +2909,41 @@ def _trained_tiny(env: Env):
 
 def _untrained(context: int = 128, dtype=None, **kw):
     import torch
+
     G_ = _lib()["gpt"]
     torch.manual_seed(0)
-    model = G_.GPT(G_.GPTConfig.cpu(vocab_size=65, context_len=context, dropout=0.0, **kw)).eval()
+    model = G_.GPT(
+        G_.GPTConfig.cpu(vocab_size=65, context_len=context, dropout=0.0, **kw)
+    ).eval()
     return model.to(dtype) if dtype is not None else model
 
 
-def _same_tokens(model, lengths, batch: int = 1, temperature: float = 0.0, prompt_len: int = 5,
-                 top_k: int | None = None) -> str | None:
+def _same_tokens(
+    model,
+    lengths,
+    batch: int = 1,
+    temperature: float = 0.0,
+    prompt_len: int = 5,
+    top_k: int | None = None,
+) -> str | None:
     """Cached and uncached generation give identical tokens for each length."""
     import torch
-    x = torch.randint(0, 65, (batch, prompt_len), generator=torch.Generator().manual_seed(1))
+
+    x = torch.randint(
+        0, 65, (batch, prompt_len), generator=torch.Generator().manual_seed(1)
+    )
     for n in lengths:
-        a, b = (model.generate(x, n, temperature=temperature, top_k=top_k, use_cache=c,
-                               generator=torch.Generator().manual_seed(2)) for c in (True, False))
+        a, b = (
+            model.generate(
+                x,
+                n,
+                temperature=temperature,
+                top_k=top_k,
+                use_cache=c,
+                generator=torch.Generator().manual_seed(2),
+            )
+            for c in (True, False)
+        )
         if not torch.equal(a, b):
             return f"{n} new tokens: cached and uncached differ"
     return None
@@ -1478,6 +2951,7 @@ def _same_tokens(model, lengths, batch: int = 1, temperature: float = 0.0, promp
 
 def _sdpa_vs_explicit() -> str | None:
     import torch
+
     a = _untrained(attn_impl="explicit")
     problem = _same_tokens(a, [300])
     if problem:
@@ -1485,59 +2959,145 @@ def _sdpa_vs_explicit() -> str | None:
     b = _untrained()
     b.load_state_dict(a.state_dict())
     x = torch.randint(0, 65, (1, 5), generator=torch.Generator().manual_seed(1))
-    return None if torch.equal(a.generate(x, 300, temperature=0), b.generate(x, 300, temperature=0)) \
+    return (
+        None
+        if torch.equal(
+            a.generate(x, 300, temperature=0), b.generate(x, 300, temperature=0)
+        )
         else "sdpa and explicit differ"
+    )
 
 
 def _numeric_rows() -> None:
     """Register rows 197-215."""
     import torch
+
     num = [
-        (197, "explicit attention, one query row fully masked, forward + backward", lambda e: _masked_row(False, False)),
+        (
+            197,
+            "explicit attention, one query row fully masked, forward + backward",
+            lambda e: _masked_row(False, False),
+        ),
         (198, "fast (fused) attention, same", lambda e: _masked_row(True, False)),
-        (199, "explicit / fast, every row masked",
-         lambda e: _masked_row(False, True) or _masked_row(True, True)),
-        (200, "explicit and fast, fp16 q/k/v, causal, vs fp32", lambda e: _low_precision(torch.float16)),
-        (201, "explicit and fast, bf16, causal, vs fp32", lambda e: _low_precision(torch.bfloat16)),
-        (202, "explicit and fast, fp16 / bf16 with |q|,|k| ~ 40, D=64",
-         lambda e: _low_precision(torch.float16, True) or _low_precision(torch.bfloat16, True)),
-        (203, "MultiHeadAttention converted to fp16 / bf16, need_weights False and True", lambda e: _mha_dtypes()),
+        (
+            199,
+            "explicit / fast, every row masked",
+            lambda e: _masked_row(False, True) or _masked_row(True, True),
+        ),
+        (
+            200,
+            "explicit and fast, fp16 q/k/v, causal, vs fp32",
+            lambda e: _low_precision(torch.float16),
+        ),
+        (
+            201,
+            "explicit and fast, bf16, causal, vs fp32",
+            lambda e: _low_precision(torch.bfloat16),
+        ),
+        (
+            202,
+            "explicit and fast, fp16 / bf16 with |q|,|k| ~ 40, D=64",
+            lambda e: (
+                _low_precision(torch.float16, True)
+                or _low_precision(torch.bfloat16, True)
+            ),
+        ),
+        (
+            203,
+            "MultiHeadAttention converted to fp16 / bf16, need_weights False and True",
+            lambda e: _mha_dtypes(),
+        ),
         (205, "MultiHeadAttention under CPU bf16 autocast", lambda e: _mha_autocast()),
-        (206, "trained tiny GPT (context 32): greedy 10/31/32/33/100/200, cache vs no cache",
-         lambda e: _same_tokens(_trained_tiny(e), [10, 31, 32, 33, 100, 200])),
-        (207, "trained tiny: sampling T=0.8, top-k 200, 200 tokens, same seed",
-         lambda e: _same_tokens(_trained_tiny(e), [200], temperature=0.8, top_k=200)),
-        (208, "trained tiny: batch of 3, greedy 100", lambda e: _same_tokens(_trained_tiny(e), [100], batch=3)),
-        (209, "untrained cpu preset (context 128): greedy 50/127/128/129/300",
-         lambda e: _same_tokens(_untrained(), [50, 127, 128, 129, 300])),
-        (210, "untrained cpu preset: sampling 300 tokens", lambda e: _same_tokens(_untrained(), [300], temperature=1.0)),
-        (211, "untrained cpu preset in bf16 weights: greedy 300",
-         lambda e: _same_tokens(_untrained(dtype=torch.bfloat16), [300])),
-        (212, "attn_impl='explicit', greedy 300, cache vs no cache; sdpa vs explicit, same weights",
-         lambda e: _sdpa_vs_explicit()),
-        (213, "5000-token prompt into context 128, 20 new tokens",
-         lambda e: _same_tokens(_untrained(), [20], prompt_len=5000)),
-        (214, "cpu preset with context 1024: greedy 1018 and 1030 new tokens",
-         lambda e: _same_tokens(_untrained(1024), [1018, 1030])),
-        (215, "same, bf16 weights, greedy 1018", lambda e: _same_tokens(_untrained(1024, torch.bfloat16), [1018])),
+        (
+            206,
+            "trained tiny GPT (context 32): greedy 10/31/32/33/100/200, cache vs no cache",
+            lambda e: _same_tokens(_trained_tiny(e), [10, 31, 32, 33, 100, 200]),
+        ),
+        (
+            207,
+            "trained tiny: sampling T=0.8, top-k 200, 200 tokens, same seed",
+            lambda e: _same_tokens(_trained_tiny(e), [200], temperature=0.8, top_k=200),
+        ),
+        (
+            208,
+            "trained tiny: batch of 3, greedy 100",
+            lambda e: _same_tokens(_trained_tiny(e), [100], batch=3),
+        ),
+        (
+            209,
+            "untrained cpu preset (context 128): greedy 50/127/128/129/300",
+            lambda e: _same_tokens(_untrained(), [50, 127, 128, 129, 300]),
+        ),
+        (
+            210,
+            "untrained cpu preset: sampling 300 tokens",
+            lambda e: _same_tokens(_untrained(), [300], temperature=1.0),
+        ),
+        (
+            211,
+            "untrained cpu preset in bf16 weights: greedy 300",
+            lambda e: _same_tokens(_untrained(dtype=torch.bfloat16), [300]),
+        ),
+        (
+            212,
+            "attn_impl='explicit', greedy 300, cache vs no cache; sdpa vs explicit, same weights",
+            lambda e: _sdpa_vs_explicit(),
+        ),
+        (
+            213,
+            "5000-token prompt into context 128, 20 new tokens",
+            lambda e: _same_tokens(_untrained(), [20], prompt_len=5000),
+        ),
+        (
+            214,
+            "cpu preset with context 1024: greedy 1018 and 1030 new tokens",
+            lambda e: _same_tokens(_untrained(1024), [1018, 1030]),
+        ),
+        (
+            215,
+            "same, bf16 weights, greedy 1018",
+            lambda e: _same_tokens(_untrained(1024, torch.bfloat16), [1018]),
+        ),
     ]
     for id_, what, fn in num:
         row(id_, 6, what)(lambda env, f=fn: checked(lambda: f(env)))
 
     def fp16_into_fp32(env: Env) -> Outcome:
         m = _lib()["mh"].MultiHeadAttention(32, 4)
-        return api(lambda: m(torch.randn(2, 5, 32, dtype=torch.float16)), "dtype|float16|half",
-                   ok=lambda v: _finite(v[0]))
+        return api(
+            lambda: m(torch.randn(2, 5, 32, dtype=torch.float16)),
+            "dtype|float16|half",
+            ok=lambda v: _finite(v[0]),
+        )
+
     row(204, 6, "fp32 MultiHeadAttention, fp16 input")(fp16_into_fp32)
 
 
 # ---- 7 Unit tests
 def _unit_tests(extra: list[str]) -> Callable[[Env], Outcome]:
     def run(env: Env) -> Outcome:
-        r = subprocess.run(["nice", "-n", "19", PY, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", *extra],
-                           cwd=ROOT, env={**env.env, "TRANSFORMER_QUICK": "1"}, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                "nice",
+                "-n",
+                "19",
+                PY,
+                "-m",
+                "pytest",
+                "tests",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *extra,
+            ],
+            cwd=ROOT,
+            env={**env.env, "TRANSFORMER_QUICK": "1"},
+            capture_output=True,
+            text=True,
+        )
         last = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
         return ("PASS", last) if r.returncode == 0 else ("FAIL", last)
+
     return run
 
 
@@ -1545,12 +3105,18 @@ UNIT_TESTS = False  # set by --unit-tests: the whole suite takes minutes
 
 
 def _unit_skip() -> str | None:
-    return None if UNIT_TESTS else "runs the whole test suite (minutes); pass --unit-tests"
+    return (
+        None if UNIT_TESTS else "runs the whole test suite (minutes); pass --unit-tests"
+    )
 
 
 row(216, 7, "TRANSFORMER_QUICK=1 pytest tests -q", _unit_skip)(_unit_tests([]))
-row(217, 7, "second run without the browser tests (--deselect tests/test_book_browser.py)", _unit_skip)(
-    _unit_tests(["--deselect", "tests/test_book_browser.py"]))
+row(
+    217,
+    7,
+    "second run without the browser tests (--deselect tests/test_book_browser.py)",
+    _unit_skip,
+)(_unit_tests(["--deselect", "tests/test_book_browser.py"]))
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -1559,8 +3125,12 @@ def select(args: argparse.Namespace) -> list[Attempt]:
     chosen = sorted(ATTEMPTS, key=lambda a: a.id)
     if args.only:
         key = args.only.lower()
-        chosen = [a for a in chosen if key in (str(a.area), AREAS[a.area].lower(), AREAS[a.area].lower()[2:])
-                  or AREAS[a.area].lower()[2:].startswith(key)]
+        chosen = [
+            a
+            for a in chosen
+            if key in (str(a.area), AREAS[a.area].lower(), AREAS[a.area].lower()[2:])
+            or AREAS[a.area].lower()[2:].startswith(key)
+        ]
     if args.ids:
         ids = {int(i) for i in args.ids.split(",")}
         chosen = [a for a in chosen if a.id in ids]
@@ -1579,15 +3149,23 @@ def run_all(attempts: list[Attempt], env: Env) -> dict[int, Outcome]:
             try:
                 results[a.id] = a.run(env)
             except Exception as e:  # noqa: BLE001 - a harness or fixture error is reported, not raised
-                results[a.id] = ("FAIL", f"harness could not run it: {type(e).__name__}: {e}"[:300])
-        print(f"[{a.id:3d}] {results[a.id][0]:4s} {time.perf_counter() - start:5.1f} s  {a.what[:70]}",
-              file=sys.stderr, flush=True)
+                results[a.id] = (
+                    "FAIL",
+                    f"harness could not run it: {type(e).__name__}: {e}"[:300],
+                )
+        print(
+            f"[{a.id:3d}] {results[a.id][0]:4s} {time.perf_counter() - start:5.1f} s  {a.what[:70]}",
+            file=sys.stderr,
+            flush=True,
+        )
     return results
 
 
 def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
     """The table per area, then every non-PASS row."""
-    print("\n| area | attempts | PASS | WEAK | FAIL | SKIP |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "\n| area | attempts | PASS | WEAK | FAIL | SKIP |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
     totals = dict.fromkeys(("n", "PASS", "WEAK", "FAIL", "SKIP"), 0)
     for area, name in AREAS.items():
         rows = [results[a.id][0] for a in attempts if a.area == area]
@@ -1597,24 +3175,43 @@ def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
         totals["n"] += len(rows)
         for v, c in counts.items():
             totals[v] += c
-        print(f"| {name} | {len(rows)} | {counts['PASS']} | {counts['WEAK']} | {counts['FAIL']} | {counts['SKIP']} |")
-    print(f"| **all** | **{totals['n']}** | **{totals['PASS']}** | **{totals['WEAK']}** | **{totals['FAIL']}** | "
-          f"**{totals['SKIP']}** |\n")
+        print(
+            f"| {name} | {len(rows)} | {counts['PASS']} | {counts['WEAK']} | {counts['FAIL']} | {counts['SKIP']} |"
+        )
+    print(
+        f"| **all** | **{totals['n']}** | **{totals['PASS']}** | **{totals['WEAK']}** | **{totals['FAIL']}** | "
+        f"**{totals['SKIP']}** |\n"
+    )
     for a in attempts:
         verdict, seen = results[a.id]
         if verdict != "PASS":
-            print(f"{a.id:3d} {verdict:4s} [{AREAS[a.area]}] {a.what}\n         -> {seen}")
+            print(
+                f"{a.id:3d} {verdict:4s} [{AREAS[a.area]}] {a.what}\n         -> {seen}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run the chosen attempts in a temporary folder, print the tables; 1 if any FAIL."""
     global UNIT_TESTS
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", help="one area: its number (1-7) or the start of its name (cli, checkpoints, ...)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--only",
+        help="one area: its number (1-7) or the start of its name (cli, checkpoints, ...)",
+    )
     p.add_argument("--ids", help="comma-separated row numbers")
     p.add_argument("--list", action="store_true", help="list the attempts and exit")
-    p.add_argument("--unit-tests", action="store_true", help="also run rows 216-217 (the whole test suite)")
-    p.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
+    p.add_argument(
+        "--unit-tests",
+        action="store_true",
+        help="also run rows 216-217 (the whole test suite)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary folder (its path is printed)",
+    )
     args = p.parse_args(argv)
     UNIT_TESTS = args.unit_tests
     _api_rows()

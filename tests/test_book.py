@@ -13,14 +13,18 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 def toc_files() -> set[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return {chapter["file"] for part in toc["parts"] for chapter in part["chapters"]} | {toc["root"]}
+    return {
+        chapter["file"] for part in toc["parts"] for chapter in part["chapters"]
+    } | {toc["root"]}
 
 
 def test_every_notebook_and_page_is_in_the_toc():
     pages = {f"notebooks/{p.stem}" for p in (ROOT / "notebooks").glob("*.ipynb")}
     pages |= {f"book/{p.stem}" for p in (ROOT / "book").glob("*.md")}
     assert pages - toc_files() == set(), "pages missing from _toc.yml"
-    assert {f for f in toc_files() if not list(ROOT.glob(f + ".*"))} == set(), "_toc.yml names missing files"
+    assert {f for f in toc_files() if not list(ROOT.glob(f + ".*"))} == set(), (
+        "_toc.yml names missing files"
+    )
 
 
 def test_colab_cells_install_from_the_configured_repository():
@@ -29,47 +33,75 @@ def test_colab_cells_install_from_the_configured_repository():
         cells = json.loads(path.read_text())["cells"]
         install = next(c for c in cells if c["cell_type"] == "code")
         source = "".join(install["source"])
-        assert "google.colab" in source and f"git+{url}" in source, f"{path.name}: first code cell"
+        assert "google.colab" in source and f"git+{url}" in source, (
+            f"{path.name}: first code cell"
+        )
 
 
 def markdown_of(path: Path) -> list[str]:
-    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+    return [
+        "".join(c["source"])
+        for c in json.loads(path.read_text())["cells"]
+        if c["cell_type"] == "markdown"
+    ]
 
-UNLINKED = re.compile(r"(?<!\[)\b[Nn]otebooks?\s+\d\d\b(?![^\[]*\]\()")  # "notebook 05" outside a [link](...)
+
+UNLINKED = re.compile(
+    r"(?<!\[)\b[Nn]otebooks?\s+\d\d\b(?![^\[]*\]\()"
+)  # "notebook 05" outside a [link](...)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
 def test_every_notebook_page_has_the_same_frame(path):
     """A what-you-will-learn box at the top, a Summary, and links to where its concepts are used next."""
     cells = markdown_of(path)
-    assert ":::{admonition} What you will learn" in cells[0], f"{path.name}: first markdown cell"
+    assert ":::{admonition} What you will learn" in cells[0], (
+        f"{path.name}: first markdown cell"
+    )
     summary = next((c for c in cells if "\n## Summary" in "\n" + c), None)
     assert summary is not None, f"{path.name}: no '## Summary' section"
     used_next = summary.split("**Used next**", 1)
     assert len(used_next) == 2, f"{path.name}: the Summary has no '**Used next**' list"
-    later = [m for m in re.findall(r"\]\(([^)#]+)", used_next[1].split("\n## ")[0])
-             if m.startswith("../book/") or m[:2] > path.stem[:2]]
+    later = [
+        m
+        for m in re.findall(r"\]\(([^)#]+)", used_next[1].split("\n## ")[0])
+        if m.startswith("../book/") or m[:2] > path.stem[:2]
+    ]
     assert later, f"{path.name}: 'Used next' links to no later page"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS + sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name
+)
 def test_mentions_of_other_notebooks_are_links(path):
     text = "\n".join(markdown_of(path)) if path.suffix == ".ipynb" else path.read_text()
-    text = re.sub(r"`[^`]*`|```.*?```", "", text, flags=re.S)  # code may name notebooks freely
-    assert UNLINKED.findall(text) == [], f"{path.name}: link these mentions to their notebook"
+    text = re.sub(
+        r"`[^`]*`|```.*?```", "", text, flags=re.S
+    )  # code may name notebooks freely
+    assert UNLINKED.findall(text) == [], (
+        f"{path.name}: link these mentions to their notebook"
+    )
 
 
-FIGURE_HELPERS = ("plot_attention(", "plot_heads(")  # set their own titles and axis labels
+FIGURE_HELPERS = (
+    "plot_attention(",
+    "plot_heads(",
+)  # set their own titles and axis labels
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
 def test_every_figure_has_a_title_and_labelled_axes(path):
     """Each code cell that stores a picture sets a title and both axis labels (or draws with a helper that does)."""
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-        if cell["cell_type"] != "code" or not any("image/png" in o.get("data", {}) for o in cell["outputs"]):
+        if cell["cell_type"] != "code" or not any(
+            "image/png" in o.get("data", {}) for o in cell["outputs"]
+        ):
             continue
         source = "".join(cell["source"])
-        if any(helper in source for helper in FIGURE_HELPERS) and "imshow" not in source:
+        if (
+            any(helper in source for helper in FIGURE_HELPERS)
+            and "imshow" not in source
+        ):
             continue
         for part in ("title", "xlabel", "ylabel"):
             assert part in source, f"{path.name}, cell {i}: a figure without a {part}"
@@ -81,4 +113,8 @@ def test_heatmaps_use_the_course_colour_maps():
         for cell in json.loads(path.read_text())["cells"]:
             for call in re.findall(r"imshow\([^\n]*", "".join(cell["source"])):
                 cmap = re.search(r"cmap=([\w\"]+)", call)
-                assert cmap and cmap.group(1) in ('"viridis"', '"RdBu"', "ATTENTION_CMAP"), f"{path.name}: {call}"
+                assert cmap and cmap.group(1) in (
+                    '"viridis"',
+                    '"RdBu"',
+                    "ATTENTION_CMAP",
+                ), f"{path.name}: {call}"

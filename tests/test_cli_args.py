@@ -12,25 +12,51 @@ import torch
 from transformer_lib import cli_args as ca
 
 
-@pytest.mark.parametrize("fn, text, value", [
-    (ca.positive_int, "4", 4), (ca.non_negative_int, "0", 0), (ca.positive_float, "3e-4", 3e-4),
-    (ca.non_negative_float, "0", 0.0), (ca.probability, "1", 1.0), (ca.probability, "1e-9", 1e-9),
-    (ca.temperature, "0", 0.0), (ca.temperature, "0.8", 0.8), (ca.seed, "0", 0), (ca.seed, str(2**63 - 1), 2**63 - 1),
-])
+@pytest.mark.parametrize(
+    "fn, text, value",
+    [
+        (ca.positive_int, "4", 4),
+        (ca.non_negative_int, "0", 0),
+        (ca.positive_float, "3e-4", 3e-4),
+        (ca.non_negative_float, "0", 0.0),
+        (ca.probability, "1", 1.0),
+        (ca.probability, "1e-9", 1e-9),
+        (ca.temperature, "0", 0.0),
+        (ca.temperature, "0.8", 0.8),
+        (ca.seed, "0", 0),
+        (ca.seed, str(2**63 - 1), 2**63 - 1),
+    ],
+)
 def test_accepts_valid_values(fn, text, value):
     assert fn(text) == value
 
 
-@pytest.mark.parametrize("fn, text, words", [
-    (ca.positive_int, "0", ">= 1"), (ca.positive_int, "-4", ">= 1"), (ca.positive_int, "1.5", "whole number"),
-    (ca.positive_int, "abc", "whole number"), (ca.non_negative_int, "-1", ">= 0"),
-    (ca.positive_float, "0", "> 0"), (ca.positive_float, "-1", "> 0"), (ca.positive_float, "nan", "finite"),
-    (ca.positive_float, "inf", "finite"), (ca.non_negative_float, "-0.5", ">= 0"),
-    (ca.non_negative_float, "nan", "finite"), (ca.probability, "0", "(0, 1]"), (ca.probability, "1.5", "(0, 1]"),
-    (ca.probability, "nan", "finite"), (ca.temperature, "-1", "greedy"), (ca.temperature, "nan", "finite"),
-    (ca.temperature, "inf", "finite"), (ca.temperature, "1e-40", "overflow"), (ca.seed, "-1", "2**63"),
-    (ca.seed, "100000000000000000000000", "2**63"), (ca.seed, "1e3", "whole number"),
-])
+@pytest.mark.parametrize(
+    "fn, text, words",
+    [
+        (ca.positive_int, "0", ">= 1"),
+        (ca.positive_int, "-4", ">= 1"),
+        (ca.positive_int, "1.5", "whole number"),
+        (ca.positive_int, "abc", "whole number"),
+        (ca.non_negative_int, "-1", ">= 0"),
+        (ca.positive_float, "0", "> 0"),
+        (ca.positive_float, "-1", "> 0"),
+        (ca.positive_float, "nan", "finite"),
+        (ca.positive_float, "inf", "finite"),
+        (ca.non_negative_float, "-0.5", ">= 0"),
+        (ca.non_negative_float, "nan", "finite"),
+        (ca.probability, "0", "(0, 1]"),
+        (ca.probability, "1.5", "(0, 1]"),
+        (ca.probability, "nan", "finite"),
+        (ca.temperature, "-1", "greedy"),
+        (ca.temperature, "nan", "finite"),
+        (ca.temperature, "inf", "finite"),
+        (ca.temperature, "1e-40", "overflow"),
+        (ca.seed, "-1", "2**63"),
+        (ca.seed, "100000000000000000000000", "2**63"),
+        (ca.seed, "1e3", "whole number"),
+    ],
+)
 def test_refuses_with_a_message(fn, text, words):
     with pytest.raises(argparse.ArgumentTypeError) as e:
         fn(text)
@@ -39,7 +65,9 @@ def test_refuses_with_a_message(fn, text, words):
 
 def test_device_accepts_cpu_and_refuses_unknown_kinds():
     assert ca.device("cpu") == "cpu"
-    with pytest.raises(argparse.ArgumentTypeError, match="not a device; available here: .*cpu"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match="not a device; available here: .*cpu"
+    ):
         ca.device("foo")
 
 
@@ -57,17 +85,27 @@ def _parser() -> ca.Parser:
     return p
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["generate", "--top-p", "1.5"], "prog generate: error: argument --top-p: 1.5 is not in (0, 1]"),
-    (["frobnicate"], "prog: error: argument command: invalid choice"),
-    (["generate", "--nope"], "prog: error: unrecognized arguments: --nope"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["generate", "--top-p", "1.5"],
+            "prog generate: error: argument --top-p: 1.5 is not in (0, 1]",
+        ),
+        (["frobnicate"], "prog: error: argument command: invalid choice"),
+        (["generate", "--nope"], "prog: error: unrecognized arguments: --nope"),
+    ],
+)
 def test_parser_errors_are_one_line(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
         _parser().parse_args(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2
-    assert err.count("\n") == 1 and err.startswith(words) and err.rstrip().endswith("--help)")
+    assert (
+        err.count("\n") == 1
+        and err.startswith(words)
+        and err.rstrip().endswith("--help)")
+    )
 
 
 def test_parser_accepts_valid_input():
@@ -79,16 +117,21 @@ def test_read_texts_from_args_file_and_stdin(tmp_path, monkeypatch):
     f.write_text("Hello.\n\n  How are you?  \n", encoding="utf-8")
     assert ca.read_texts(["A", "  ", ""]) == ["A"]
     assert ca.read_texts(["A"], str(f)) == ["A", "Hello.", "How are you?"]
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("one\ntwo\n".encode())))
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO("one\ntwo\n".encode()))
+    )
     assert ca.read_texts([], "-") == ["one", "two"]
 
 
-@pytest.mark.parametrize("setup, words", [
-    (lambda d: d / "missing.txt", "no file at"),
-    (lambda d: d, "is a folder"),
-    (lambda d: (d / "b.bin").write_bytes(b"ab\0cd") and d / "b.bin", "binary"),
-    (lambda d: (d / "l.txt").write_bytes(b"caf\xe9") and d / "l.txt", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "setup, words",
+    [
+        (lambda d: d / "missing.txt", "no file at"),
+        (lambda d: d, "is a folder"),
+        (lambda d: (d / "b.bin").write_bytes(b"ab\0cd") and d / "b.bin", "binary"),
+        (lambda d: (d / "l.txt").write_bytes(b"caf\xe9") and d / "l.txt", "not UTF-8"),
+    ],
+)
 def test_read_texts_refuses_bad_files(tmp_path, setup, words):
     with pytest.raises(ValueError, match=words) as e:
         ca.read_texts([], str(setup(tmp_path)))
@@ -97,14 +140,22 @@ def test_read_texts_refuses_bad_files(tmp_path, setup, words):
 
 def test_key_value_overrides_types_values():
     allowed = {"dropout": float, "n_layers": int, "bias": bool, "norm": str}
-    got = ca.key_value_overrides(["dropout=0.1", "n_layers=2", "bias=false", "norm=rms", "n_layers=3"], allowed)
+    got = ca.key_value_overrides(
+        ["dropout=0.1", "n_layers=2", "bias=false", "norm=rms", "n_layers=3"], allowed
+    )
     assert got == {"dropout": 0.1, "n_layers": 3, "bias": False, "norm": "rms"}
 
 
-@pytest.mark.parametrize("item, words", [
-    ("foo=1", "unknown key; allowed keys: dropout, n_layers"), ("dropout", "expects KEY=VALUE"),
-    ("n_layers=two", "expected int"), ("dropout=nan", "finite"), ("=1", "expects KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "item, words",
+    [
+        ("foo=1", "unknown key; allowed keys: dropout, n_layers"),
+        ("dropout", "expects KEY=VALUE"),
+        ("n_layers=two", "expected int"),
+        ("dropout=nan", "finite"),
+        ("=1", "expects KEY=VALUE"),
+    ],
+)
 def test_key_value_overrides_refuses(item, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):
         ca.key_value_overrides([item], {"dropout": float, "n_layers": int})

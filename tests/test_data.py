@@ -10,7 +10,11 @@ from transformer_lib import data
 from transformer_lib.data import DataFile, DataUnavailableError, fetch
 
 CONTENT = b"To be, or not to be: that is the question.\n"
-SPEC = DataFile("corpus/text.txt", "https://example.invalid/text.txt", hashlib.sha256(CONTENT).hexdigest())
+SPEC = DataFile(
+    "corpus/text.txt",
+    "https://example.invalid/text.txt",
+    hashlib.sha256(CONTENT).hexdigest(),
+)
 
 
 @pytest.fixture
@@ -34,13 +38,17 @@ def test_copies_from_mirror_and_verifies(folders):
     path = fetch(SPEC)
     assert path == data_dir / SPEC.relpath
     assert path.read_bytes() == CONTENT
-    assert [p.name for p in path.parent.iterdir()] == ["text.txt"]  # no temporary file left behind
+    assert [p.name for p in path.parent.iterdir()] == [
+        "text.txt"
+    ]  # no temporary file left behind
 
 
 def test_verified_file_is_not_fetched_again(folders):
     data_dir, mirror = folders
     fetch(SPEC)
-    (mirror / SPEC.relpath).unlink()  # neither mirror nor network now: only the local copy can serve
+    (
+        mirror / SPEC.relpath
+    ).unlink()  # neither mirror nor network now: only the local copy can serve
     assert fetch(SPEC).read_bytes() == CONTENT
 
 
@@ -58,10 +66,17 @@ def test_corrupt_mirror_is_never_used_and_error_says_what_to_do(folders):
     with pytest.raises(DataUnavailableError) as err:
         fetch(SPEC)
     message = str(err.value)
-    for needed in (SPEC.url, str(data_dir / SPEC.relpath), SPEC.sha256, data.MIRROR_ENV):
+    for needed in (
+        SPEC.url,
+        str(data_dir / SPEC.relpath),
+        SPEC.sha256,
+        data.MIRROR_ENV,
+    ):
         assert needed in message
     assert not (data_dir / SPEC.relpath).exists()
-    assert not list((data_dir / "corpus").glob("*"))  # the bad bytes were not left on disk
+    assert not list(
+        (data_dir / "corpus").glob("*")
+    )  # the bad bytes were not left on disk
 
 
 def test_offline_without_mirror_names_url_path_and_checksum(folders, monkeypatch):
@@ -79,11 +94,22 @@ def test_download_extracts_member_from_pinned_zip(folders, tmp_path, monkeypatch
     archive = tmp_path / "pairs.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("cmn.txt", CONTENT)
-    spec = DataFile("pairs/cmn.txt", archive.as_uri(), SPEC.sha256,
-                    archive_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(), member="cmn.txt")
+    spec = DataFile(
+        "pairs/cmn.txt",
+        archive.as_uri(),
+        SPEC.sha256,
+        archive_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        member="cmn.txt",
+    )
     assert fetch(spec).read_bytes() == CONTENT
 
-    wrong = DataFile("pairs/other.txt", archive.as_uri(), SPEC.sha256, archive_sha256="0" * 64, member="cmn.txt")
+    wrong = DataFile(
+        "pairs/other.txt",
+        archive.as_uri(),
+        SPEC.sha256,
+        archive_sha256="0" * 64,
+        member="cmn.txt",
+    )
     with pytest.raises(DataUnavailableError, match="served an archive with sha256"):
         fetch(wrong)
 
@@ -101,15 +127,21 @@ def test_real_corpora_load():
     assert all(en and zh and "\u200b" not in zh for en, zh in test)
 
 
-def test_the_public_test_is_cut_from_its_upstream_file_by_label(folders, tmp_path, monkeypatch):
+def test_the_public_test_is_cut_from_its_upstream_file_by_label(
+    folders, tmp_path, monkeypatch
+):
     data_dir, _ = folders
     monkeypatch.undo()  # file:// URLs need no network
     monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
     upstream = "eng\tcmn_Hans\tHi.\t你好。\neng\tyue_Hant\tHi.\t你好呀。\neng\tcmn_Hant\tBye.\t再見。\n"
     (tmp_path / "test.txt").write_text(upstream, encoding="utf-8")
     kept = "eng\tcmn_Hans\tHi.\t你好。\neng\tcmn_Hant\tBye.\t再見。\n".encode()
-    spec = DataFile("t/eng-cmn.tsv", (tmp_path / "test.txt").as_uri(), hashlib.sha256(kept).hexdigest(),
-                    keep_labels=("cmn_Hans", "cmn_Hant"))
+    spec = DataFile(
+        "t/eng-cmn.tsv",
+        (tmp_path / "test.txt").as_uri(),
+        hashlib.sha256(kept).hexdigest(),
+        keep_labels=("cmn_Hans", "cmn_Hant"),
+    )
     assert fetch(spec).read_bytes() == kept
 
 

@@ -23,8 +23,14 @@ def test_shape_and_scale():
 
 
 @settings(derandomize=True, deadline=None, max_examples=30)
-@given(V=st.integers(1, 300), C=st.integers(1, 96), B=st.integers(1, 4), T=st.integers(0, 20),
-       scale=st.booleans(), dtype=st.sampled_from([torch.int64, torch.int32]))
+@given(
+    V=st.integers(1, 300),
+    C=st.integers(1, 96),
+    B=st.integers(1, 4),
+    T=st.integers(0, 20),
+    scale=st.booleans(),
+    dtype=st.sampled_from([torch.int64, torch.int32]),
+)
 def test_equals_pytorch_references(V, C, B, T, scale, dtype):
     torch.manual_seed(V * 1000 + C)
     emb = TokenEmbedding(V, C, scale=scale)
@@ -34,7 +40,9 @@ def test_equals_pytorch_references(V, C, B, T, scale, dtype):
         reference.weight.copy_(emb.weight)
     factor = math.sqrt(C) if scale else 1.0
     torch.testing.assert_close(emb(ids), reference(ids.long()) * factor)
-    torch.testing.assert_close(emb(ids), F.one_hot(ids.long(), V).float() @ emb.weight * factor)
+    torch.testing.assert_close(
+        emb(ids), F.one_hot(ids.long(), V).float() @ emb.weight * factor
+    )
 
 
 def test_unit_variance_output_either_way():
@@ -48,7 +56,10 @@ def test_unit_variance_output_either_way():
 def test_ids_outside_the_vocabulary_are_named(bad):
     emb = TokenEmbedding(10, 4)
     ids = torch.tensor([[0, 3, bad, 2]])
-    with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary \[0, 10\) \(vocab_size=10\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"token id {bad} is outside the vocabulary \[0, 10\) \(vocab_size=10\)",
+    ):
         emb(ids)
 
 

@@ -20,19 +20,34 @@ def test_feed_forward_is_position_wise():
 
 
 @settings(derandomize=True, deadline=None, max_examples=25)
-@given(B=st.integers(1, 3), T=st.integers(1, 9), H=st.sampled_from([1, 2, 4]), D=st.sampled_from([2, 8]),
-       norm_first=st.booleans(), n_pad=st.integers(0, 3), seed=st.integers(0, 1000))
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(1, 9),
+    H=st.sampled_from([1, 2, 4]),
+    D=st.sampled_from([2, 8]),
+    norm_first=st.booleans(),
+    n_pad=st.integers(0, 3),
+    seed=st.integers(0, 1000),
+)
 def test_layer_matches_pytorch(B, T, H, D, norm_first, n_pad, seed):
     torch.manual_seed(seed)
     C = H * D
-    ref = nn.TransformerEncoderLayer(C, H, 3 * C, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    ours = load_torch_encoder_layer(EncoderLayer(C, H, 3 * C, dropout=0.0, norm_first=norm_first), ref).eval()
+    ref = nn.TransformerEncoderLayer(
+        C, H, 3 * C, dropout=0.0, batch_first=True, norm_first=norm_first
+    ).eval()
+    ours = load_torch_encoder_layer(
+        EncoderLayer(C, H, 3 * C, dropout=0.0, norm_first=norm_first), ref
+    ).eval()
     ids = torch.ones(B, T, dtype=torch.long)
-    ids[0, T - min(n_pad, T - 1):] = 0  # pad the end of the first sequence, keeping one real token
+    ids[0, T - min(n_pad, T - 1) :] = (
+        0  # pad the end of the first sequence, keeping one real token
+    )
     x = torch.randn(B, T, C)
     real = ids != 0
     expected = ref(x, src_key_padding_mask=~real)
-    torch.testing.assert_close(ours(x, padding_mask(ids, 0))[real], expected[real], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        ours(x, padding_mask(ids, 0))[real], expected[real], atol=1e-5, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -6,12 +6,23 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.gpt import GPT, GELU_MODES, GPTConfig, KVCache, RMSNorm, gelu, generate
+from transformer_lib.gpt import (
+    GELU_MODES,
+    GPT,
+    GPTConfig,
+    KVCache,
+    RMSNorm,
+    gelu,
+    generate,
+)
 from transformer_lib.sampling import sample_next
 
 FAST = settings(derandomize=True, deadline=None, max_examples=25)
-DTYPES = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10),
-          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+DTYPES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float64: dict(atol=1e-10, rtol=1e-10),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+}
 
 
 def tiny_model(seed: int = 0, **overrides) -> GPT:
@@ -20,7 +31,12 @@ def tiny_model(seed: int = 0, **overrides) -> GPT:
 
 
 @FAST
-@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 48), st.sampled_from(list(DTYPES)))
+@given(
+    st.integers(1, 3),
+    st.integers(1, 9),
+    st.integers(1, 48),
+    st.sampled_from(list(DTYPES)),
+)
 def test_rmsnorm_matches_torch(b, t, c, dtype):
     x = torch.randn(b, t, c, dtype=dtype)
     ours, ref = RMSNorm(c).to(dtype), torch.nn.RMSNorm(c, eps=1e-6).to(dtype)
@@ -34,7 +50,9 @@ def test_rmsnorm_matches_torch(b, t, c, dtype):
 @given(st.integers(1, 64), st.sampled_from(GELU_MODES), st.sampled_from(list(DTYPES)))
 def test_gelu_matches_torch(n, approximate, dtype):
     x = torch.randn(n, dtype=dtype) * 4
-    torch.testing.assert_close(gelu(x, approximate), F.gelu(x, approximate=approximate), **DTYPES[dtype])
+    torch.testing.assert_close(
+        gelu(x, approximate), F.gelu(x, approximate=approximate), **DTYPES[dtype]
+    )
 
 
 def test_bad_config_and_gelu_mode_are_named():
@@ -52,7 +70,10 @@ def test_config_round_trip_and_presets():
     for preset in (GPTConfig.tiny, GPTConfig.cpu, GPTConfig.gpu, GPTConfig.nanogpt_cpu):
         config = preset()
         assert GPTConfig.from_dict(config.to_dict()) == config
-        assert config.d_ff == 4 * config.d_model and config.d_head * config.n_heads == config.d_model
+        assert (
+            config.d_ff == 4 * config.d_model
+            and config.d_head * config.n_heads == config.d_model
+        )
 
 
 def test_shapes_loss_and_weight_tying():
@@ -61,7 +82,9 @@ def test_shapes_loss_and_weight_tying():
     logits, loss = model(ids, targets)
     assert logits.shape == (3, 20, 65) and loss.shape == ()
     assert model.lm_head.weight is model.tok_emb.weight
-    assert model.num_params(non_embedding=False) == sum(p.numel() for p in set(model.parameters()))
+    assert model.num_params(non_embedding=False) == sum(
+        p.numel() for p in set(model.parameters())
+    )
     # an untrained model is close to uniform: loss near ln(65)
     assert abs(loss.item() - torch.log(torch.tensor(65.0)).item()) < 0.2
 
@@ -81,10 +104,17 @@ def test_causal_future_tokens_do_not_change_the_past():
 
 
 @FAST
-@given(st.integers(1, 3), st.integers(1, 32), st.sampled_from([1, 2, 4]), st.sampled_from(["rms", "layer"]))
+@given(
+    st.integers(1, 3),
+    st.integers(1, 32),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from(["rms", "layer"]),
+)
 def test_fused_and_explicit_attention_agree(b, t, n_heads, norm):
     fused = tiny_model(n_heads=n_heads, norm=norm)
-    explicit = GPT(GPTConfig.tiny(n_heads=n_heads, norm=norm, attn_impl="explicit")).eval()
+    explicit = GPT(
+        GPTConfig.tiny(n_heads=n_heads, norm=norm, attn_impl="explicit")
+    ).eval()
     explicit.load_state_dict(fused.state_dict())
     ids = torch.randint(0, 65, (b, t))
     torch.testing.assert_close(fused(ids)[0], explicit(ids)[0], atol=1e-5, rtol=1e-5)
@@ -107,10 +137,12 @@ def test_kv_cache_chunks_match_one_full_pass(chunks):
     ids = torch.randint(0, 65, (2, sum(chunks)))
     cache, outs, start = KVCache(model.config, 2), [], 0
     for n in chunks:
-        outs.append(model(ids[:, start:start + n], cache=cache)[0])
+        outs.append(model(ids[:, start : start + n], cache=cache)[0])
         start += n
     assert cache.length == sum(chunks)
-    torch.testing.assert_close(torch.cat(outs, dim=1), model(ids)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.cat(outs, dim=1), model(ids)[0], atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "explicit"])
@@ -118,7 +150,9 @@ def test_greedy_generation_same_with_and_without_cache(impl):
     torch.manual_seed(1)
     model = GPT(GPTConfig.tiny(attn_impl=impl)).eval()
     prompt = torch.randint(0, 65, (2, 5))
-    with_cache = generate(model, prompt, 60, temperature=0, use_cache=True)  # 65 > context_len=32
+    with_cache = generate(
+        model, prompt, 60, temperature=0, use_cache=True
+    )  # 65 > context_len=32
     without = generate(model, prompt, 60, temperature=0, use_cache=False)
     assert with_cache.shape == (2, 65)
     assert torch.equal(with_cache, without)
@@ -136,8 +170,12 @@ def test_sampling_filters():
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
     assert sample_next(logits, temperature=0).item() == 1
     g = torch.Generator().manual_seed(0)
-    assert {sample_next(logits, 1.0, top_k=1, generator=g).item() for _ in range(20)} == {1}
-    assert {sample_next(logits, 1.0, top_p=0.1, generator=g).item() for _ in range(20)} == {1}
+    assert {
+        sample_next(logits, 1.0, top_k=1, generator=g).item() for _ in range(20)
+    } == {1}
+    assert {
+        sample_next(logits, 1.0, top_p=0.1, generator=g).item() for _ in range(20)
+    } == {1}
     two = {sample_next(logits, 1.0, top_k=2, generator=g).item() for _ in range(200)}
     assert two == {1, 2}
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
@@ -155,12 +193,16 @@ def test_library_guards_name_what_is_wrong():
     with pytest.raises(ValueError, match="same batch size B, got 2, 3 and 3"):
         mha(x, torch.randn(3, 5, 8))
     model = GPT(GPTConfig.tiny())
-    with pytest.raises(ValueError, match="token ids must lie in \\[0, 65\\); got min 0, max 65"):
+    with pytest.raises(
+        ValueError, match="token ids must lie in \\[0, 65\\); got min 0, max 65"
+    ):
         model(torch.tensor([[0, 65]]))
     with pytest.raises(ValueError, match="token ids must lie in"):
         model(torch.tensor([[-1, 3]]))
     cache = KVCache(model.config, batch_size=2)
-    with pytest.raises(ValueError, match="this cache holds a batch of 2, got a batch of 1"):
+    with pytest.raises(
+        ValueError, match="this cache holds a batch of 2, got a batch of 1"
+    ):
         model(torch.tensor([[1, 2]]), cache=cache)
     with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
         generate(model, torch.tensor([[1]]), -1)

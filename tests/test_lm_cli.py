@@ -9,8 +9,22 @@ import torch
 from transformer_lib.__main__ import main
 from transformer_lib.tokenization import CharTokenizer
 
-TINY = ["train-lm", "--preset", "tiny", "--max-iters", "3", "--batch-size", "2", "--eval-interval", "3",
-        "--eval-windows", "2", "--no-progress", "--device", "cpu"]
+TINY = [
+    "train-lm",
+    "--preset",
+    "tiny",
+    "--max-iters",
+    "3",
+    "--batch-size",
+    "2",
+    "--eval-interval",
+    "3",
+    "--eval-windows",
+    "2",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +38,10 @@ def checkpoint(tmp_path_factory):
 def test_train_lm_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
     before = open(checkpoint, "rb").read()
     assert main([*TINY, "--out", checkpoint]) == 1
-    assert "already holds a checkpoint: add --resume to continue that run, --restart" in capsys.readouterr().err
+    assert (
+        "already holds a checkpoint: add --resume to continue that run, --restart"
+        in capsys.readouterr().err
+    )
     assert main([*TINY, "--out", checkpoint, "--resume", "--model", "n_layers=3"]) == 1
     assert "n_layers: checkpoint has 2, expected 3" in capsys.readouterr().err
     assert main([*TINY, "--out", checkpoint, "--resume", "--lr", "0.1"]) == 1
@@ -32,18 +49,28 @@ def test_train_lm_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
     assert open(checkpoint, "rb").read() == before
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--batch-size", "0"], "--batch-size"), (["--max-iters", "-5"], "--max-iters"),
-    (["--eval-interval", "0"], "--eval-interval"), (["--eval-windows", "-1"], "--eval-windows"),
-    (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--seed", "1e23"], "--seed"),
-    (["--device", "foo"], "--device"), (["--resume", "--restart"], "not allowed with"),
-    (["--betas", "0.9", "1.5"], "--betas"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch-size", "0"], "--batch-size"),
+        (["--max-iters", "-5"], "--max-iters"),
+        (["--eval-interval", "0"], "--eval-interval"),
+        (["--eval-windows", "-1"], "--eval-windows"),
+        (["--lr", "nan"], "--lr"),
+        (["--lr", "inf"], "--lr"),
+        (["--seed", "1e23"], "--seed"),
+        (["--device", "foo"], "--device"),
+        (["--resume", "--restart"], "not allowed with"),
+        (["--betas", "0.9", "1.5"], "--betas"),
+    ],
+)
 def test_train_lm_options_are_checked_in_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([*TINY, *flags])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert (
+        exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_unknown_model_keys_and_impossible_models_are_named(tmp_path, capsys):
@@ -58,16 +85,56 @@ def test_unknown_model_keys_and_impossible_models_are_named(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_generate_prints_a_continuation_and_reads_a_prompt_file(checkpoint, tmp_path, capsys, monkeypatch):
-    assert main(["generate", "--checkpoint", checkpoint, "--prompt", "ROMEO:", "--max-new-tokens", "20"]) == 0
+def test_generate_prints_a_continuation_and_reads_a_prompt_file(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                checkpoint,
+                "--prompt",
+                "ROMEO:",
+                "--max-new-tokens",
+                "20",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text.rstrip("\n")) >= 6
     (tmp_path / "prompt.txt").write_text("KING:\n")
-    assert main(["generate", "--checkpoint", checkpoint, "--prompt-file", str(tmp_path / "prompt.txt"),
-                 "--max-new-tokens", "5"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                checkpoint,
+                "--prompt-file",
+                str(tmp_path / "prompt.txt"),
+                "--max-new-tokens",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("KING:")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"QUEEN:")))
-    assert main(["generate", "--checkpoint", checkpoint, "--prompt-file", "-", "--max-new-tokens", "5"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                checkpoint,
+                "--prompt-file",
+                "-",
+                "--max-new-tokens",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("QUEEN:")
 
 
@@ -75,29 +142,84 @@ def test_generate_prints_a_continuation_and_reads_a_prompt_file(checkpoint, tmp_
 def test_generate_handles_bad_prompts_with_a_message(checkpoint, capsys):
     assert main(["generate", "--checkpoint", checkpoint, "--prompt", "Café"]) == 1
     assert "'é'" in capsys.readouterr().err
-    assert main(["generate", "--checkpoint", checkpoint, "--prompt", "", "--max-new-tokens", "5"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                checkpoint,
+                "--prompt",
+                "",
+                "--max-new-tokens",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert "empty prompt" in capsys.readouterr().err
-    assert main(["generate", "--checkpoint", checkpoint, "--prompt", "a" * 50, "--max-new-tokens", "5"]) == 0
-    assert "the prompt has 50 tokens but the context holds 32" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                checkpoint,
+                "--prompt",
+                "a" * 50,
+                "--max-new-tokens",
+                "5",
+            ]
+        )
+        == 0
+    )
+    assert (
+        "the prompt has 50 tokens but the context holds 32" in capsys.readouterr().err
+    )
     assert main(["generate", "--checkpoint", checkpoint + ".missing"]) == 1
     assert "no checkpoint at" in capsys.readouterr().err
 
 
 def test_generate_refuses_bad_checkpoints_in_one_line(tmp_path, capsys):
-    torch.save({"model": {}, "config": {}, "format": "transformer_lib.translator/1"}, tmp_path / "mt.pt")
-    torch.save({"model": {}, "config": {"vocab_size": 3}, "tokenizer": CharTokenizer("abcd").to_dict(),
-                "format": "transformer_lib.lm/1"}, tmp_path / "wrong.pt")
+    torch.save(
+        {"model": {}, "config": {}, "format": "transformer_lib.translator/1"},
+        tmp_path / "mt.pt",
+    )
+    torch.save(
+        {
+            "model": {},
+            "config": {"vocab_size": 3},
+            "tokenizer": CharTokenizer("abcd").to_dict(),
+            "format": "transformer_lib.lm/1",
+        },
+        tmp_path / "wrong.pt",
+    )
     (tmp_path / "empty.pt").write_bytes(b"")
-    for name, message in (("mt.pt", "not a transformer_lib.lm/1 one"), ("empty.pt", "is not a readable checkpoint"),
-                          ("wrong.pt", "damaged language-model checkpoint")):
+    for name, message in (
+        ("mt.pt", "not a transformer_lib.lm/1 one"),
+        ("empty.pt", "is not a readable checkpoint"),
+        ("wrong.pt", "damaged language-model checkpoint"),
+    ):
         assert main(["generate", "--checkpoint", str(tmp_path / name)]) == 1
         err = capsys.readouterr().err
-        assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert (
+            message in err
+            and len(err.strip().splitlines()) == 1
+            and "Traceback" not in err
+        )
 
 
 @pytest.mark.slow
 def test_cached_and_uncached_cli_agree(checkpoint, capsys):
-    args = ["generate", "--checkpoint", checkpoint, "--prompt", "KING:", "--max-new-tokens", "40", "--temperature", "0"]
+    args = [
+        "generate",
+        "--checkpoint",
+        checkpoint,
+        "--prompt",
+        "KING:",
+        "--max-new-tokens",
+        "40",
+        "--temperature",
+        "0",
+    ]
     main(args)
     cached = capsys.readouterr().out
     main(args + ["--no-cache"])

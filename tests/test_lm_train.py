@@ -9,14 +9,38 @@ import torch
 from transformer_lib import lm_train
 from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.lm_train import (LMData, TrainSettings, evaluate, generate_text, get_batch,
-                                      load_lm, train_lm)
+from transformer_lib.lm_train import (
+    LMData,
+    TrainSettings,
+    evaluate,
+    generate_text,
+    get_batch,
+    load_lm,
+    train_lm,
+)
 from transformer_lib.tokenization import CharTokenizer
-from transformer_lib.training import NonFiniteLossError, TrainingInterrupted, bf16_supported
+from transformer_lib.training import (
+    NonFiniteLossError,
+    TrainingInterrupted,
+    bf16_supported,
+)
 
-TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 20
-BASE = dict(preset="tiny", model={"dropout": 0.1}, batch_size=4, max_iters=8, warmup_steps=2, eval_interval=4,
-            eval_windows=2, device="cpu", progress=False, verbose=False)
+TEXT = (
+    "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+    * 20
+)
+BASE = dict(
+    preset="tiny",
+    model={"dropout": 0.1},
+    batch_size=4,
+    max_iters=8,
+    warmup_steps=2,
+    eval_interval=4,
+    eval_windows=2,
+    device="cpu",
+    progress=False,
+    verbose=False,
+)
 
 
 def small_data() -> LMData:
@@ -27,7 +51,10 @@ def small_data() -> LMData:
 
 
 def train(path=None, **settings):
-    return train_lm(TrainSettings(**{**BASE, "out": str(path) if path else None, **settings}), small_data())
+    return train_lm(
+        TrainSettings(**{**BASE, "out": str(path) if path else None, **settings}),
+        small_data(),
+    )
 
 
 def weights(path) -> dict:
@@ -64,7 +91,9 @@ def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):
     path = tmp_path / "ck.pt"
     train(path)
     before = path.read_bytes()
-    with pytest.raises(FileExistsError, match="add --resume to continue that run, --restart"):
+    with pytest.raises(
+        FileExistsError, match="add --resume to continue that run, --restart"
+    ):
         train(path)
     with pytest.raises(FileNotFoundError, match="to resume"):
         train(tmp_path / "none.pt", resume=True)
@@ -76,14 +105,24 @@ def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):
 def test_resume_refuses_other_settings_and_extends_a_finished_run(tmp_path, capsys):
     path = tmp_path / "ck.pt"
     train(path)
-    with pytest.raises(CheckpointMismatchError, match="batch_size: checkpoint 4, now 2; lr: checkpoint 0.005"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="batch_size: checkpoint 4, now 2; lr: checkpoint 0.005",
+    ):
         train(path, resume=True, batch_size=2, lr=1e-3)
     longer = train(path, resume=True, max_iters=12, verbose=True)
-    assert longer["step"] == 12 and "extending the run to 12 steps" in capsys.readouterr().out
-    assert torch.load(path, weights_only=True)["history"][-1]["lr"] == pytest.approx(5e-4)  # the floor
+    assert (
+        longer["step"] == 12
+        and "extending the run to 12 steps" in capsys.readouterr().out
+    )
+    assert torch.load(path, weights_only=True)["history"][-1]["lr"] == pytest.approx(
+        5e-4
+    )  # the floor
 
 
-def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
+    tmp_path, monkeypatch
+):
     calls, real = {"n": 0}, lm_train.clip_gradients
 
     def poisoning(model, max_norm):  # step 6 gets NaN gradients: the weights break
@@ -94,15 +133,26 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
         return real(model, max_norm)
 
     monkeypatch.setattr(lm_train, "clip_gradients", poisoning)
-    with pytest.raises(NonFiniteLossError, match="the loss is nan at step 8 \\(learning rate"):
+    with pytest.raises(
+        NonFiniteLossError, match="the loss is nan at step 8 \\(learning rate"
+    ):
         train(tmp_path / "ck.pt")
     saved = torch.load(tmp_path / "ck.pt", weights_only=True)
-    assert saved["step"] == 4 and all(torch.isfinite(w).all() for w in saved["model"].values())
+    assert saved["step"] == 4 and all(
+        torch.isfinite(w).all() for w in saved["model"].values()
+    )
 
 
 def test_a_learning_rate_that_diverges_is_stopped(tmp_path):
     with pytest.raises(NonFiniteLossError, match="the loss is (nan|inf) at step \\d+"):
-        train(tmp_path / "ck.pt", lr=1e12, min_lr=1e12, warmup_steps=0, max_iters=40, eval_interval=40)
+        train(
+            tmp_path / "ck.pt",
+            lr=1e12,
+            min_lr=1e12,
+            warmup_steps=0,
+            max_iters=40,
+            eval_interval=40,
+        )
     assert not (tmp_path / "ck.pt").exists()  # no save with broken weights
 
 
@@ -117,7 +167,9 @@ def test_ctrl_c_stops_after_a_step_and_saves(tmp_path, monkeypatch):
             pass
 
     monkeypatch.setattr(lm_train, "StopRequest", Asked)
-    with pytest.raises(TrainingInterrupted, match="stopped at step 0; saved .*--resume"):
+    with pytest.raises(
+        TrainingInterrupted, match="stopped at step 0; saved .*--resume"
+    ):
         train(tmp_path / "ck.pt")
     assert torch.load(tmp_path / "ck.pt", weights_only=True)["step"] == 0
 
@@ -144,21 +196,32 @@ def test_load_lm_refuses_what_it_cannot_use(tmp_path):
     torch.save({**state, "format": "transformer_lib.translator/1"}, tmp_path / "mt.pt")
     with pytest.raises(CheckpointError, match="not a transformer_lib.lm/1 one"):
         load_lm(str(tmp_path / "mt.pt"), "cpu")
-    torch.save({**state, "tokenizer": CharTokenizer("abc").to_dict()}, tmp_path / "vocab.pt")
+    torch.save(
+        {**state, "tokenizer": CharTokenizer("abc").to_dict()}, tmp_path / "vocab.pt"
+    )
     with pytest.raises(CheckpointError, match="its tokenizer has 3 tokens, its model"):
         load_lm(str(tmp_path / "vocab.pt"), "cpu")
-    torch.save({**state, "model": {"tok_emb.weight": torch.zeros(2, 2)}}, tmp_path / "damaged.pt")
+    torch.save(
+        {**state, "model": {"tok_emb.weight": torch.zeros(2, 2)}},
+        tmp_path / "damaged.pt",
+    )
     with pytest.raises(CheckpointError, match="damaged language-model checkpoint"):
         load_lm(str(tmp_path / "damaged.pt"), "cpu")
     notes = []
-    assert generate_text(str(tmp_path / "ck.pt"), "", 3, device="cpu", notes=notes.append).startswith("\n")
+    assert generate_text(
+        str(tmp_path / "ck.pt"), "", 3, device="cpu", notes=notes.append
+    ).startswith("\n")
     assert notes and "empty prompt" in notes[0]
 
 
-@pytest.mark.parametrize("capability, native", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+@pytest.mark.parametrize(
+    "capability, native", [((7, 5), False), ((8, 0), True), ((9, 0), True)]
+)
 def test_bf16_only_on_gpus_that_multiply_it_natively(monkeypatch, capability, native):
     """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay off there."""
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_capability", lambda device=None: capability
+    )
     assert bf16_supported(torch.device("cuda")) is native
 
 
@@ -167,7 +230,9 @@ def read_scalars(log_dir) -> dict[str, list[float]]:
 
     events = EventAccumulator(str(log_dir))
     events.Reload()
-    return {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {
+        tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
 
 
 def test_tensorboard_curves_while_training(tmp_path):
@@ -175,4 +240,6 @@ def test_tensorboard_curves_while_training(tmp_path):
     train(log_dir=str(tmp_path / "tb"))
     scalars = read_scalars(tmp_path / "tb")
     assert set(scalars) == {"train/loss", "valid/loss", "train/lr"}
-    assert len(scalars["valid/loss"]) == 2 and all(math.isfinite(v) for v in scalars["valid/loss"])
+    assert len(scalars["valid/loss"]) == 2 and all(
+        math.isfinite(v) for v in scalars["valid/loss"]
+    )

@@ -9,7 +9,11 @@ from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.tokenization import SPECIAL_TOKENS, BPETokenizer, CharTokenizer
 from transformer_lib.translation_data import encode_pair
 
-PAIRS = [("Where is the station?", "车站在哪里？"), ("I like cats.", "我喜欢猫。"), ("Hi.", "你好。")] * 4
+PAIRS = [
+    ("Where is the station?", "车站在哪里？"),
+    ("I like cats.", "我喜欢猫。"),
+    ("Hi.", "你好。"),
+] * 4
 
 
 @pytest.fixture(scope="module")
@@ -22,23 +26,48 @@ def checkpoint(tmp_path_factory):
     tgt_tok = CharTokenizer([zh for _, zh in PAIRS], specials=SPECIAL_TOKENS)
     config = Seq2SeqConfig.tiny(src_tok.vocab_size, tgt_tok.vocab_size, context_len=16)
     data = [encode_pair(en, zh, src_tok, tgt_tok, 16) for en, zh in PAIRS]
-    cfg = TrainConfig(epochs=12, max_minutes=None, warmup_steps=2, lr=5e-3, max_tokens=400)
+    cfg = TrainConfig(
+        epochs=12, max_minutes=None, warmup_steps=2, lr=5e-3, max_tokens=400
+    )
     torch.manual_seed(0)  # the model's initial weights
-    fit(Transformer(config), data, data, cfg, path,
-        {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()}, progress=False, log=lambda *_: None,
-        extra={"src_chars": "".join(sorted({c for en, _ in PAIRS for c in en}))})
+    fit(
+        Transformer(config),
+        data,
+        data,
+        cfg,
+        path,
+        {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()},
+        progress=False,
+        log=lambda *_: None,
+        extra={"src_chars": "".join(sorted({c for en, _ in PAIRS for c in en}))},
+    )
     return str(path)
 
 
 def test_translate_prints_a_translation(checkpoint, capsys):
     assert main(["translate", "--checkpoint", checkpoint, "Where is the station?"]) == 0
     out, err = capsys.readouterr()
-    assert "车" in out and "<" not in out and err == ""  # it has learnt its three sentences
+    assert (
+        "车" in out and "<" not in out and err == ""
+    )  # it has learnt its three sentences
 
 
 def test_several_sentences_and_methods(checkpoint, capsys):
     for method in ("greedy", "beam", "sample"):
-        assert main(["translate", "--checkpoint", checkpoint, "--method", method, "Hi.", "I like cats."]) == 0
+        assert (
+            main(
+                [
+                    "translate",
+                    "--checkpoint",
+                    checkpoint,
+                    "--method",
+                    method,
+                    "Hi.",
+                    "I like cats.",
+                ]
+            )
+            == 0
+        )
         lines = capsys.readouterr().out.strip().splitlines()
         assert [line.split("\t")[0] for line in lines] == ["Hi.", "I like cats."]
 
@@ -52,8 +81,23 @@ def test_empty_input_is_refused(checkpoint, capsys):
 def test_unknown_characters_and_long_input_are_explained(checkpoint, capsys):
     assert main(["translate", "--checkpoint", checkpoint, "Où est la gare? ☃"]) == 0
     assert "never appeared in the training English" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "cats " * 40]) == 0
-    assert "only the first 15 are translated (the model's context is 16)" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "greedy",
+                "cats " * 40,
+            ]
+        )
+        == 0
+    )
+    assert (
+        "only the first 15 are translated (the model's context is 16)"
+        in capsys.readouterr().err
+    )
 
 
 def test_bad_checkpoints_give_a_message_not_a_traceback(tmp_path, capsys):
@@ -68,50 +112,148 @@ def test_train_mt_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
     before = open(checkpoint, "rb").read()
     assert main(["train-mt", "--quick", "--out", checkpoint, "--no-progress"]) == 1
     assert "already holds a checkpoint: add --resume" in capsys.readouterr().err
-    assert main(["train-mt", "--quick", "--out", checkpoint, "--no-progress", "--resume"]) == 1
+    assert (
+        main(["train-mt", "--quick", "--out", checkpoint, "--no-progress", "--resume"])
+        == 1
+    )
     assert "does not match this run" in capsys.readouterr().err
     assert open(checkpoint, "rb").read() == before
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--epochs", "0"], "--epochs"), (["--lr", "nan"], "--lr"), (["--max-minutes", "-1"], "--max-minutes"),
-    (["--resume", "--restart"], "not allowed with"), (["--device", "foo"], "--device"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--epochs", "0"], "--epochs"),
+        (["--lr", "nan"], "--lr"),
+        (["--max-minutes", "-1"], "--max-minutes"),
+        (["--resume", "--restart"], "not allowed with"),
+        (["--device", "foo"], "--device"),
+    ],
+)
 def test_train_mt_options_are_checked_in_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train-mt", "--quick", *flags])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert (
+        exit_.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_translate_reads_a_file_or_stdin(checkpoint, tmp_path, capsys, monkeypatch):
     (tmp_path / "in.txt").write_text("Hi.\n\nI like cats.\n")
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "--input", str(tmp_path / "in.txt")]) == 0
-    assert [line.split("\t")[0] for line in capsys.readouterr().out.strip().splitlines()] == ["Hi.", "I like cats."]
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "greedy",
+                "--input",
+                str(tmp_path / "in.txt"),
+            ]
+        )
+        == 0
+    )
+    assert [
+        line.split("\t")[0] for line in capsys.readouterr().out.strip().splitlines()
+    ] == ["Hi.", "I like cats."]
     import io
     import sys
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Hi.\n")))
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "--input", "-"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == 1  # one sentence in, one translation out
-    assert main(["translate", "--checkpoint", checkpoint, "--input", str(tmp_path / "missing.txt")]) == 2
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "greedy",
+                "--input",
+                "-",
+            ]
+        )
+        == 0
+    )
+    assert (
+        len(capsys.readouterr().out.strip().splitlines()) == 1
+    )  # one sentence in, one translation out
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--input",
+                str(tmp_path / "missing.txt"),
+            ]
+        )
+        == 2
+    )
     assert "no file at" in capsys.readouterr().err
 
 
 def test_a_language_model_checkpoint_is_refused_by_translate(tmp_path, capsys):
-    torch.save({"model": {}, "config": {}, "format": "transformer_lib.lm/1"}, tmp_path / "lm.pt")
+    torch.save(
+        {"model": {}, "config": {}, "format": "transformer_lib.lm/1"},
+        tmp_path / "lm.pt",
+    )
     assert main(["translate", "--checkpoint", str(tmp_path / "lm.pt"), "Hi."]) == 1
     assert "not a transformer_lib.translator/1 one" in capsys.readouterr().err
 
 
-def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_refused(checkpoint, capsys):
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "Where is the station?"]) == 0
+def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_refused(
+    checkpoint, capsys
+):
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "greedy",
+                "Where is the station?",
+            ]
+        )
+        == 0
+    )
     simplified = capsys.readouterr().out.strip()
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "greedy", "--script", "traditional",
-                 "Where is the station?"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "greedy",
+                "--script",
+                "traditional",
+                "Where is the station?",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     from transformer_lib.translation_data import to_traditional
 
-    assert out.strip() == to_traditional(simplified) and "converted to Traditional" in err
-    assert main(["translate", "--checkpoint", checkpoint, "--method", "sample", "--temperature", "0", "Hi."]) == 2
+    assert (
+        out.strip() == to_traditional(simplified) and "converted to Traditional" in err
+    )
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                checkpoint,
+                "--method",
+                "sample",
+                "--temperature",
+                "0",
+                "Hi.",
+            ]
+        )
+        == 2
+    )
     assert "use --method greedy" in capsys.readouterr().err

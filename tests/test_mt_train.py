@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from transformer_lib import mt_train
+from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
 from transformer_lib.mt_train import TrainConfig, fit, load_translator, lr_at
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
-from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
 from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
 
@@ -16,29 +16,54 @@ def examples(n: int = 48) -> list:
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(n):
-        src = torch.randint(3, 10, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        src = torch.randint(
+            3, 10, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g
+        ).tolist()
         out.append((src + [2], [1] + src[::-1] + [2]))
     return out
 
 
-CFG = TrainConfig(epochs=3, max_minutes=None, warmup_steps=3, max_tokens=60, patience=5, lr=3e-3, min_lr=6e-5)
+CFG = TrainConfig(
+    epochs=3,
+    max_minutes=None,
+    warmup_steps=3,
+    max_tokens=60,
+    patience=5,
+    lr=3e-3,
+    min_lr=6e-5,
+)
 TOKENIZERS = {"src": {"type": "test"}, "tgt": {"type": "test"}}
 
 
 def new_model(**kw) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(Seq2SeqConfig.tiny(src_vocab_size=10, tgt_vocab_size=10, dropout=0.1, **kw))
+    return Transformer(
+        Seq2SeqConfig.tiny(src_vocab_size=10, tgt_vocab_size=10, dropout=0.1, **kw)
+    )
 
 
 def run(path, cfg=CFG, model=None, existing="restart", **kw):
     model = model or new_model()
-    history = fit(model, examples(), examples(12), cfg, path, TOKENIZERS, existing, progress=False, log=lambda *_: None,
-                  **kw)
+    history = fit(
+        model,
+        examples(),
+        examples(12),
+        cfg,
+        path,
+        TOKENIZERS,
+        existing,
+        progress=False,
+        log=lambda *_: None,
+        **kw,
+    )
     return model, history
 
 
 def test_schedules():
-    cosine, inv = replace(CFG, schedule="cosine", lr=1.0, min_lr=0.02), replace(CFG, schedule="inverse_sqrt", lr=1.0)
+    cosine, inv = (
+        replace(CFG, schedule="cosine", lr=1.0, min_lr=0.02),
+        replace(CFG, schedule="inverse_sqrt", lr=1.0),
+    )
     assert lr_at(0, cosine, 100) < lr_at(2, cosine, 100) <= 1.0  # warm-up
     assert lr_at(99, cosine, 100) == pytest.approx(0.02, abs=1e-3)
     assert lr_at(11, inv, 100) == pytest.approx((3 / 12) ** 0.5)
@@ -50,13 +75,21 @@ def test_checkpoint_is_weights_only_and_the_run_learns(tmp_path):
     model, history = run(tmp_path / "ck.pt")
     assert len(history) == 3 and history[-1]["valid_loss"] < history[0]["valid_loss"]
     payload = torch.load(tmp_path / "ck.pt", weights_only=True)
-    assert payload["finished"] and payload["epoch"] == 3 and payload["tokenizer"] == TOKENIZERS
-    assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was renamed into place
+    assert (
+        payload["finished"]
+        and payload["epoch"] == 3
+        and payload["tokenizer"] == TOKENIZERS
+    )
+    assert not list(
+        tmp_path.glob(".*.tmp")
+    )  # the temporary file was renamed into place
 
 
 def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch):
     reference, _ = run(tmp_path / "straight.pt")
-    per_epoch = len(mt_train._batches(examples(), CFG.max_tokens, CFG.seed)) + 1  # training batches + validation
+    per_epoch = (
+        len(mt_train._batches(examples(), CFG.max_tokens, CFG.seed)) + 1
+    )  # training batches + validation
     calls = {"n": 0}
     real_loss = mt_train.label_smoothed_cross_entropy
 
@@ -73,20 +106,31 @@ def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch)
     monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", real_loss)
     resumed, history = run(tmp_path / "killed.pt", model=new_model(), existing="resume")
     assert [h["epoch"] for h in history] == [1, 2, 3]
-    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
+    for (name, a), b in zip(
+        reference.state_dict().items(), resumed.state_dict().values()
+    ):
         torch.testing.assert_close(a, b, msg=name)
 
 
 def test_early_stopping(tmp_path):
-    _, history = run(tmp_path / "flat.pt", replace(CFG, lr=0.0, min_lr=0.0, epochs=10, patience=2))
-    assert len(history) == 3  # the first epoch sets the best loss, two more fail to beat it
+    _, history = run(
+        tmp_path / "flat.pt", replace(CFG, lr=0.0, min_lr=0.0, epochs=10, patience=2)
+    )
+    assert (
+        len(history) == 3
+    )  # the first epoch sets the best loss, two more fail to beat it
 
 
 def test_other_configuration_or_settings_are_refused(tmp_path):
     run(tmp_path / "ck.pt")
-    with pytest.raises(CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"):
+    with pytest.raises(
+        CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"
+    ):
         run(tmp_path / "ck.pt", model=new_model(n_layers=3), existing="resume")
-    with pytest.raises(CheckpointMismatchError, match="other settings \\(lr: checkpoint 0.003, now 0.001; seed"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="other settings \\(lr: checkpoint 0.003, now 0.001; seed",
+    ):
         run(tmp_path / "ck.pt", cfg=replace(CFG, lr=1e-3, seed=1), existing="resume")
 
 
@@ -97,10 +141,18 @@ def test_load_translator_errors_are_clear(tmp_path):
     with pytest.raises(CheckpointError, match="junk.pt is not a readable checkpoint"):
         load_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="other.pt is not a checkpoint of this course"):
+    with pytest.raises(
+        CheckpointError, match="other.pt is not a checkpoint of this course"
+    ):
         load_translator(tmp_path / "other.pt")
-    torch.save({"model": {}, "config": {}, "format": "transformer_lib.lm/1"}, tmp_path / "lm.pt")
-    with pytest.raises(CheckpointError, match="lm.pt is a transformer_lib.lm/1 checkpoint, not a transformer_lib"):
+    torch.save(
+        {"model": {}, "config": {}, "format": "transformer_lib.lm/1"},
+        tmp_path / "lm.pt",
+    )
+    with pytest.raises(
+        CheckpointError,
+        match="lm.pt is a transformer_lib.lm/1 checkpoint, not a transformer_lib",
+    ):
         load_translator(tmp_path / "lm.pt")
 
 
@@ -108,7 +160,9 @@ def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):
     path = tmp_path / "ck.pt"
     run(path)
     before = path.read_bytes()
-    with pytest.raises(FileExistsError, match="--resume to continue that run, --restart"):
+    with pytest.raises(
+        FileExistsError, match="--resume to continue that run, --restart"
+    ):
         run(path, existing="refuse")
     with pytest.raises(FileNotFoundError, match="no checkpoint at .* to resume"):
         run(tmp_path / "none.pt", existing="resume")
@@ -129,13 +183,21 @@ def test_restart_keeps_the_old_file_until_the_first_save(tmp_path, monkeypatch):
     assert path.read_bytes() == before
 
 
-def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
+    tmp_path, monkeypatch
+):
     path = tmp_path / "ck.pt"
     run(path, cfg=replace(CFG, epochs=1))
     before = path.read_bytes()
     real = mt_train.label_smoothed_cross_entropy
-    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", lambda *a, **k: real(*a, **k) * float("nan"))
-    with pytest.raises(NonFiniteLossError, match="the loss is nan at step 5 \\(learning rate"):
+    monkeypatch.setattr(
+        mt_train,
+        "label_smoothed_cross_entropy",
+        lambda *a, **k: real(*a, **k) * float("nan"),
+    )
+    with pytest.raises(
+        NonFiniteLossError, match="the loss is nan at step 5 \\(learning rate"
+    ):
         run(path, cfg=replace(CFG, epochs=2), existing="resume")
     assert path.read_bytes() == before
 
@@ -172,16 +234,22 @@ def test_ctrl_c_saves_mid_epoch_and_the_resumed_run_is_exact(tmp_path, monkeypat
 
     monkeypatch.setattr(mt_train, "StopRequest", lambda: asked)
     real_clip = mt_train.clip_gradients
-    monkeypatch.setattr(mt_train, "clip_gradients", lambda m, n: (clipping(m, n), real_clip(m, n))[1])
+    monkeypatch.setattr(
+        mt_train, "clip_gradients", lambda m, n: (clipping(m, n), real_clip(m, n))[1]
+    )
     with pytest.raises(TrainingInterrupted, match="stopped at step 8, in epoch 2"):
         run(tmp_path / "stopped.pt")
     saved = torch.load(tmp_path / "stopped.pt", weights_only=True)
     assert (saved["epoch"], saved["batch"], saved["step"]) == (1, 3, 8)
     monkeypatch.undo()
     assert mt_train.train_epoch is real_step
-    resumed, history = run(tmp_path / "stopped.pt", model=new_model(), existing="resume")
+    resumed, history = run(
+        tmp_path / "stopped.pt", model=new_model(), existing="resume"
+    )
     assert [h["epoch"] for h in history] == [1, 2, 3]
-    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
+    for (name, a), b in zip(
+        reference.state_dict().items(), resumed.state_dict().values()
+    ):
         torch.testing.assert_close(a, b, msg=name)
 
 
@@ -190,10 +258,21 @@ def test_stale_temporary_files_are_removed_and_a_finished_run_can_be_extended(tm
     run(path, cfg=replace(CFG, epochs=2))
     (tmp_path / ".ck.pt.abc123.tmp").write_bytes(b"half a save")
     logs = []
-    history = fit(new_model(), examples(), examples(12), replace(CFG, epochs=3), path, TOKENIZERS, "resume",
-                  progress=False, log=logs.append)
+    history = fit(
+        new_model(),
+        examples(),
+        examples(12),
+        replace(CFG, epochs=3),
+        path,
+        TOKENIZERS,
+        "resume",
+        progress=False,
+        log=logs.append,
+    )
     assert not list(tmp_path.glob(".*.tmp"))
-    assert any("removed .ck.pt.abc123.tmp" in m for m in logs) and any("extending the run to 3" in m for m in logs)
+    assert any("removed .ck.pt.abc123.tmp" in m for m in logs) and any(
+        "extending the run to 3" in m for m in logs
+    )
     assert [h["epoch"] for h in history] == [1, 2, 3]
 
 
@@ -212,7 +291,12 @@ def test_tensorboard_curves_with_validation_bleu(tmp_path):
     pytest.importorskip("tensorboard")
     from test_lm_train import read_scalars
 
-    run(tmp_path / "ck.pt", cfg=replace(CFG, epochs=2), log_dir=str(tmp_path / "tb"), valid_bleu=lambda m: 12.5)
+    run(
+        tmp_path / "ck.pt",
+        cfg=replace(CFG, epochs=2),
+        log_dir=str(tmp_path / "tb"),
+        valid_bleu=lambda m: 12.5,
+    )
     scalars = read_scalars(tmp_path / "tb")
     assert set(scalars) == {"train/loss", "train/lr", "valid/loss", "valid/bleu"}
     assert scalars["valid/bleu"] == [12.5, 12.5] and len(scalars["valid/loss"]) == 2

@@ -14,44 +14,116 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 QUOTES = [
-    ("07_encoder", r"the first layer gets\s+([\d.]+) times the top layer's", r"post-norm, layer 1 / layer 12: ([\d.]+)"),
-    ("08_decoder_and_model", r"\*\*The first loss, ([\d.]+), is worse", r"first loss ([\d.]+) \(ln 13"),
+    (
+        "07_encoder",
+        r"the first layer gets\s+([\d.]+) times the top layer's",
+        r"post-norm, layer 1 / layer 12: ([\d.]+)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"\*\*The first loss, ([\d.]+), is worse",
+        r"first loss ([\d.]+) \(ln 13",
+    ),
     ("08_decoder_and_model", r"\(\$\\ln 13 = ([\d.]+)\$\)", r"\(ln 13 = ([\d.]+)\)"),
-    ("08_decoder_and_model", r"\(std ([\d.]+), printed below", r"untrained logits: std ([\d.]+)"),
-    ("08_decoder_and_model", r"equal ones \(([\d.]+) here", r"std\*\*2 / 2 = ([\d.]+) nats"),
+    (
+        "08_decoder_and_model",
+        r"\(std ([\d.]+), printed below",
+        r"untrained logits: std ([\d.]+)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"equal ones \(([\d.]+) here",
+        r"std\*\*2 / 2 = ([\d.]+) nats",
+    ),
     ("08_decoder_and_model", r"the largest at step (\d+)", r"largest jump: step (\d+)"),
-    ("08_decoder_and_model", r"from a best of ([\d.]+) back up", r"after a best of ([\d.]+)"),
-    ("08_decoder_and_model", r"back up to\s+([\d.]+)\)", r"largest jump: step \d+, loss ([\d.]+)"),
-    ("08_decoder_and_model", r"put ([\d.]+) and [\d.]+ \(layer 0\)", r"decoder layer 0: .*?\['([\d.]+)'"),
-    ("08_decoder_and_model", r"put [\d.]+ and ([\d.]+) \(layer 0\)", r"decoder layer 0: .*?\['[\d.]+', '([\d.]+)'"),
-    ("08_decoder_and_model", r"([\d.]+) and [\d.]+ \(layer 1\)", r"decoder layer 1: .*?\['([\d.]+)'"),
-    ("08_decoder_and_model", r"[\d.]+ and ([\d.]+) \(layer 1\)", r"decoder layer 1: .*?\['[\d.]+', '([\d.]+)'"),
-    ("08_decoder_and_model", r"ends at a loss of ([\d.]+) instead", r"without positions, \d+ steps: final loss ([\d.]+)"),
-    ("08_decoder_and_model", r"instead of ([\d.]+) and\s+reverses", r"\(with positions: ([\d.]+)\)"),
-    ("08_decoder_and_model", r"reverses (\d+)% of the sequences", r"sequences reversed exactly: (\d+)%"),
+    (
+        "08_decoder_and_model",
+        r"from a best of ([\d.]+) back up",
+        r"after a best of ([\d.]+)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"back up to\s+([\d.]+)\)",
+        r"largest jump: step \d+, loss ([\d.]+)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"put ([\d.]+) and [\d.]+ \(layer 0\)",
+        r"decoder layer 0: .*?\['([\d.]+)'",
+    ),
+    (
+        "08_decoder_and_model",
+        r"put [\d.]+ and ([\d.]+) \(layer 0\)",
+        r"decoder layer 0: .*?\['[\d.]+', '([\d.]+)'",
+    ),
+    (
+        "08_decoder_and_model",
+        r"([\d.]+) and [\d.]+ \(layer 1\)",
+        r"decoder layer 1: .*?\['([\d.]+)'",
+    ),
+    (
+        "08_decoder_and_model",
+        r"[\d.]+ and ([\d.]+) \(layer 1\)",
+        r"decoder layer 1: .*?\['[\d.]+', '([\d.]+)'",
+    ),
+    (
+        "08_decoder_and_model",
+        r"ends at a loss of ([\d.]+) instead",
+        r"without positions, \d+ steps: final loss ([\d.]+)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"instead of ([\d.]+) and\s+reverses",
+        r"\(with positions: ([\d.]+)\)",
+    ),
+    (
+        "08_decoder_and_model",
+        r"reverses (\d+)% of the sequences",
+        r"sequences reversed exactly: (\d+)%",
+    ),
     ("08_decoder_and_model", r"It gets (\d+)% of the digits", r"digits right: (\d+)%"),
-    ("11_gpt_language_model", r"baseline ends at a validation loss of ([\d.]+)", r"nanoGPT CPU config: val loss ([\d.]+)"),
-    ("11_gpt_language_model", r"Our preset ends at ([\d.]+)", r"our CPU preset: val loss ([\d.]+)"),
+    (
+        "11_gpt_language_model",
+        r"baseline ends at a validation loss of ([\d.]+)",
+        r"nanoGPT CPU config: val loss ([\d.]+)",
+    ),
+    (
+        "11_gpt_language_model",
+        r"Our preset ends at ([\d.]+)",
+        r"our CPU preset: val loss ([\d.]+)",
+    ),
 ]
 
 
 def texts(name: str) -> tuple[str, str]:
     """(all markdown, all stored text outputs) of notebooks/NAME.ipynb."""
-    cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
-    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text(encoding="utf-8"))[
+        "cells"
+    ]
+    prose = "\n".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+    )
     outputs = []
     for c in cells:
         for o in c.get("outputs", []):
-            outputs.append("".join(o.get("text", "")) or "".join(o.get("data", {}).get("text/plain", "")))
+            outputs.append(
+                "".join(o.get("text", ""))
+                or "".join(o.get("data", {}).get("text/plain", ""))
+            )
     return prose, "\n".join(outputs)
 
 
-@pytest.mark.parametrize("name, prose_re, output_re", QUOTES, ids=[f"{q[0][:2]}:{q[1][:30]}" for q in QUOTES])
+@pytest.mark.parametrize(
+    "name, prose_re, output_re", QUOTES, ids=[f"{q[0][:2]}:{q[1][:30]}" for q in QUOTES]
+)
 def test_quoted_number_matches_output(name, prose_re, output_re):
     prose, outputs = texts(name)
     quoted = re.search(prose_re, prose)
     printed = re.search(output_re, outputs)
     assert quoted, f"{name}: no sentence matches {prose_re!r} (reworded? update QUOTES)"
-    assert printed, f"{name}: no stored output matches {output_re!r} (re-executed in quick mode?)"
+    assert printed, (
+        f"{name}: no stored output matches {output_re!r} (re-executed in quick mode?)"
+    )
     assert float(quoted.group(1)) == float(printed.group(1)), (
-        f"{name}: the prose says {quoted.group(0)!r} but the output prints {printed.group(0)!r}")
+        f"{name}: the prose says {quoted.group(0)!r} but the output prints {printed.group(0)!r}"
+    )

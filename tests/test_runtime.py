@@ -6,7 +6,10 @@ import torch
 from transformer_lib import runtime
 
 
-@pytest.mark.parametrize("value, quick", [("1", True), ("true", True), ("YES", True), ("0", False), ("", False)])
+@pytest.mark.parametrize(
+    "value, quick",
+    [("1", True), ("true", True), ("YES", True), ("0", False), ("", False)],
+)
 def test_quick_mode_flag(monkeypatch, value, quick):
     monkeypatch.setenv(runtime.QUICK_ENV, value)
     assert runtime.is_quick() is quick

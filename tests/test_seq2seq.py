@@ -12,24 +12,39 @@ from transformer_lib.torch_reference import load_torch_decoder_layer
 
 
 @settings(derandomize=True, deadline=None, max_examples=25)
-@given(B=st.integers(1, 3), T=st.integers(1, 8), S=st.integers(1, 8), H=st.sampled_from([1, 2, 4]),
-       D=st.sampled_from([2, 8]), norm_first=st.booleans(), seed=st.integers(0, 1000))
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(1, 8),
+    S=st.integers(1, 8),
+    H=st.sampled_from([1, 2, 4]),
+    D=st.sampled_from([2, 8]),
+    norm_first=st.booleans(),
+    seed=st.integers(0, 1000),
+)
 def test_decoder_layer_matches_pytorch(B, T, S, H, D, norm_first, seed):
     torch.manual_seed(seed)
     C = H * D
-    ref = nn.TransformerDecoderLayer(C, H, 2 * C, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    ours = load_torch_decoder_layer(DecoderLayer(C, H, 2 * C, dropout=0.0, norm_first=norm_first), ref).eval()
+    ref = nn.TransformerDecoderLayer(
+        C, H, 2 * C, dropout=0.0, batch_first=True, norm_first=norm_first
+    ).eval()
+    ours = load_torch_decoder_layer(
+        DecoderLayer(C, H, 2 * C, dropout=0.0, norm_first=norm_first), ref
+    ).eval()
     src = torch.ones(B, S, dtype=torch.long)
     src[0, 1:] = 0  # the first source has one real token
     y, memory = torch.randn(B, T, C), torch.randn(B, S, C)
-    expected = ref(y, memory, tgt_mask=~causal_mask(T), memory_key_padding_mask=src == 0)
+    expected = ref(
+        y, memory, tgt_mask=~causal_mask(T), memory_key_padding_mask=src == 0
+    )
     got = ours(y, memory, causal_mask(T), padding_mask(src, 0))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
 def tiny_model(**kw) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(Seq2SeqConfig.tiny(src_vocab_size=15, tgt_vocab_size=13, **kw)).eval()
+    return Transformer(
+        Seq2SeqConfig.tiny(src_vocab_size=15, tgt_vocab_size=13, **kw)
+    ).eval()
 
 
 def test_shapes_and_cross_attention_weights():
@@ -84,8 +99,13 @@ def test_tiny_model_learns_to_reverse():
     losses = []
     for _ in range(40):  # ids 3..7 reversed, length 4: loss starts near ln 8 = 2.1
         src = torch.randint(3, 8, (32, 4), generator=g)
-        tgt = torch.cat([torch.ones(32, 1, dtype=torch.long), src.flip(1), torch.full((32, 1), 2)], dim=1)
-        loss = nn.functional.cross_entropy(model(src, tgt[:, :-1]).transpose(1, 2), tgt[:, 1:])
+        tgt = torch.cat(
+            [torch.ones(32, 1, dtype=torch.long), src.flip(1), torch.full((32, 1), 2)],
+            dim=1,
+        )
+        loss = nn.functional.cross_entropy(
+            model(src, tgt[:, :-1]).transpose(1, 2), tgt[:, 1:]
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

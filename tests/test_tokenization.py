@@ -8,13 +8,33 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.data import gpt2_encoding, load_tatoeba_pairs, load_tiny_shakespeare
-from transformer_lib.tokenization import (BOS, CHUNK_PATTERN, EOS, PAD, SPECIAL_TOKENS, UNK, BPETokenizer,
-                                          CharTokenizer, apply_merges, gpt2_merges, merge, pair_counts,
-                                          tokenizer_from_dict, train_bpe, train_hf_bpe)
+from transformer_lib.data import (
+    gpt2_encoding,
+    load_tatoeba_pairs,
+    load_tiny_shakespeare,
+)
+from transformer_lib.tokenization import (
+    BOS,
+    CHUNK_PATTERN,
+    EOS,
+    PAD,
+    SPECIAL_TOKENS,
+    UNK,
+    BPETokenizer,
+    CharTokenizer,
+    apply_merges,
+    gpt2_merges,
+    merge,
+    pair_counts,
+    tokenizer_from_dict,
+    train_bpe,
+    train_hf_bpe,
+)
 
-ENGLISH = ("First Citizen: Before we proceed any further, hear me speak. You are all resolved rather to die "
-           "than to famish? Resolved. resolved. First, you know Caius Marcius is chief enemy to the people. ") * 20
+ENGLISH = (
+    "First Citizen: Before we proceed any further, hear me speak. You are all resolved rather to die "
+    "than to famish? Resolved. resolved. First, you know Caius Marcius is chief enemy to the people. "
+) * 20
 CHINESE = "我们今天去公园散步。你好，世界！他不喜欢吃鱼。"
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=40)
 
@@ -34,7 +54,10 @@ def test_helpers_on_the_docstring_examples():
     assert merge([1, 2, 3, 1, 2], (1, 2), 4) == [4, 3, 4]
     assert merge([1, 1, 1], (1, 1), 9) == [9, 1]  # left to right, no overlap
     assert apply_merges([108, 111, 119], {(108, 111): 256, (256, 119): 257}) == [257]
-    assert apply_merges([1, 2, 3], {(2, 3): 256, (1, 2): 257}) == [1, 256]  # the earliest-learned pair wins
+    assert apply_merges([1, 2, 3], {(2, 3): 256, (1, 2): 257}) == [
+        1,
+        256,
+    ]  # the earliest-learned pair wins
 
 
 def test_char_tokenizer_ids_and_specials():
@@ -52,7 +75,9 @@ def test_char_tokenizer_unknown_characters():
     with_unk = CharTokenizer("abc", specials=[UNK])
     assert with_unk.encode("axb€") == [1, 0, 2, 0]
     without = CharTokenizer("abc")
-    with pytest.raises(ValueError, match=r"2 character\(s\) not in the vocabulary of 3.*'x€'"):
+    with pytest.raises(
+        ValueError, match=r"2 character\(s\) not in the vocabulary of 3.*'x€'"
+    ):
         without.encode("axb€x")
     with pytest.raises(ValueError, match=f"no {BOS} token"):
         without.encode("ab", bos=True)
@@ -60,11 +85,16 @@ def test_char_tokenizer_unknown_characters():
 
 def test_decode_refuses_ids_outside_the_vocabulary(bpe):
     tok = CharTokenizer("abc")
-    with pytest.raises(ValueError, match=r"token id 3 is outside the vocabulary \[0, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"token id 3 is outside the vocabulary \[0, 3\)"
+    ):
         tok.decode([0, 3])
     with pytest.raises(ValueError, match=r"token id -1 is outside"):
         tok.decode([-1])
-    with pytest.raises(ValueError, match=rf"token id {bpe.vocab_size} is outside the vocabulary \[0, {bpe.vocab_size}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"token id {bpe.vocab_size} is outside the vocabulary \[0, {bpe.vocab_size}\)",
+    ):
         bpe.decode([bpe.vocab_size])
 
 
@@ -106,7 +136,9 @@ def test_chunks_cover_any_text(text):
 def test_bpe_learns_merges_and_sizes(bpe):
     assert bpe.vocab_size == 256 + 60 + 4 and len(bpe.merges) == 60
     assert [bpe.pad_id, bpe.bos_id, bpe.eos_id, bpe.unk_id] == [316, 317, 318, 319]
-    assert len(bpe.encode(ENGLISH)) < 0.6 * len(ENGLISH.encode("utf-8"))  # the merges compress
+    assert len(bpe.encode(ENGLISH)) < 0.6 * len(
+        ENGLISH.encode("utf-8")
+    )  # the merges compress
     assert bpe.vocab[bpe.encode(" resolved")[0]].startswith(b" r")
 
 
@@ -128,7 +160,9 @@ def test_bpe_training_matches_a_plain_recount():
 
 
 def test_bpe_vocab_size_too_small():
-    with pytest.raises(ValueError, match="vocab_size 258 is below 256 bytes \\+ 4 special tokens"):
+    with pytest.raises(
+        ValueError, match="vocab_size 258 is below 256 bytes \\+ 4 special tokens"
+    ):
         BPETokenizer(specials=SPECIAL_TOKENS).train("abc", 258)
 
 
@@ -144,31 +178,53 @@ def test_bpe_round_trip_chinese_and_specials(bpe):
         assert ids[0] == bpe.bos_id and ids[-1] == bpe.eos_id
         assert bpe.decode(ids, skip_special=True) == text
         assert bpe.decode(ids) == BOS + text + EOS
-    assert len(bpe.encode(CHINESE)) == len(CHINESE.encode("utf-8"))  # never seen: one token per byte
+    assert len(bpe.encode(CHINESE)) == len(
+        CHINESE.encode("utf-8")
+    )  # never seen: one token per byte
     trained_on_chinese = BPETokenizer().train(CHINESE * 5, 256 + 20)
     assert len(trained_on_chinese.encode(CHINESE)) < len(CHINESE.encode("utf-8"))
     assert trained_on_chinese.decode(trained_on_chinese.encode(CHINESE)) == CHINESE
 
 
 def test_hf_bpe_round_trip_and_specials(hf):
-    assert hf.vocab_size == 300 and [hf.pad_id, hf.bos_id, hf.eos_id, hf.unk_id] == [0, 1, 2, 3]
+    assert hf.vocab_size == 300 and [hf.pad_id, hf.bos_id, hf.eos_id, hf.unk_id] == [
+        0,
+        1,
+        2,
+        3,
+    ]
     for text in [CHINESE, ENGLISH[:300], "  two  spaces 🙂"]:
         ids = hf.encode(text, bos=True, eos=True)
         assert ids[0] == hf.bos_id and ids[-1] == hf.eos_id
         assert hf.decode(ids, skip_special=True) == text
-    with pytest.raises(ValueError, match=r"token id 300 is outside the vocabulary \[0, 300\)"):
+    with pytest.raises(
+        ValueError, match=r"token id 300 is outside the vocabulary \[0, 300\)"
+    ):
         hf.decode([300])
 
 
 @pytest.mark.parametrize("make", ["char", "bpe", "hf"])
 def test_to_dict_round_trip_is_plain_json(make, bpe, hf):
-    tok = {"char": CharTokenizer(ENGLISH, specials=SPECIAL_TOKENS), "bpe": bpe, "hf": hf}[make]
-    d = json.loads(json.dumps(tok.to_dict()))  # plain JSON: what a weights_only checkpoint can hold
+    tok = {
+        "char": CharTokenizer(ENGLISH, specials=SPECIAL_TOKENS),
+        "bpe": bpe,
+        "hf": hf,
+    }[make]
+    d = json.loads(
+        json.dumps(tok.to_dict())
+    )  # plain JSON: what a weights_only checkpoint can hold
     again = tokenizer_from_dict(d)
     assert type(again) is type(tok) and again.vocab_size == tok.vocab_size
     text = ENGLISH[:300]
-    assert again.encode(text, bos=True, eos=True) == tok.encode(text, bos=True, eos=True)
-    assert (again.pad_id, again.bos_id, again.eos_id, again.unk_id) == (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id)
+    assert again.encode(text, bos=True, eos=True) == tok.encode(
+        text, bos=True, eos=True
+    )
+    assert (again.pad_id, again.bos_id, again.eos_id, again.unk_id) == (
+        tok.pad_id,
+        tok.bos_id,
+        tok.eos_id,
+        tok.unk_id,
+    )
 
 
 def test_unknown_tokenizer_type():
@@ -184,11 +240,13 @@ def test_decode_accepts_a_tensor():
 
 # ---- GPT-2's tokenizer as the reference (minbpe's test_gpt4_tiktoken_equality, on whole corpora) ----
 
-SAMPLE = ("Hello world! It's 2024: 12,345 apples, 3.14 pies, 1/2 cup.\n"
-          "I'm sure you've heard they're fine; we'll see, he'd say. IT'S DON'T 'tis 'S\n"
-          "Emoji 🙂🙂 👍🏽 and 🇫🇷; café naïve Zürich façade, x² ½ ¾ Ⅻ ٣ 二〇二四\n"
-          "\t\ttabs\t and  two   three    spaces, \u00a0nbsp, \r\nCRLF\n\n\n   \n"
-          "under_score __init__ a-b--c ... !!! ?!  snake_case 我们今天去公园散步。   ")
+SAMPLE = (
+    "Hello world! It's 2024: 12,345 apples, 3.14 pies, 1/2 cup.\n"
+    "I'm sure you've heard they're fine; we'll see, he'd say. IT'S DON'T 'tis 'S\n"
+    "Emoji 🙂🙂 👍🏽 and 🇫🇷; café naïve Zürich façade, x² ½ ¾ Ⅻ ٣ 二〇二四\n"
+    "\t\ttabs\t and  two   three    spaces, \u00a0nbsp, \r\nCRLF\n\n\n   \n"
+    "under_score __init__ a-b--c ... !!! ?!  snake_case 我们今天去公园散步。   "
+)
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +266,11 @@ def gpt2_bpe(gpt2):
 
 @pytest.fixture(scope="module")
 def corpora():
-    return {"shakespeare": load_tiny_shakespeare(),
-            "tatoeba_chinese": "\n".join(zh for _, zh in load_tatoeba_pairs()),
-            "sample": SAMPLE}
+    return {
+        "shakespeare": load_tiny_shakespeare(),
+        "tatoeba_chinese": "\n".join(zh for _, zh in load_tatoeba_pairs()),
+        "sample": SAMPLE,
+    }
 
 
 @pytest.mark.parametrize("name", ["shakespeare", "tatoeba_chinese", "sample"])
@@ -232,8 +292,19 @@ def test_chunks_match_gpt2_regex(name, corpora, gpt2):
 
 
 def test_chunk_pattern_on_numbers_and_letters():
-    assert CHUNK_PATTERN.findall("x² ½ café") == ["x", "²", " ½", " café"]  # ² is a number, not a letter
-    assert CHUNK_PATTERN.findall("it's IT'S") == ["it", "'s", " IT", "'", "S"]  # contractions: lower case only
+    assert CHUNK_PATTERN.findall("x² ½ café") == [
+        "x",
+        "²",
+        " ½",
+        " café",
+    ]  # ² is a number, not a letter
+    assert CHUNK_PATTERN.findall("it's IT'S") == [
+        "it",
+        "'s",
+        " IT",
+        "'",
+        "S",
+    ]  # contractions: lower case only
 
 
 @settings(derandomize=True, deadline=None, max_examples=200)

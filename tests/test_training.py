@@ -8,25 +8,47 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.checkpoints import (CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint,
-                                         save_checkpoint, start_run)
+from transformer_lib.checkpoints import (
+    CheckpointError,
+    CheckpointMismatchError,
+    changed_settings,
+    load_checkpoint,
+    save_checkpoint,
+    start_run,
+)
 from transformer_lib.files import atomic_write, check_writable, stale_temporaries
-from transformer_lib.training import (StopRequest, check_finite, clip_gradients, make_adamw, param_groups,
-                                      warmup_cosine, warmup_inverse_sqrt)
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.training import (
+    StopRequest,
+    check_finite,
+    clip_gradients,
+    make_adamw,
+    param_groups,
+    warmup_cosine,
+    warmup_inverse_sqrt,
+)
 
 FAST = settings(derandomize=True, deadline=None, max_examples=30)
 
 
 @FAST
-@given(st.integers(1, 200), st.integers(201, 5000), st.floats(1e-5, 1e-2), st.floats(0.0, 0.9))
+@given(
+    st.integers(1, 200),
+    st.integers(201, 5000),
+    st.floats(1e-5, 1e-2),
+    st.floats(0.0, 0.9),
+)
 def test_warmup_cosine_shape(warmup, total, max_lr, min_frac):
     min_lr = max_lr * min_frac
     lrs = [warmup_cosine(s, max_lr, warmup, total, min_lr) for s in range(total + 5)]
     assert 0 < lrs[0] < max_lr and lrs[warmup - 1] < max_lr
-    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup]))  # rising during warm-up
+    assert all(
+        a < b for a, b in zip(lrs[:warmup], lrs[1:warmup])
+    )  # rising during warm-up
     assert lrs[warmup] == pytest.approx(max_lr)
-    assert all(a >= b - 1e-15 for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))  # then never rising
+    assert all(
+        a >= b - 1e-15 for a, b in zip(lrs[warmup:], lrs[warmup + 1 :])
+    )  # then never rising
     assert lrs[total] == lrs[-1] == pytest.approx(min_lr)
     mid = warmup + (total - warmup) // 2
     assert lrs[mid] == pytest.approx((max_lr + min_lr) / 2, rel=0.05)
@@ -35,8 +57,10 @@ def test_warmup_cosine_shape(warmup, total, max_lr, min_frac):
 @FAST
 @given(st.integers(1, 4000), st.sampled_from([64, 128, 512]), st.integers(0, 20000))
 def test_inverse_sqrt_is_the_transformer_schedule(warmup, d_model, step):
-    noam = d_model ** -0.5 * min((step + 1) ** -0.5, (step + 1) * warmup ** -1.5)
-    assert warmup_inverse_sqrt(step, (d_model * warmup) ** -0.5, warmup) == pytest.approx(noam)
+    noam = d_model**-0.5 * min((step + 1) ** -0.5, (step + 1) * warmup**-1.5)
+    assert warmup_inverse_sqrt(
+        step, (d_model * warmup) ** -0.5, warmup
+    ) == pytest.approx(noam)
     with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
         warmup_inverse_sqrt(step, 1e-3, 0)
 
@@ -45,12 +69,20 @@ def test_weight_decay_only_on_linear_matrices():
     model = GPT(GPTConfig.tiny(bias=True, norm="layer"))
     decay, no_decay = param_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - {id(model.tok_emb.weight)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - {
+        id(model.tok_emb.weight)
+    }
     assert {id(p) for p in decay["params"]} == linear
-    assert id(model.tok_emb.weight) in {id(p) for p in no_decay["params"]}  # tied: counted as an embedding
-    assert all(p.dim() == 1 or id(p) in {id(model.tok_emb.weight), id(model.pos_emb.weight)}
-               for p in no_decay["params"])
-    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert id(model.tok_emb.weight) in {
+        id(p) for p in no_decay["params"]
+    }  # tied: counted as an embedding
+    assert all(
+        p.dim() == 1 or id(p) in {id(model.tok_emb.weight), id(model.pos_emb.weight)}
+        for p in no_decay["params"]
+    )
+    assert len(decay["params"]) + len(no_decay["params"]) == len(
+        list(model.parameters())
+    )
     with_emb, _ = param_groups(model, 0.1, decay_embeddings=True)
     assert len(with_emb["params"]) == len(decay["params"]) + 2
     assert make_adamw(model, 1e-3).param_groups[1]["weight_decay"] == 0.0
@@ -71,14 +103,30 @@ def test_clipping_bounds_the_global_norm(max_norm, scale):
 def test_checkpoint_round_trip(tmp_path):
     model = GPT(GPTConfig.tiny())
     opt = make_adamw(model, 1e-3)
-    model(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))[1].backward()
+    model(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))[
+        1
+    ].backward()
     opt.step()
-    config, tok = model.config.to_dict(), {"type": "char", "specials": [], "chars": "abc"}
-    path = save_checkpoint(tmp_path / "run" / "ck.pt", model, opt, config=config, tokenizer=tok, step=7,
-                           rng=torch.get_rng_state())
-    assert [p.name for p in path.parent.iterdir()] == ["ck.pt"]  # no temporary file left behind
+    config, tok = (
+        model.config.to_dict(),
+        {"type": "char", "specials": [], "chars": "abc"},
+    )
+    path = save_checkpoint(
+        tmp_path / "run" / "ck.pt",
+        model,
+        opt,
+        config=config,
+        tokenizer=tok,
+        step=7,
+        rng=torch.get_rng_state(),
+    )
+    assert [p.name for p in path.parent.iterdir()] == [
+        "ck.pt"
+    ]  # no temporary file left behind
     state = load_checkpoint(path, expected_config=config, expected_tokenizer=tok)
-    assert state["step"] == 7 and state["config"] == config and state["tokenizer"] == tok
+    assert (
+        state["step"] == 7 and state["config"] == config and state["tokenizer"] == tok
+    )
     fresh = GPT(GPTConfig.tiny())
     fresh.load_state_dict(state["model"])
     for a, b in zip(fresh.state_dict().values(), model.state_dict().values()):
@@ -103,13 +151,25 @@ def test_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
 
 def test_mismatches_are_refused_by_name(tmp_path):
     config = GPTConfig.tiny().to_dict()
-    path = save_checkpoint(tmp_path / "ck.pt", GPT(GPTConfig.tiny()), config=config,
-                           tokenizer={"type": "char", "chars": "abc"})
-    with pytest.raises(CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"):
+    path = save_checkpoint(
+        tmp_path / "ck.pt",
+        GPT(GPTConfig.tiny()),
+        config=config,
+        tokenizer={"type": "char", "chars": "abc"},
+    )
+    with pytest.raises(
+        CheckpointMismatchError, match="n_layers: checkpoint has 2, expected 3"
+    ):
         load_checkpoint(path, expected_config={**config, "n_layers": 3})
-    with pytest.raises(CheckpointError, match="is a unlabelled checkpoint, not a transformer_lib.lm/1 one"):
+    with pytest.raises(
+        CheckpointError,
+        match="is a unlabelled checkpoint, not a transformer_lib.lm/1 one",
+    ):
         load_checkpoint(path, kind="transformer_lib.lm/1")
-    with pytest.raises(CheckpointMismatchError, match="tokenizer chars: checkpoint has 'abc', expected 'abd'"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match="tokenizer chars: checkpoint has 'abc', expected 'abd'",
+    ):
         load_checkpoint(path, expected_tokenizer={"type": "char", "chars": "abd"})
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "missing.pt")
@@ -159,7 +219,9 @@ def test_the_policy_for_an_existing_checkpoint(tmp_path):
         start_run(path, "overwrite")
     with pytest.raises(IsADirectoryError):
         check_writable(tmp_path)
-    assert changed_settings({"lr": 1, "epochs": 2}, {"lr": 2, "epochs": 3}, ("epochs",)) == ["lr: checkpoint 1, now 2"]
+    assert changed_settings(
+        {"lr": 1, "epochs": 2}, {"lr": 2, "epochs": 3}, ("epochs",)
+    ) == ["lr: checkpoint 1, now 2"]
 
 
 def test_non_finite_losses_and_ctrl_c():

@@ -9,16 +9,23 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transformer_lib.viz import ATTENTION_CMAP, plot_attention, plot_heads, use_cjk_fallback_fonts  # noqa: E402
+from transformer_lib.viz import (  # noqa: E402
+    ATTENTION_CMAP,
+    plot_attention,
+    plot_heads,
+    use_cjk_fallback_fonts,
+)
 
 
 def test_plot_attention_labels_and_colour_map():
-    ax = plot_attention(torch.rand(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], "a title")
+    ax = plot_attention(
+        torch.rand(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], "a title"
+    )
     assert ax.get_title() == "a title"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
     assert ax.get_xlabel() and ax.get_ylabel()
-    assert ax.images[0].get_cmap().name == ATTENTION_CMAP
+    assert ax.collections[0].get_cmap().name == ATTENTION_CMAP
     plt.close("all")
 
 
@@ -52,9 +59,13 @@ def test_colour_bar_label_names_what_is_drawn():
 
 def test_cjk_font_fallback():
     fonts = use_cjk_fallback_fonts()
-    assert fonts[0] == "DejaVu Sans" and plt.rcParams["font.family"][: len(fonts)] == fonts
+    assert (
+        fonts[0] == "DejaVu Sans" and plt.rcParams["font.family"][: len(fonts)] == fonts
+    )
     if len(fonts) == 1:
-        pytest.skip("no CJK font installed: Chinese labels render as boxes, without failing")
+        pytest.skip(
+            "no CJK font installed: Chinese labels render as boxes, without failing"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a missing glyph would warn
         ax = plot_attention(torch.rand(2, 2), ["我", "猫"], ["我", "猫"], "中文")

@@ -54,25 +54,46 @@ def make_environment(work: Path) -> dict[str, str]:
     """A bare Python with torch and Jupyter, plus the environment variables that make it look like Colab."""
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
-    run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         TORCH, "ipykernel", "nbconvert"])
+    run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            TORCH,
+            "ipykernel",
+            "nbconvert",
+        ]
+    )
     startup = work / "ipython/profile_default/startup"
     startup.mkdir(parents=True)
     (startup / "00-fake-colab.py").write_text(FAKE_COLAB)
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "JUPYTER"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VIRTUAL_ENV", "PYTHON", "JUPYTER"))
+    }
     env.update(
         PATH=f"{venv / 'bin'}:{env['PATH']}",
         IPYTHONDIR=str(work / "ipython"),
-        JUPYTER_DATA_DIR=str(work / "jupyter-data"),  # no user kernels: `python3` is this venv's
+        JUPYTER_DATA_DIR=str(
+            work / "jupyter-data"
+        ),  # no user kernels: `python3` is this venv's
         JUPYTER_CONFIG_DIR=str(work / "jupyter-config"),
         MPLCONFIGDIR=str(work / "matplotlib"),
         GIT_CONFIG_COUNT="1",
         GIT_CONFIG_KEY_0=f"url.{ROOT}.insteadOf",
         GIT_CONFIG_VALUE_0=url,
-        TRANSFORMER_DATA_DIR=str(work / "data"),  # pip-installed, the library would use ~/.cache
+        TRANSFORMER_DATA_DIR=str(
+            work / "data"
+        ),  # pip-installed, the library would use ~/.cache
     )
-    if os.geteuid() != 0:  # Colab runs as root; elsewhere apt-get would fail for want of rights
+    if (
+        os.geteuid() != 0
+    ):  # Colab runs as root; elsewhere apt-get would fail for want of rights
         shim = work / "shim"
         shim.mkdir()
         (shim / "apt-get").write_text(NO_APT)
@@ -87,21 +108,53 @@ def check_notebook(notebook: Path, work: Path, env: dict[str, str]) -> float:
     folder.mkdir(parents=True)
     shutil.copy(notebook, folder)
     start = time.perf_counter()
-    run(["jupyter", "nbconvert", "--to", "notebook", "--execute", "--output", "executed.ipynb",
-         "--ExecutePreprocessor.timeout=-1", notebook.name], cwd=folder, env=env)
+    run(
+        [
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output",
+            "executed.ipynb",
+            "--ExecutePreprocessor.timeout=-1",
+            notebook.name,
+        ],
+        cwd=folder,
+        env=env,
+    )
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--notebooks", nargs="*", default=[], help="numbers such as 04 11 (default: all)")
-    parser.add_argument("--full", action="store_true", help="full mode instead of quick mode")
-    parser.add_argument("--keep", action="store_true", help="keep the working folder (its path is printed)")
+    parser.add_argument(
+        "--notebooks",
+        nargs="*",
+        default=[],
+        help="numbers such as 04 11 (default: all)",
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="full mode instead of quick mode"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the working folder (its path is printed)",
+    )
     args = parser.parse_args()
 
-    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                      capture_output=True, text=True, check=True).stdout.strip():
-        print("warning: uncommitted changes; the notebooks install the committed HEAD, as Colab would", flush=True)
+    if subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip():
+        print(
+            "warning: uncommitted changes; the notebooks install the committed HEAD, as Colab would",
+            flush=True,
+        )
     notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if args.notebooks:
         notebooks = [nb for nb in notebooks if nb.stem[:2] in args.notebooks]
@@ -112,7 +165,9 @@ def main() -> None:
         results = []
         for nb in notebooks:
             try:
-                results.append((nb.name, f"ran in {check_notebook(nb, work, env):.0f} s"))
+                results.append(
+                    (nb.name, f"ran in {check_notebook(nb, work, env):.0f} s")
+                )
             except subprocess.CalledProcessError:
                 results.append((nb.name, "FAILED"))
         print("\nColab-like run, " + ("full" if args.full else "quick") + " mode:")

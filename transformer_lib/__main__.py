@@ -24,7 +24,10 @@ def fetch_data(args: argparse.Namespace) -> int:
             print(f"missing {spec.relpath}: {e}", file=sys.stderr)
             failed += 1
     if failed:
-        print(f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched", file=sys.stderr)
+        print(
+            f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -32,13 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
     from transformer_lib.cli_args import Parser
 
-    parser = Parser(prog="python -m transformer_lib", description=__doc__,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="python -m transformer_lib",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    commands.add_parser("fetch-data", help="fetch and verify every pinned data file").set_defaults(run=fetch_data)
+    commands.add_parser(
+        "fetch-data", help="fetch and verify every pinned data file"
+    ).set_defaults(run=fetch_data)
     # Parts II and III register their commands here, one line each.
-    from transformer_lib import mt_cli; mt_cli.register(commands)  # noqa: E702  (Part II: train-mt, translate)
-    from transformer_lib import lm_cli; lm_cli.register(commands)  # noqa: E702  (Part III: train-lm, generate)
+    from transformer_lib import lm_cli, mt_cli
+
+    mt_cli.register(commands)  # Part II: train-mt, translate
+    lm_cli.register(commands)  # Part III: train-lm, generate
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -20,12 +20,26 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["positive_int", "non_negative_int", "positive_float", "non_negative_float", "probability",
-           "temperature", "seed", "device", "Parser", "read_texts", "key_value_overrides", "MIN_TEMPERATURE",
-           "MAX_SEED"]
+__all__ = [
+    "positive_int",
+    "non_negative_int",
+    "positive_float",
+    "non_negative_float",
+    "probability",
+    "temperature",
+    "seed",
+    "device",
+    "Parser",
+    "read_texts",
+    "key_value_overrides",
+    "MIN_TEMPERATURE",
+    "MAX_SEED",
+]
 
 MIN_TEMPERATURE = 1e-4  # logits / t must stay finite: with |logits| ~ 1e3, t below this overflows fp32's 3e38
-MAX_SEED = 2**63  # torch.manual_seed takes a signed 64-bit int (negative seeds are folded; we refuse them)
+MAX_SEED = (
+    2**63
+)  # torch.manual_seed takes a signed 64-bit int (negative seeds are folded; we refuse them)
 
 
 def _int(text: str, what: str) -> int:
@@ -33,7 +47,9 @@ def _int(text: str, what: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give {what}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number; give {what}"
+        ) from None
 
 
 def _float(text: str, what: str) -> float:
@@ -41,9 +57,13 @@ def _float(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give {what}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; give {what}"
+        ) from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give {what}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a finite number; give {what}"
+        )
     return value
 
 
@@ -51,7 +71,9 @@ def positive_int(text: str) -> int:
     """A whole number >= 1 (sizes, steps, intervals): '4' -> 4; '0', '-2', '1.5' are refused."""
     value = _int(text, "a whole number >= 1, e.g. 4")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is too small; give a whole number >= 1, e.g. 4")
+        raise argparse.ArgumentTypeError(
+            f"{value} is too small; give a whole number >= 1, e.g. 4"
+        )
     return value
 
 
@@ -59,7 +81,9 @@ def non_negative_int(text: str) -> int:
     """A whole number >= 0 (0 usually means 'none' or 'off'): '0' -> 0; '-1' is refused."""
     value = _int(text, "a whole number >= 0")
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; give a whole number >= 0")
+        raise argparse.ArgumentTypeError(
+            f"{value} is negative; give a whole number >= 0"
+        )
     return value
 
 
@@ -67,7 +91,9 @@ def positive_float(text: str) -> float:
     """A finite number > 0 (learning rates, time budgets): '3e-4' -> 0.0003; '0', 'nan', 'inf' are refused."""
     value = _float(text, "a number > 0, e.g. 3e-4")
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value:g} is not above 0; give a number > 0, e.g. 3e-4")
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is not above 0; give a number > 0, e.g. 3e-4"
+        )
     return value
 
 
@@ -83,7 +109,9 @@ def probability(text: str) -> float:
     """A number in (0, 1] (top-p): '0.9' -> 0.9; '0', '1.5', 'nan' are refused."""
     value = _float(text, "a number in (0, 1], e.g. 0.9")
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{value:g} is not in (0, 1]; give a number such as 0.9 (1 = no filter)")
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is not in (0, 1]; give a number such as 0.9 (1 = no filter)"
+        )
     return value
 
 
@@ -95,18 +123,24 @@ def temperature(text: str) -> float:
     """
     value = _float(text, "0 (greedy) or a number > 0, e.g. 0.8")
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{value:g} is negative; give 0 (greedy) or a number > 0, e.g. 0.8")
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is negative; give 0 (greedy) or a number > 0, e.g. 0.8"
+        )
     if 0 < value < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(f"{value:g} is so small that logits / temperature overflow; give 0 for "
-                                         f"greedy decoding or a value >= {MIN_TEMPERATURE:g}")
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is so small that logits / temperature overflow; give 0 for "
+            f"greedy decoding or a value >= {MIN_TEMPERATURE:g}"
+        )
     return value
 
 
 def seed(text: str) -> int:
     """A random seed: a whole number in [0, 2**63), the range torch.manual_seed accepts."""
-    value = _int(text, f"a whole number in [0, 2**63), e.g. 0")
+    value = _int(text, "a whole number in [0, 2**63), e.g. 0")
     if not 0 <= value < MAX_SEED:
-        raise argparse.ArgumentTypeError(f"{value} is outside [0, 2**63); give a seed such as 0 or 1234")
+        raise argparse.ArgumentTypeError(
+            f"{value} is outside [0, 2**63); give a seed such as 0 or 1234"
+        )
     return value
 
 
@@ -133,14 +167,23 @@ def device(text: str) -> str:
     try:
         dev = torch.device(text)
     except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device; available here: "
-                                         f"{', '.join(available)}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device; available here: {', '.join(available)}"
+        ) from None
     if dev.type not in available:
-        raise argparse.ArgumentTypeError(f"{dev.type} is not available on this machine; available here: "
-                                         f"{', '.join(available)}")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(f"{text} does not exist: this machine has {torch.cuda.device_count()} "
-                                         f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        raise argparse.ArgumentTypeError(
+            f"{dev.type} is not available on this machine; available here: "
+            f"{', '.join(available)}"
+        )
+    if (
+        dev.type == "cuda"
+        and dev.index is not None
+        and dev.index >= torch.cuda.device_count()
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text} does not exist: this machine has {torch.cuda.device_count()} "
+            f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
     return str(dev)
 
 
@@ -165,20 +208,28 @@ def _read_file(path: str) -> str:
     else:
         p = Path(path)
         if not p.exists():
-            raise ValueError(f"no file at {path}; give the path of a text file, or - for standard input")
+            raise ValueError(
+                f"no file at {path}; give the path of a text file, or - for standard input"
+            )
         if p.is_dir():
-            raise ValueError(f"{path} is a folder; give the path of a text file, or - for standard input")
+            raise ValueError(
+                f"{path} is a folder; give the path of a text file, or - for standard input"
+            )
         try:
             data = p.read_bytes()
         except OSError as e:
             raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
         where = path
     if b"\0" in data:
-        raise ValueError(f"{where} holds binary data (a NUL byte); give a UTF-8 text file")
+        raise ValueError(
+            f"{where} holds binary data (a NUL byte); give a UTF-8 text file"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{where} is not UTF-8 text (bad byte at offset {e.start}); save it as UTF-8") from None
+        raise ValueError(
+            f"{where} is not UTF-8 text (bad byte at offset {e.start}); save it as UTF-8"
+        ) from None
 
 
 def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str]:
@@ -206,7 +257,9 @@ def _convert(key: str, text: str, kind: type):
     try:
         value = kind(text)
     except (TypeError, ValueError):
-        raise ValueError(f"--model {key}={text}: expected {getattr(kind, '__name__', kind)}") from None
+        raise ValueError(
+            f"--model {key}={text}: expected {getattr(kind, '__name__', kind)}"
+        ) from None
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"--model {key}={text}: expected a finite number")
     return value
@@ -226,7 +279,9 @@ def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> di
         if not sep or not key:
             raise ValueError(f"--model expects KEY=VALUE, got {item!r}")
         if key not in allowed:
-            raise ValueError(f"--model {key}: unknown key; allowed keys: {', '.join(sorted(allowed))}")
+            raise ValueError(
+                f"--model {key}: unknown key; allowed keys: {', '.join(sorted(allowed))}"
+            )
         out[key] = _convert(key, text.strip(), allowed[key])
     return out
 
@@ -234,8 +289,12 @@ def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> di
 def out_of_memory(error: BaseException) -> bool:
     """True for the errors PyTorch and Python raise when an allocation fails (CPU or GPU)."""
     text = str(error).lower()
-    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text \
+    return (
+        isinstance(error, MemoryError)
+        or "out of memory" in text
+        or "can't allocate memory" in text
         or "failed to allocate" in text
+    )
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

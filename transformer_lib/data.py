@@ -22,8 +22,12 @@ from pathlib import Path
 
 from transformer_lib.files import atomic_write
 
-MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder laid out like data/, e.g. a shared copy for CI
-DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where downloads land (default: data/ in the checkout)
+MIRROR_ENV = (
+    "TRANSFORMER_DATA_MIRROR"  # a folder laid out like data/, e.g. a shared copy for CI
+)
+DATA_DIR_ENV = (
+    "TRANSFORMER_DATA_DIR"  # where downloads land (default: data/ in the checkout)
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,9 @@ class DataFile:
     sha256: str  # of the file itself (not of the archive it may come in)
     archive_sha256: str | None = None  # set when `url` serves a zip holding the file
     member: str | None = None  # the file's name inside that zip
-    keep_labels: tuple[str, ...] | None = None  # keep only the lines whose 2nd tab field is one of these
+    keep_labels: tuple[str, ...] | None = (
+        None  # keep only the lines whose 2nd tab field is one of these
+    )
 
 
 TINY_SHAKESPEARE = DataFile(
@@ -81,7 +87,9 @@ def data_dir() -> Path:
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV]).expanduser()
     checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():  # an editable install or a plain checkout
+    if (
+        checkout / "pyproject.toml"
+    ).exists():  # an editable install or a plain checkout
         return checkout / "data"
     return Path.home() / ".cache" / "transformer_lib" / "data"
 
@@ -95,7 +103,9 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_verified(dest: Path, payload: bytes, expected_sha256: str, source: str) -> None:
+def _write_verified(
+    dest: Path, payload: bytes, expected_sha256: str, source: str
+) -> None:
     """Check `payload` against its checksum, then write it to `dest` atomically (files.atomic_write)."""
     got = hashlib.sha256(payload).hexdigest()
     if got != expected_sha256:
@@ -106,18 +116,28 @@ def _write_verified(dest: Path, payload: bytes, expected_sha256: str, source: st
     try:
         atomic_write(dest, lambda f: f.write(payload))
     except OSError as e:
-        raise DataUnavailableError(f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
-                                   f"you can write to") from None
+        raise DataUnavailableError(
+            f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
+            f"you can write to"
+        ) from None
 
 
 def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
     """The file's bytes from its canonical URL (extracted from the zip when it comes in one)."""
-    request = urllib.request.Request(spec.url, headers={"User-Agent": "transformer-course/1.0"})
+    request = urllib.request.Request(
+        spec.url, headers={"User-Agent": "transformer-course/1.0"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         payload = response.read()
-    if spec.keep_labels is not None:  # whole lines, in upstream order, as data/README.md describes
+    if (
+        spec.keep_labels is not None
+    ):  # whole lines, in upstream order, as data/README.md describes
         lines = payload.decode("utf-8").splitlines(keepends=True)
-        return "".join(ln for ln in lines if ln.split("\t")[1:2] and ln.split("\t")[1] in spec.keep_labels).encode("utf-8")
+        return "".join(
+            ln
+            for ln in lines
+            if ln.split("\t")[1:2] and ln.split("\t")[1] in spec.keep_labels
+        ).encode("utf-8")
     if spec.member is None:
         return payload
     got = hashlib.sha256(payload).hexdigest()
@@ -136,7 +156,9 @@ def fetch(spec: DataFile) -> Path:
     if dest.exists():
         if sha256_of(dest) == spec.sha256:
             return dest
-        print(f"{dest} fails its sha256 check (truncated or edited?); fetching a fresh copy.")
+        print(
+            f"{dest} fails its sha256 check (truncated or edited?); fetching a fresh copy."
+        )
     problems = []
     mirror = os.environ.get(MIRROR_ENV)
     if mirror:
@@ -162,7 +184,9 @@ def fetch(spec: DataFile) -> Path:
         problems.append(f"download: {e}")
     except (OSError, http.client.HTTPException, zipfile.BadZipFile, KeyError) as e:
         problems.append(f"download: {e}")
-    how = f"download {spec.url}" + (f" and extract {spec.member!r} from it" if spec.member else "")
+    how = f"download {spec.url}" + (
+        f" and extract {spec.member!r} from it" if spec.member else ""
+    )
     raise DataUnavailableError(
         f"Could not get {spec.relpath}.\n  " + "\n  ".join(problems) + "\n"
         f"To fix: {how}, put it at {dest} (sha256 {spec.sha256}),\n"
@@ -212,7 +236,13 @@ def gpt2_encoding():
     return tiktoken.get_encoding("gpt2")
 
 
-ALL_FILES = (TINY_SHAKESPEARE, TATOEBA_CMN_ENG, TATOEBA_TEST, GPT2_VOCAB_BPE, GPT2_ENCODER_JSON)
+ALL_FILES = (
+    TINY_SHAKESPEARE,
+    TATOEBA_CMN_ENG,
+    TATOEBA_TEST,
+    GPT2_VOCAB_BPE,
+    GPT2_ENCODER_JSON,
+)
 
 
 def fetch_all() -> list[Path]:
@@ -221,6 +251,18 @@ def fetch_all() -> list[Path]:
 
 
 __all__ = [
-    "ALL_FILES", "DataFile", "DataUnavailableError", "TINY_SHAKESPEARE", "TATOEBA_CMN_ENG", "data_dir",
-    "TATOEBA_TEST", "fetch", "fetch_all", "gpt2_encoding", "load_tatoeba_pairs", "load_tatoeba_test", "load_tiny_shakespeare", "sha256_of",
+    "ALL_FILES",
+    "DataFile",
+    "DataUnavailableError",
+    "TINY_SHAKESPEARE",
+    "TATOEBA_CMN_ENG",
+    "data_dir",
+    "TATOEBA_TEST",
+    "fetch",
+    "fetch_all",
+    "gpt2_encoding",
+    "load_tatoeba_pairs",
+    "load_tatoeba_test",
+    "load_tiny_shakespeare",
+    "sha256_of",
 ]

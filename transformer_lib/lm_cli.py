@@ -16,9 +16,20 @@ import argparse
 import dataclasses
 import sys
 
-from transformer_lib.cli_args import (USER_ERRORS, device, key_value_overrides, non_negative_float, non_negative_int,
-                                      out_of_memory, positive_float, positive_int, probability, read_texts, seed,
-                                      temperature)
+from transformer_lib.cli_args import (
+    USER_ERRORS,
+    device,
+    key_value_overrides,
+    non_negative_float,
+    non_negative_int,
+    out_of_memory,
+    positive_float,
+    positive_int,
+    probability,
+    read_texts,
+    seed,
+    temperature,
+)
 
 MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
 
@@ -41,15 +52,22 @@ def train_command(args: argparse.Namespace) -> int:
     from transformer_lib.lm_train import TrainSettings, train_lm
     from transformer_lib.training import TrainingInterrupted
 
-    kinds = {f.name: type(getattr(GPTConfig(), f.name)) for f in dataclasses.fields(GPTConfig)
-             if f.name != "vocab_size"}
+    kinds = {
+        f.name: type(getattr(GPTConfig(), f.name))
+        for f in dataclasses.fields(GPTConfig)
+        if f.name != "vocab_size"
+    }
     try:
         model = key_value_overrides(args.model, kinds)
     except ValueError as e:
         print(f"train-lm: {e}", file=sys.stderr)
         return 2
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
-    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in names}, model=model, betas=tuple(args.betas))
+    s = TrainSettings(
+        **{k: v for k, v in vars(args).items() if k in names},
+        model=model,
+        betas=tuple(args.betas),
+    )
     try:
         train_lm(s)
     except TrainingInterrupted as e:
@@ -61,7 +79,10 @@ def train_command(args: argparse.Namespace) -> int:
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
-        print("train-lm: out of memory; lower --batch-size or use a smaller --preset", file=sys.stderr)
+        print(
+            "train-lm: out of memory; lower --batch-size or use a smaller --preset",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -71,8 +92,11 @@ def generate_command(args: argparse.Namespace) -> int:
     from transformer_lib.lm_train import generate_text
 
     if args.max_new_tokens > MAX_NEW_TOKENS:
-        print(f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,}); for a "
-              f"longer text, generate again from the end of this one", file=sys.stderr)
+        print(
+            f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,}); for a "
+            f"longer text, generate again from the end of this one",
+            file=sys.stderr,
+        )
         return 2
     prompt = args.prompt
     if args.prompt_file is not None:
@@ -82,9 +106,18 @@ def generate_command(args: argparse.Namespace) -> int:
             print(f"generate: {e}", file=sys.stderr)
             return 2
     try:
-        text = generate_text(args.checkpoint, prompt, args.max_new_tokens, args.temperature, args.top_k or None,
-                             args.top_p, args.seed, not args.no_cache, args.device,
-                             notes=lambda m: print(m, file=sys.stderr))
+        text = generate_text(
+            args.checkpoint,
+            prompt,
+            args.max_new_tokens,
+            args.temperature,
+            args.top_k or None,
+            args.top_p,
+            args.seed,
+            not args.no_cache,
+            args.device,
+            notes=lambda m: print(m, file=sys.stderr),
+        )
     except USER_ERRORS as e:
         print(f"generate: {e}", file=sys.stderr)
         return 1
@@ -92,55 +125,142 @@ def generate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def register(commands) -> None:
     """Add the `train-lm` and `generate` subcommands to the CLI's subparsers."""
     from transformer_lib.lm_train import PRESETS, TrainSettings
 
     d = TrainSettings()
-    p = commands.add_parser("train-lm", help="train the GPT language model on Tiny Shakespeare",
-                            description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default=d.preset, choices=sorted(PRESETS), help="model size (default: %(default)s)")
-    p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a GPTConfig field, e.g. --model dropout=0.1 (repeatable)")
+    p = commands.add_parser(
+        "train-lm",
+        help="train the GPT language model on Tiny Shakespeare",
+        description=TRAIN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--preset",
+        default=d.preset,
+        choices=sorted(PRESETS),
+        help="model size (default: %(default)s)",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a GPTConfig field, e.g. --model dropout=0.1 (repeatable)",
+    )
     p.add_argument("--tokenizer", default=d.tokenizer, choices=["char", "bpe"])
-    p.add_argument("--bpe-vocab", type=positive_int, default=d.bpe_vocab, help="BPE vocabulary, at least 256")
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per process")
-    p.add_argument("--max-iters", type=positive_int, default=d.max_iters, help="steps; the cosine ends here")
-    p.add_argument("--stop-at", type=positive_int, default=None, help="stop (and save) at this step")
-    p.add_argument("--time-budget", dest="time_budget_s", type=positive_float, default=None,
-                   help="seconds of training")
+    p.add_argument(
+        "--bpe-vocab",
+        type=positive_int,
+        default=d.bpe_vocab,
+        help="BPE vocabulary, at least 256",
+    )
+    p.add_argument(
+        "--batch-size", type=positive_int, default=d.batch_size, help="per process"
+    )
+    p.add_argument(
+        "--max-iters",
+        type=positive_int,
+        default=d.max_iters,
+        help="steps; the cosine ends here",
+    )
+    p.add_argument(
+        "--stop-at",
+        type=positive_int,
+        default=None,
+        help="stop (and save) at this step",
+    )
+    p.add_argument(
+        "--time-budget",
+        dest="time_budget_s",
+        type=positive_float,
+        default=None,
+        help="seconds of training",
+    )
     p.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate")
-    p.add_argument("--min-lr", type=non_negative_float, default=d.min_lr, help="where the cosine ends")
+    p.add_argument(
+        "--min-lr",
+        type=non_negative_float,
+        default=d.min_lr,
+        help="where the cosine ends",
+    )
     p.add_argument("--warmup-steps", type=non_negative_int, default=d.warmup_steps)
     p.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
-    p.add_argument("--betas", type=probability, nargs=2, default=list(d.betas), metavar=("B1", "B2"))
-    p.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="0 turns clipping off")
-    p.add_argument("--decay-embeddings", action="store_true", help="decay embeddings too, as nanoGPT")
+    p.add_argument(
+        "--betas",
+        type=probability,
+        nargs=2,
+        default=list(d.betas),
+        metavar=("B1", "B2"),
+    )
+    p.add_argument(
+        "--grad-clip",
+        type=non_negative_float,
+        default=d.grad_clip,
+        help="0 turns clipping off",
+    )
+    p.add_argument(
+        "--decay-embeddings",
+        action="store_true",
+        help="decay embeddings too, as nanoGPT",
+    )
     p.add_argument("--eval-interval", type=positive_int, default=d.eval_interval)
     p.add_argument("--eval-windows", type=positive_int, default=d.eval_windows)
-    p.add_argument("--out", default=None, help="checkpoint path (written atomically at each evaluation)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="checkpoint path (written atomically at each evaluation)",
+    )
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--resume", action="store_true", help="continue the run saved at --out (or extend it)")
-    what.add_argument("--restart", action="store_true",
-                      help="train a new run in place of the one at --out (kept until the first save)")
-    p.add_argument("--device", type=device, default=None, help="cpu, cuda, mps (default: the best available)")
+    what.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved at --out (or extend it)",
+    )
+    what.add_argument(
+        "--restart",
+        action="store_true",
+        help="train a new run in place of the one at --out (kept until the first save)",
+    )
+    p.add_argument(
+        "--device",
+        type=device,
+        default=None,
+        help="cpu, cuda, mps (default: the best available)",
+    )
     p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "auto"])
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--seed", type=seed, default=d.seed)
-    p.add_argument("--log-dir", default=None, help="write TensorBoard curves here (needs `pip install tensorboard`)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument(
+        "--log-dir",
+        default=None,
+        help="write TensorBoard curves here (needs `pip install tensorboard`)",
+    )
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
     p.set_defaults(run=train_command)
 
-    g = commands.add_parser("generate", help="continue a prompt with a trained language model")
+    g = commands.add_parser(
+        "generate", help="continue a prompt with a trained language model"
+    )
     g.add_argument("--checkpoint", required=True)
     g.add_argument("--prompt", default="\n")
-    g.add_argument("--prompt-file", metavar="PATH", help="read the prompt from a file ('-': standard input)")
+    g.add_argument(
+        "--prompt-file",
+        metavar="PATH",
+        help="read the prompt from a file ('-': standard input)",
+    )
     g.add_argument("--max-new-tokens", type=non_negative_int, default=500)
     g.add_argument("--temperature", type=temperature, default=0.8, help="0 = greedy")
-    g.add_argument("--top-k", type=non_negative_int, default=200, help="0 = no top-k filter")
+    g.add_argument(
+        "--top-k", type=non_negative_int, default=200, help="0 = no top-k filter"
+    )
     g.add_argument("--top-p", type=probability, default=None)
     g.add_argument("--seed", type=seed, default=0)
-    g.add_argument("--no-cache", action="store_true", help="recompute the whole context every step")
+    g.add_argument(
+        "--no-cache", action="store_true", help="recompute the whole context every step"
+    )
     g.add_argument("--device", type=device, default=None)
     g.set_defaults(run=generate_command)

@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 
 from transformer_lib.checkpoints import (
-    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, save_checkpoint, start_run,
+    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, load_weights, save_checkpoint,
+    start_run,
 )
 from .gpt import GPT, GPTConfig, generate
 from transformer_lib.training import (
@@ -51,6 +52,8 @@ def load_lm_data(tokenizer: str = "char", bpe_vocab: int = 512) -> LMData:
     if tokenizer == "char":
         tok = CharTokenizer(text)  # the 65 characters of the whole corpus, as nanoGPT
     elif tokenizer == "bpe":
+        if bpe_vocab <= 256:
+            raise ValueError(f"bpe_vocab must be above 256 (the single bytes come first), got {bpe_vocab}")
         tok = train_hf_bpe(train_text, bpe_vocab, specials=())  # trained on the training split only
     else:
         raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
@@ -235,6 +238,8 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     main = rank == 0
     say = print if (main and s.verbose) else (lambda *a, **k: None)
     existing = "resume" if s.resume else "restart" if s.restart else "refuse"
+    if existing != "refuse" and not s.out:
+        raise ValueError(f"--{existing} needs --out, the checkpoint to {existing}")
     resume = (start_run(s.out, existing, say) if main else s.resume) if s.out else False
     set_seed(s.seed)
     data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
@@ -355,8 +360,10 @@ def load_lm(checkpoint: str, device: str | torch.device | None = None) -> tuple[
     try:
         tok = tokenizer_from_dict(state["tokenizer"])
         model = GPT(GPTConfig.from_dict(state["config"])).to(dev)
-        model.load_state_dict(state["model"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        load_weights(model, state["model"], checkpoint)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
         raise CheckpointError(f"{checkpoint} is a damaged language-model checkpoint ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:120]})") from None
     if tok.vocab_size != model.config.vocab_size:

@@ -17,12 +17,19 @@ import argparse
 import sys
 from dataclasses import replace
 
-from transformer_lib.cli_args import (USER_ERRORS, device, non_negative_float, out_of_memory, positive_float, positive_int,
-                                      read_texts, seed, temperature)
+from transformer_lib.cli_args import (
+    USER_ERRORS,
+    device,
+    non_negative_float,
+    out_of_memory,
+    positive_float,
+    positive_int,
+    read_texts,
+    seed,
+    temperature,
+)
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
-
-
 
 
 def train_mt(args: argparse.Namespace) -> int:
@@ -32,8 +39,18 @@ def train_mt(args: argparse.Namespace) -> int:
     from transformer_lib.training import TrainingInterrupted
 
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
-    names = ("epochs", "max_minutes", "schedule", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "seed",
-             "dtype")
+    names = (
+        "epochs",
+        "max_minutes",
+        "schedule",
+        "lr",
+        "min_lr",
+        "warmup_steps",
+        "weight_decay",
+        "grad_clip",
+        "seed",
+        "dtype",
+    )
     changes = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.betas is not None:
         changes["betas"] = tuple(args.betas)
@@ -42,8 +59,15 @@ def train_mt(args: argparse.Namespace) -> int:
     existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
     try:
-        _, _, history = train_translator(cfg, args.out, existing, progress=not args.no_progress, device=dev,
-                                         log=lambda m: print(m, flush=True), log_dir=args.log_dir)
+        _, _, history = train_translator(
+            cfg,
+            args.out,
+            existing,
+            progress=not args.no_progress,
+            device=dev,
+            log=lambda m: print(m, flush=True),
+            log_dir=args.log_dir,
+        )
     except TrainingInterrupted as e:
         print(f"train-mt: {e}", file=sys.stderr)
         return 130
@@ -53,12 +77,17 @@ def train_mt(args: argparse.Namespace) -> int:
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
-        print("train-mt: out of memory; use a smaller model or fewer tokens per batch", file=sys.stderr)
+        print(
+            "train-mt: out of memory; use a smaller model or fewer tokens per batch",
+            file=sys.stderr,
+        )
         return 1
     if history:
         best = min(h["valid_loss"] for h in history)
-        print(f"done: {len(history)} epochs, best validation loss {best:.3f}, "
-              f"{sum(h['seconds'] for h in history) / 60:.1f} min of training")
+        print(
+            f"done: {len(history)} epochs, best validation loss {best:.3f}, "
+            f"{sum(h['seconds'] for h in history) / 60:.1f} min of training"
+        )
     return 0
 
 
@@ -70,14 +99,18 @@ def translate_cmd(args: argparse.Namespace) -> int:
         print(f"translate: {e}", file=sys.stderr)
         return 2
     if not sentences:
-        print("translate: nothing to translate: give English sentences as arguments or with --input",
-              file=sys.stderr)
+        print(
+            "translate: nothing to translate: give English sentences as arguments or with --input",
+            file=sys.stderr,
+        )
         return 2
     from transformer_lib.decoding import translate
     from transformer_lib.mt_train import load_translator
 
     try:
-        model, src_tok, tgt_tok, payload = load_translator(args.checkpoint, device=args.device or "cpu")
+        model, src_tok, tgt_tok, payload = load_translator(
+            args.checkpoint, device=args.device or "cpu"
+        )
     except USER_ERRORS as e:
         print(f"translate: {e}", file=sys.stderr)
         return 1
@@ -86,31 +119,51 @@ def translate_cmd(args: argparse.Namespace) -> int:
     for s in sentences:
         unseen = sorted({ch for ch in s if ch not in known}) if known else []
         if unseen:
-            print(f"note: {''.join(unseen)[:20]!r} never appeared in the training English; expect a poor "
-                  f"translation of {_short(s)!r}", file=sys.stderr)
+            print(
+                f"note: {''.join(unseen)[:20]!r} never appeared in the training English; expect a poor "
+                f"translation of {_short(s)!r}",
+                file=sys.stderr,
+            )
         n = len(src_tok.encode(s))
         if n > limit:
-            print(f"note: {_short(s)!r} has {n} tokens; only the first {limit} are translated "
-                  f"(the model's context is {model.config.context_len})", file=sys.stderr)
+            print(
+                f"note: {_short(s)!r} has {n} tokens; only the first {limit} are translated "
+                f"(the model's context is {model.config.context_len})",
+                file=sys.stderr,
+            )
     if args.method == "sample" and args.temperature == 0:
-        print("translate: --temperature 0 is greedy decoding: use --method greedy", file=sys.stderr)
+        print(
+            "translate: --temperature 0 is greedy decoding: use --method greedy",
+            file=sys.stderr,
+        )
         return 2
-    kwargs = {"beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty}, "greedy": {},
-              "sample": {"temperature": args.temperature}}
+    kwargs = {
+        "beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty},
+        "greedy": {},
+        "sample": {"temperature": args.temperature},
+    }
     try:
-        outputs = translate(model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method])
+        outputs = translate(
+            model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method]
+        )
     except USER_ERRORS as e:
         print(f"translate: {e}", file=sys.stderr)
         return 1
     if args.script == "traditional":
         from transformer_lib.translation_data import to_traditional
 
-        print("note: the model writes Simplified Chinese; this is its answer converted to Traditional "
-              "characters by OpenCC (s2t), not a second model", file=sys.stderr)
+        print(
+            "note: the model writes Simplified Chinese; this is its answer converted to Traditional "
+            "characters by OpenCC (s2t), not a second model",
+            file=sys.stderr,
+        )
         outputs = [to_traditional(zh) for zh in outputs]
     for s, zh in zip(sentences, outputs):
         if not zh:
-            print(f"note: the model produced an empty translation of {_short(s)!r}", file=sys.stderr)
+            print(
+                f"note: the model produced an empty translation of {_short(s)!r}",
+                file=sys.stderr,
+            )
         print(zh if len(sentences) == 1 else f"{s}\t{zh}")
     return 0
 
@@ -122,40 +175,127 @@ def _short(text: str, n: int = 60) -> str:
 
 def register(commands) -> None:
     """Add `train-mt` and `translate` to the subparsers of `python -m transformer_lib`."""
-    t = commands.add_parser("train-mt", help="train the English-Chinese translator (notebook 09's defaults)",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--out", "--checkpoint", dest="out", default=DEFAULT_CHECKPOINT,
-                   help=f"checkpoint path (default {DEFAULT_CHECKPOINT})")
-    t.add_argument("--quick", action="store_true", help="a tiny model, a few dozen steps (to check it runs)")
+    t = commands.add_parser(
+        "train-mt",
+        help="train the English-Chinese translator (notebook 09's defaults)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument(
+        "--out",
+        "--checkpoint",
+        dest="out",
+        default=DEFAULT_CHECKPOINT,
+        help=f"checkpoint path (default {DEFAULT_CHECKPOINT})",
+    )
+    t.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny model, a few dozen steps (to check it runs)",
+    )
     what = t.add_mutually_exclusive_group()
-    what.add_argument("--resume", action="store_true", help="continue the run saved at --out (or extend it)")
-    what.add_argument("--restart", action="store_true",
-                      help="train a new run in place of the one at --out (kept until the first save)")
-    t.add_argument("--epochs", type=positive_int, help="most epochs (default: notebook 09's 20)")
-    t.add_argument("--max-minutes", type=positive_float, help="wall-clock budget for training (default 24)")
-    t.add_argument("--schedule", choices=["cosine", "inverse_sqrt"], help="learning-rate schedule")
-    t.add_argument("--lr", type=positive_float, help="peak learning rate (default 1e-3)")
-    t.add_argument("--min-lr", type=non_negative_float, help="where the cosine ends (default 2e-5)")
-    t.add_argument("--warmup-steps", type=positive_int, help="steps of linear warm-up (default 200)")
-    t.add_argument("--weight-decay", type=non_negative_float, help="AdamW weight decay (default 0.01)")
-    t.add_argument("--betas", type=positive_float, nargs=2, metavar=("B1", "B2"), help="AdamW betas (0.9 0.98)")
-    t.add_argument("--grad-clip", type=non_negative_float, help="largest gradient norm, 0 = off (default 1)")
+    what.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved at --out (or extend it)",
+    )
+    what.add_argument(
+        "--restart",
+        action="store_true",
+        help="train a new run in place of the one at --out (kept until the first save)",
+    )
+    t.add_argument(
+        "--epochs", type=positive_int, help="most epochs (default: notebook 09's 20)"
+    )
+    t.add_argument(
+        "--max-minutes",
+        type=positive_float,
+        help="wall-clock budget for training (default 24)",
+    )
+    t.add_argument(
+        "--schedule", choices=["cosine", "inverse_sqrt"], help="learning-rate schedule"
+    )
+    t.add_argument(
+        "--lr", type=positive_float, help="peak learning rate (default 1e-3)"
+    )
+    t.add_argument(
+        "--min-lr", type=non_negative_float, help="where the cosine ends (default 2e-5)"
+    )
+    t.add_argument(
+        "--warmup-steps",
+        type=positive_int,
+        help="steps of linear warm-up (default 200)",
+    )
+    t.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        help="AdamW weight decay (default 0.01)",
+    )
+    t.add_argument(
+        "--betas",
+        type=positive_float,
+        nargs=2,
+        metavar=("B1", "B2"),
+        help="AdamW betas (0.9 0.98)",
+    )
+    t.add_argument(
+        "--grad-clip",
+        type=non_negative_float,
+        help="largest gradient norm, 0 = off (default 1)",
+    )
     t.add_argument("--seed", type=seed)
-    t.add_argument("--dtype", choices=["fp32", "bf16", "auto"], help="bf16 autocast; auto: where native (default)")
-    t.add_argument("--device", type=device, help="cpu, cuda, mps (default: the best available)")
-    t.add_argument("--log-dir", help="write TensorBoard curves here (needs `pip install tensorboard`)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    t.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "auto"],
+        help="bf16 autocast; auto: where native (default)",
+    )
+    t.add_argument(
+        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
+    )
+    t.add_argument(
+        "--log-dir",
+        help="write TensorBoard curves here (needs `pip install tensorboard`)",
+    )
+    t.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (for logs)"
+    )
     t.set_defaults(run=train_mt)
 
-    tr = commands.add_parser("translate", help="translate English sentences into Chinese")
+    tr = commands.add_parser(
+        "translate", help="translate English sentences into Chinese"
+    )
     tr.add_argument("sentences", nargs="*", help="English sentences, each one argument")
-    tr.add_argument("--input", metavar="PATH", help="read sentences from a file, one a line ('-': standard input)")
-    tr.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help=f"a train-mt checkpoint ({DEFAULT_CHECKPOINT})")
-    tr.add_argument("--method", choices=["beam", "greedy", "sample"], default="beam", help="decoding (default beam)")
+    tr.add_argument(
+        "--input",
+        metavar="PATH",
+        help="read sentences from a file, one a line ('-': standard input)",
+    )
+    tr.add_argument(
+        "--checkpoint",
+        default=DEFAULT_CHECKPOINT,
+        help=f"a train-mt checkpoint ({DEFAULT_CHECKPOINT})",
+    )
+    tr.add_argument(
+        "--method",
+        choices=["beam", "greedy", "sample"],
+        default="beam",
+        help="decoding (default beam)",
+    )
     tr.add_argument("--beam-size", type=positive_int, default=4)
-    tr.add_argument("--length-penalty", type=non_negative_float, default=0.6, help="beam's alpha (default 0.6)")
-    tr.add_argument("--script", choices=["simplified", "traditional"], default="simplified",
-                    help="the model writes Simplified; traditional converts its output with OpenCC")
-    tr.add_argument("--temperature", type=temperature, default=0.8, help="for --method sample")
+    tr.add_argument(
+        "--length-penalty",
+        type=non_negative_float,
+        default=0.6,
+        help="beam's alpha (default 0.6)",
+    )
+    tr.add_argument(
+        "--script",
+        choices=["simplified", "traditional"],
+        default="simplified",
+        help="the model writes Simplified; traditional converts its output with OpenCC",
+    )
+    tr.add_argument(
+        "--temperature", type=temperature, default=0.8, help="for --method sample"
+    )
     tr.add_argument("--device", type=device, help="cpu, cuda, mps (default cpu)")
     tr.set_defaults(run=translate_cmd)

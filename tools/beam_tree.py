@@ -1,0 +1,266 @@
+"""Draw a beam-search tree from a real run of a trained translator (notebook 10's figure).
+
+    python tools/beam_tree.py notebooks/runs/translator.pt        # after the full training
+    python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3 --out book/images/x.svg
+
+It traces the library's beam search step by step for one sentence (same scores: summed
+log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that the
+traced winner is what `transformer_lib.decoding.beam_search` returns, and draws the kept
+hypotheses of each step with their scores beside the greedy path, into book/images/beam_tree.svg,
+and puts the figure's description (with the new numbers) as the image's alt text in notebook 10.
+"""
+
+import argparse
+import html
+import json
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from svg import MUTED, PALETTE, Svg  # noqa: E402
+
+from transformer_lib.decoding import (  # noqa: E402
+    beam_search,
+    encode_sources,
+    greedy_decode,
+    length_penalty_gnmt,
+)
+from transformer_lib.mt_train import load_translator  # noqa: E402
+
+
+@torch.no_grad()
+def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
+    """Beam search on one source (1, S), recording every step's kept and finished hypotheses.
+
+    Returns (steps, finished): steps[t] = [(parent_slot, token, cumulative logp)] for the live
+    beams after step t; finished = [(step, parent_slot, normalised score, tokens)].
+    """
+    memory, src_mask = model.encode(src)
+    memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
+    ys = torch.full((K, 1), bos_id, dtype=torch.long)
+    scores = torch.full((K,), float("-inf"))
+    scores[0] = 0.0
+    steps, finished = [], []
+    for t in range(max_len):
+        logp = torch.log_softmax(model.decode(ys, memory, src_mask)[:, -1].float(), -1)
+        V = logp.shape[-1]
+        top_s, top_i = (scores[:, None] + logp).view(-1).topk(2 * K)
+        kept, rows, toks = [], [], []
+        for s, idx in zip(top_s.tolist(), top_i.tolist()):
+            beam, tok = divmod(idx, V)
+            if s == float("-inf") or len(kept) == K:
+                break
+            if tok == eos_id:
+                hyp = ys[beam, 1:].tolist()
+                norm = s / length_penalty_gnmt(len(hyp) + 1, alpha)
+                finished.append((t, beam, norm, hyp))
+            else:
+                kept.append((beam, tok, s))
+                rows.append(beam)
+                toks.append(tok)
+        steps.append(kept)
+        if len(finished) >= K:
+            break
+        while len(rows) < K:  # fewer than K live beams: pad with dead ones
+            rows.append(0)
+            toks.append(eos_id)
+            kept.append(None)
+        ys = torch.cat([ys[rows], torch.tensor(toks)[:, None]], dim=1)
+        scores = torch.tensor([k[2] if k else float("-inf") for k in kept])
+        steps[-1] = [k for k in kept if k]
+    return steps, finished
+
+
+def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, source=""):
+    """The SVG: one column per step, the kept hypotheses with their summed log-probabilities."""
+    n = len(steps)
+    col, row = 118, 58
+    width = max(760, 150 + (n + 1) * col)
+    per_step = [sum(f[0] == t for f in finished) for t in range(n + 1)]
+    extra = max(per_step) if per_step else 1
+    height = 120 + (K + extra - 1) * row + 150
+    best = max(finished, key=lambda f: f[2])
+    tok = lambda i: tgt_tok.decode([i], skip_special=False)  # noqa: E731
+    text = lambda ids: tgt_tok.decode(ids, skip_special=True) or "(empty)"  # noqa: E731
+    s = Svg(
+        width,
+        height,
+        f"Beam search (beam {K}) beside greedy decoding",
+        f"Translating '{sentence}' with the translator {source}. Each column is a step; each "
+        f"node is a kept hypothesis ending in the token shown, with its summed log-"
+        f"probability. Finished hypotheses (<eos>) are scored with the length penalty "
+        f"(alpha {alpha}); the best, '{text(best[3])}', scores {best[2]:.2f}. "
+        f"Greedy decoding gives '{text(greedy)}' with log-probability {greedy_logp:.2f}.",
+    )
+    s.text(
+        20,
+        26,
+        f"beam search, beam {K}: “{sentence}”",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    s.text(width - 10, 26, f"from {source}", size=12, anchor="end", color=MUTED)
+    y0 = 50
+    s.box(20, y0 + (K - 1) * row / 2, 70, 36, "<bos>", "embed", size=13)
+    pos = {(-1, 0): (90, y0 + (K - 1) * row / 2 + 18)}
+    on_best = set()
+    # walk back the winner's path: finished at step best[0] from slot best[1]
+    slot = best[1]
+    for t in range(best[0] - 1, -1, -1):
+        on_best.add((t, slot))
+        slot = steps[t][slot][0]
+    for t, kept in enumerate(steps):
+        x = 110 + t * col
+        for j, (parent, token, score) in enumerate(kept):
+            y = y0 + j * row
+            kind = "hot" if (t, j) in on_best else "data"
+            s.box(x, y, 96, 36, f"{tok(token)}  {score:.2f}", kind, size=13)
+            px, py = pos[(t - 1, parent if t else 0)]
+            s.line([(px, py), (x, y + 18)], color=MUTED)
+            pos[(t, j)] = (x + 96, y + 18)
+    seen = [0] * (n + 1)
+    for t, parent, norm, hyp in finished:
+        x = 110 + t * col
+        y = y0 + (K + seen[t]) * row
+        seen[t] += 1
+        kind = "out" if (t, parent, norm, hyp) == best else "off"
+        px, py = pos[(t - 1, parent)] if t else pos[(-1, 0)]
+        s.box(x, y, 96, 36, f"<eos> {norm:.2f}", kind, size=12, dash=kind == "off")
+        s.line([(px, py), (x, y + 18)], color=MUTED, dash=True)
+    yb = y0 + (K + extra - 1) * row + 56
+    s.text(
+        20,
+        yb,
+        f"finished (<eos>): log-probability / ((5 + length) / 6)^{alpha}; "
+        f"best: “{text(best[3])}” {best[2]:.2f}",
+        size=13,
+        anchor="start",
+        color=PALETTE["out"][1],
+    )
+    yg = yb + 30
+    s.text(20, yg + 22, "greedy", size=14, anchor="start", weight="bold")
+    total = 0.0
+    for t, (token, lp) in enumerate(greedy_logp_steps):
+        total += lp
+        x = 110 + t * col
+        s.box(x, yg, 96, 36, f"{tok(token)}  {total:.2f}", "attn", size=13)
+        if t:
+            s.arrow(x - col + 96, yg + 18, x, yg + 18)
+    s.text(
+        20,
+        yg + 62,
+        f"greedy: “{text(greedy)}”, summed log-probability "
+        f"{greedy_logp:.2f} (with <eos>)",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+greedy_logp_steps: list = []
+
+
+@torch.no_grad()
+def greedy_with_logp(model, src, bos_id, eos_id, max_len=12):
+    """Greedy decoding of one source, with each chosen token's log-probability."""
+    memory, src_mask = model.encode(src)
+    ys, out = torch.tensor([[bos_id]]), []
+    for _ in range(max_len):
+        logp = torch.log_softmax(model.decode(ys, memory, src_mask)[:, -1].float(), -1)[
+            0
+        ]
+        nxt = int(logp.argmax())
+        out.append((nxt, float(logp[nxt])))
+        ys = torch.cat([ys, torch.tensor([[nxt]])], dim=1)
+        if nxt == eos_id:
+            break
+    return out
+
+
+def beam_tree(
+    checkpoint,
+    sentence="Where is the station?",
+    K=3,
+    alpha=0.6,
+    out=ROOT / "book" / "images" / "beam_tree.svg",
+):
+    """Trace, check against the library and draw; returns the output path."""
+    model, src_tok, tgt_tok, _ = load_translator(checkpoint, device="cpu")
+    model.eval()
+    src = torch.tensor(encode_sources([sentence], src_tok, model.config.context_len))
+    bos, eos = tgt_tok.bos_id, tgt_tok.eos_id
+    steps, finished = trace_beam(model, src, bos, eos, K=K, alpha=alpha)
+    best = max(finished, key=lambda f: f[2])[3]
+    lib = beam_search(
+        model, src, bos, eos, beam_size=K, length_penalty=alpha, max_len=12
+    )[0]
+    assert best == lib, f"traced beam {best} differs from the library's {lib}"
+    g = greedy_with_logp(model, src, bos, eos)
+    greedy = [t for t, _ in g if t != eos]
+    assert greedy == greedy_decode(model, src, bos, eos, max_len=12)[0]
+    greedy_logp_steps[:] = g
+    total = sum(lp for _, lp in g)
+    svg = draw(
+        sentence,
+        tgt_tok,
+        steps,
+        finished,
+        greedy,
+        total,
+        K,
+        alpha,
+        Path(checkpoint).name,
+    )
+    Path(out).write_text(str(svg), encoding="utf-8")
+    return Path(out)
+
+
+def update_alt(notebook: Path, image: str, alt: str) -> bool:
+    """Set the alt text of `<img src=".../image" ...>` in the notebook's markdown cells."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    pattern = re.compile(r'(<img src="[^"]*' + re.escape(image) + r'" alt=")[^"]*(")')
+    found = False
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and pattern.search(source):
+            escaped = html.escape(alt, quote=True)
+            source = pattern.sub(lambda m: m[1] + escaped + m[2], source)
+            cell["source"] = source.splitlines(keepends=True)
+            found = True
+    if found:
+        text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        notebook.write_text(text, encoding="utf-8")
+    return found
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "checkpoint", help="a translator checkpoint, e.g. notebooks/runs/translator.pt"
+    )
+    p.add_argument("--sentence", default="Where is the station?")
+    p.add_argument("--beam", type=int, default=3)
+    p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))
+    p.add_argument(
+        "--notebook",
+        default=str(ROOT / "notebooks" / "10_decoding_and_evaluation.ipynb"),
+        help="whose <img> of the tree gets the new description as alt text",
+    )
+    a = p.parse_args()
+    out = beam_tree(a.checkpoint, a.sentence, a.beam, out=a.out)
+    print("wrote", out)
+    desc = re.search(r"<desc[^>]*>(.*?)</desc>", out.read_text(encoding="utf-8"), re.S)
+    if update_alt(Path(a.notebook), out.name, html.unescape(desc[1])):
+        print("updated the alt text in", a.notebook)
+
+
+if __name__ == "__main__":
+    main()

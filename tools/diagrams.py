@@ -1,0 +1,776 @@
+"""Draw the book's concept diagrams as SVG into book/images/ (one style: tools/svg.py).
+
+    python tools/diagrams.py            # all of them
+    python tools/diagrams.py masks kv   # those whose name contains a word
+
+Numbers on a diagram come from running the course library (masks, head shapes) or from
+the computation in this file (one query attending); the beam-search tree is drawn by
+tools/beam_tree.py from a trained translator.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from svg import MUTED, PALETTE, Svg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "book" / "images"
+DIAGRAMS = {}
+
+
+def diagram(fn):
+    """Register a function returning an Svg; it is saved as book/images/<name>.svg."""
+    DIAGRAMS[fn.__name__] = fn
+    return fn
+
+
+def _stack(s, x, y_bottom, w, parts, h=34, gap=14):
+    """Boxes stacked upward from y_bottom, joined by arrows; returns their (x, y, w, h)."""
+    boxes, y = [], y_bottom
+    for label, kind, *sub in parts:
+        y -= h
+        s.box(x, y, w, h, label, kind, sub=sub[0] if sub else None, size=13)
+        if boxes:
+            px, py, pw, ph = boxes[-1]
+            s.arrow(x + w / 2, py, x + w / 2, y + h)
+        boxes.append((x, y, w, h))
+        y -= gap
+    return boxes
+
+
+@diagram
+def course_map():
+    s = Svg(
+        960,
+        670,
+        "Map of the course",
+        "Left, the encoder-decoder translator of Part II; right, the decoder-only GPT of "
+        "Part III. Each part is labelled with the notebook that builds it: tokens (01), "
+        "embeddings (02), positional encoding (03), attention (04, 05), masks (06), encoder "
+        "block (07), decoder block with cross-attention and the whole model (08), training "
+        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), KV cache, fused "
+        "attention and DDP (12).",
+    )
+    s.text(
+        270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
+    )
+    s.text(790, 28, "Part III · the GPT (decoder only)", size=17, weight="bold")
+    w = 200
+    # encoder
+    enc_in = _stack(
+        s,
+        40,
+        630,
+        w,
+        [
+            ("English tokens", "data", "01 tokenization"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
+    s.frame(30, 322, w + 20, 214, "encoder block × N · 07")
+    enc = _stack(
+        s,
+        40,
+        524,
+        w,
+        [
+            ("self-attention", "attn", "04, 05, 06 (padding)"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        gap=12,
+    )
+    s.arrow(140, enc_in[-1][1], 140, enc[0][1] + enc[0][3])
+    s.box(40, 262, w, 34, "memory", "data", size=13, sub="(B, S, d_model)")
+    s.arrow(140, enc[-1][1], 140, 296)
+    # decoder
+    dx = 300
+    dec_in = _stack(
+        s,
+        dx,
+        630,
+        w,
+        [
+            ("Chinese tokens, shifted", "data", "01, 09"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
+    s.frame(dx - 10, 230, w + 20, 306, "decoder block × N · 08")
+    dec = _stack(
+        s,
+        dx,
+        524,
+        w,
+        [
+            ("masked self-attention", "attn", "04, 05, 06 (causal)"),
+            ("add & LayerNorm", "norm"),
+            ("cross-attention", "attn", "queries here, K, V: memory"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        gap=12,
+    )
+    s.arrow(dx + 100, dec_in[-1][1], dx + 100, dec[0][1] + dec[0][3])
+    cx, cy, cw, ch = dec[2]
+    s.line([(240, 279), (265, 279), (265, cy + ch / 2), (cx, cy + ch / 2)])
+    s.box(dx, 164, w, 40, "linear + softmax", "out", size=13, sub="08 · trained in 09")
+    s.arrow(dx + 100, dec[-1][1], dx + 100, 204)
+    s.box(dx, 80, w, 40, "greedy · beam search", "out", size=13, sub="BLEU, chrF · 10")
+    s.arrow(dx + 100, 164, dx + 100, 120)
+    # GPT
+    gx = 690
+    g_in = _stack(
+        s,
+        gx,
+        630,
+        w,
+        [
+            ("text tokens", "data", "01: characters, BPE"),
+            ("embedding + positions", "embed", "02, 03"),
+        ],
+    )
+    s.frame(gx - 10, 322, w + 20, 214, "GPT block × N, pre-norm · 11")
+    g = _stack(
+        s,
+        gx,
+        524,
+        w,
+        [
+            ("RMSNorm", "norm"),
+            ("causal self-attention", "attn", "04, 05, 06"),
+            ("RMSNorm", "norm"),
+            ("MLP with GELU", "ffn"),
+        ],
+        gap=12,
+    )
+    s.arrow(gx + 100, g_in[-1][1], gx + 100, g[0][1] + g[0][3])
+    s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="11")
+    s.arrow(gx + 100, g[-1][1], gx + 100, 296)
+    s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 11")
+    s.arrow(gx + 100, 256, gx + 100, 212)
+    s.box(
+        gx,
+        80,
+        w,
+        48,
+        "KV cache · fused attention",
+        "data",
+        size=13,
+        sub="bf16 · compile · DDP · 12",
+    )
+    s.arrow(gx + 100, 172, gx + 100, 128)
+    s.text(
+        480,
+        660,
+        "Read from the bottom up: tokens enter below, predictions leave above.",
+        size=12,
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def why_attention():
+    s = Svg(
+        900,
+        360,
+        "The bottleneck of a recurrent encoder, and attention",
+        "Top: a recurrent encoder reads the words one after another and hands the decoder "
+        "only its last state, one vector for the whole sentence; the first word's "
+        "information must survive every step. Bottom: with attention the decoder looks at "
+        "every encoder state directly, one step away, and all positions are computed at once.",
+    )
+    words = ["I", "bought", "a", "red", "car"]
+    s.text(
+        20,
+        28,
+        "Recurrent encoder: n sequential steps, one vector reaches the decoder",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    for i, wd in enumerate(words):
+        x = 40 + i * 120
+        s.box(x, 112, 80, 30, wd, "data", size=13)
+        s.box(x, 52, 80, 34, f"h{i + 1}", "ffn", size=14)
+        s.arrow(x + 40, 112, x + 40, 86)
+        if i:
+            s.arrow(x - 40, 69, x, 69)
+    s.box(700, 52, 170, 34, "decoder", "out", size=14)
+    s.arrow(600, 69, 700, 69, width=3)
+    s.text(650, 104, "one vector", size=12, color=MUTED)
+    s.text(
+        20,
+        196,
+        "Attention: every state is one step from every other; no sequential chain",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    for i, wd in enumerate(words):
+        x = 40 + i * 120
+        s.box(x, 300, 80, 30, wd, "data", size=13)
+        s.box(x, 230, 80, 34, f"h{i + 1}", "ffn", size=14)
+        s.arrow(x + 40, 300, x + 40, 264)
+        s.line(
+            [(x + 40, 230), (x + 40, 216), (785, 216), (785, 230)],
+            color=PALETTE["attn"][1],
+            arrow=False,
+        )
+    s.box(
+        700, 230, 170, 40, "decoder query", "attn", size=14, sub="weights over h1 … h5"
+    )
+    s.arrow(785, 216, 785, 230, color=PALETTE["attn"][1])
+    return s
+
+
+def one_query_numbers():
+    """Notebook 04's hand example (the cat sat, d_k = 2): the query of 'sat' attending."""
+    tokens = ["the", "cat", "sat"]
+    keys = np.array([[1, 0], [0, 1], [0, 0]], float)  # a determiner, a noun, a verb
+    values = np.eye(3)  # one-hot values: the output shows where each row looked
+    q = np.array([0, 2], float)  # sat looks for a noun (direction 2)
+    scores = keys @ q / np.sqrt(len(q))
+    weights = np.exp(scores - scores.max())
+    weights /= weights.sum()
+    return tokens, q, keys, values, scores, weights, weights @ values
+
+
+@diagram
+def attention_one_query():
+    tokens, q, keys, values, scores, weights, out = one_query_numbers()
+    fmt = lambda v: "[" + " ".join(f"{x:g}" for x in v) + "]"  # noqa: E731
+    s = Svg(
+        900,
+        290,
+        "One query attending over three keys",
+        f"The query of 'sat', {fmt(q)}, is compared with each key by a dot product divided "
+        f"by the square root of d_k = 2, giving scores "
+        f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, scores))}; softmax turns them "
+        f"into weights {', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, weights))}, which "
+        f"sum to 1; the output is the weighted average of the value vectors, "
+        f"{fmt(np.round(out, 2))}.",
+    )
+    heads = ["key k_j", "score q·k_j / √d_k", "softmax weight", "value v_j"]
+    xs = [110, 300, 470, 700]
+    for x, h in zip(xs, heads):
+        s.text(x + 60, 70, h, size=13, weight="bold")
+    s.box(20, 18, 250, 30, f"query of 'sat': q = {fmt(q)}", "attn", size=13)
+    for i, t in enumerate(tokens):
+        y = 88 + i * 44
+        s.text(60, y + 22, t, size=14, weight="bold")
+        s.box(xs[0], y, 120, 32, fmt(keys[i]), "data", size=13)
+        s.box(xs[1], y, 120, 32, f"{scores[i]:.2f}", "attn", size=13)
+        s.arrow(xs[0] + 120, y + 16, xs[1], y + 16)
+        bar = 180 * weights[i]
+        s.add(
+            f'<rect x="{xs[2]}" y="{y + 6}" width="{bar:.1f}" height="20" '
+            f'fill="{PALETTE["hot"][0]}" stroke="{PALETTE["hot"][1]}"/>'
+        )
+        s.text(xs[2] + bar + 8, y + 21, f"{weights[i]:.2f}", size=13, anchor="start")
+        s.arrow(xs[1] + 120, y + 16, xs[2] - 4, y + 16)
+        s.box(xs[3], y, 120, 32, fmt(values[i]), "data", size=13)
+    s.text(
+        470,
+        234,
+        f"weights sum to {weights.sum():.2f}",
+        size=12,
+        color=MUTED,
+        anchor="start",
+    )
+    s.box(
+        560,
+        244,
+        330,
+        32,
+        f"output = Σ weight_j · v_j = {fmt(np.round(out, 2))}",
+        "out",
+        size=13,
+    )
+    return s
+
+
+@diagram
+def heads_split_merge():
+    import torch
+
+    from transformer_lib.multi_head import merge_heads, split_heads
+
+    B, T, C, H = 2, 5, 512, 8
+    x = torch.zeros(B, T, C)
+    split = split_heads(x, H)
+    merged = merge_heads(split)
+    shape = lambda t: "(" + ", ".join(str(d) for d in t.shape) + ")"  # noqa: E731
+    s = Svg(
+        900,
+        330,
+        "Splitting into heads and merging them back",
+        f"With B={B} sentences of T={T} tokens and d_model={C}: the projected queries "
+        f"{shape(x)} are viewed as H={H} heads of d_head={C // H}, {shape(x.view(B, T, H, -1))}, "
+        f"and transposed to {shape(split)} so each head attends on its own; the outputs are "
+        f"transposed back and reshaped to {shape(merged)}, which concatenates the heads, "
+        f"before the output projection W_O. The shapes come from running split_heads and "
+        f"merge_heads.",
+    )
+    row = [
+        ("x W_Q", shape(x), "(B, T, d_model)", "ffn"),
+        ("view", shape(x.view(B, T, H, -1)), "(B, T, H, d_head)", "data"),
+        ("transpose(1, 2)", shape(split), "(B, H, T, d_head)", "data"),
+        ("attention per head", shape(split), "(B, H, T, d_head)", "attn"),
+    ]
+    back = [
+        ("transpose(1, 2)", shape(split.transpose(1, 2)), "(B, T, H, d_head)", "data"),
+        ("reshape = concat", shape(merged), "(B, T, d_model)", "data"),
+        ("· W_O", shape(merged), "(B, T, d_model)", "ffn"),
+    ]
+
+    def shape_box(x, y, lab, shp, sym, kind):
+        s.box(x, y, 190, 70, "", kind)
+        s.text(x + 95, y + 22, lab, size=15)
+        s.text(x + 95, y + 43, shp, size=14, mono=True)
+        s.text(x + 95, y + 61, sym, size=13, color=MUTED)
+
+    s.text(20, 24, "split_heads", size=15, anchor="start", weight="bold")
+    for i, (lab, shp, sym, kind) in enumerate(row):
+        x = 20 + i * 220
+        shape_box(x, 34, lab, shp, sym, kind)
+        if i:
+            s.arrow(x - 30, 69, x, 69)
+    # the model width cut into heads
+    s.text(
+        20,
+        134,
+        f"one token's d_model = {C} numbers = {H} heads × {C // H}",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
+    for h in range(H):
+        kind = "attn" if h % 2 == 0 else "norm"
+        s.box(20 + h * 52, 144, 50, 26, f"h{h + 1}", kind, size=13, rx=3)
+    s.line([(767, 104), (767, 214), (680, 214)])
+    s.text(20, 210, "merge_heads", size=15, anchor="start", weight="bold")
+    for i, (lab, shp, sym, kind) in enumerate(back):
+        x = 490 - i * 235
+        shape_box(x, 228, lab, shp, sym, kind)
+        if i:
+            s.arrow(x + 235, 263, x + 190, 263)
+    s.arrow(680, 214, 680, 228)
+    return s
+
+
+@diagram
+def masks():
+    import torch
+
+    from transformer_lib.masks import causal_mask, padding_mask
+
+    tokens = ["I", "like", "cats", "<pad>", "<pad>"]
+    ids = torch.tensor([[5, 9, 7, 0, 0]])
+    pad = padding_mask(ids, pad_id=0)[0, 0].expand(
+        5, 5
+    )  # (T, T): every query row alike
+    causal = causal_mask(5)
+    grids = [
+        ("padding mask", pad),
+        ("causal mask", causal),
+        ("combined: both", pad & causal),
+    ]
+    s = Svg(
+        900,
+        330,
+        "The padding, causal and combined masks",
+        "Three 5 by 5 grids for the tokens I, like, cats and two pads; rows are queries, "
+        "columns keys; a green cell may attend. Padding: the two pad columns are hidden from "
+        "every row. Causal: row i sees columns up to i, a lower triangle. Combined (the "
+        "decoder's self-attention): the lower triangle without the pad columns. The grids "
+        "come from running padding_mask and causal_mask.",
+    )
+    cell = 36
+    for g, (title, m) in enumerate(grids):
+        x0, y0 = 130 + g * 270, 70
+        s.text(x0 + 2.5 * cell, 30, title, size=15, weight="bold")
+        s.text(x0 + 2.5 * cell, 52, "keys (attended to) →", size=11, color=MUTED)
+        for i in range(5):
+            if g == 0:
+                s.text(x0 - 8, y0 + i * cell + 23, tokens[i], size=12, anchor="end")
+            for j in range(5):
+                kind = "hot" if bool(m[i, j]) else "off"
+                s.box(x0 + j * cell, y0 + i * cell, cell, cell, "", kind, rx=0)
+                s.text(
+                    x0 + j * cell + 18,
+                    y0 + i * cell + 23,
+                    "✓" if m[i, j] else "",
+                    size=13,
+                    color=PALETTE["hot"][1],
+                )
+        for j in range(5):
+            s.add(
+                f'<text transform="translate({x0 + j * cell + 22},{y0 + 5 * cell + 8}) '
+                f'rotate(-40)" font-family="DejaVu Sans, sans-serif" font-size="11" '
+                f'fill="#263238" text-anchor="end">{tokens[j].replace("<", "&lt;").replace(">", "&gt;")}</text>'
+            )
+    s.text(40, 72 + 2.5 * cell, "queries ↓", size=11, color=MUTED, anchor="middle")
+    return s
+
+
+def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
+    """A block drawn bottom-up with residual arrows skipping from (i) to the '+' at (j)."""
+    s.text(x + w / 2, 28, title, size=15, weight="bold")
+    boxes = _stack(s, x, bottom, w, parts, h=36, gap=16)
+    s.arrow(x + w / 2, bottom + 30, x + w / 2, bottom)
+    for i, j in residuals:
+        yi = boxes[i][1] - 8 if i >= 0 else bottom + 16
+        yj = boxes[j][1] + boxes[j][3] / 2
+        s.line(
+            [(x + w / 2, yi), (x - 18, yi), (x - 18, yj), (x, yj)],
+            color=PALETTE["norm"][1],
+        )
+    s.arrow(x + w / 2, boxes[-1][1], x + w / 2, boxes[-1][1] - 22)
+    return boxes
+
+
+@diagram
+def encoder_decoder_blocks():
+    s = Svg(
+        900,
+        470,
+        "The encoder block and the decoder block (post-norm, as in the paper)",
+        "Left, the encoder block: self-attention, add and LayerNorm, feed-forward, add and "
+        "LayerNorm, with a residual connection around each sublayer. Right, the decoder "
+        "block: masked (causal) self-attention, add and LayerNorm, then cross-attention "
+        "whose queries come from the decoder and whose keys and values are the encoder's "
+        "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm.",
+    )
+    _sublayer_column(
+        s,
+        80,
+        "encoder block · 07",
+        [
+            ("self-attention", "attn", "Q, K, V from x; padding mask"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn", "d_model → d_ff → d_model"),
+            ("add & LayerNorm", "norm"),
+        ],
+        [(-1, 1), (1, 3)],
+        bottom=420,
+        w=210,
+    )
+    s.text(185, 452, "x: source tokens (B, S, d_model)", size=12, color=MUTED)
+    dec = _sublayer_column(
+        s,
+        560,
+        "decoder block · 08",
+        [
+            ("masked self-attention", "attn", "causal + padding mask"),
+            ("add & LayerNorm", "norm"),
+            ("cross-attention", "attn", "Q from y; K, V from memory"),
+            ("add & LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("add & LayerNorm", "norm"),
+        ],
+        [(-1, 1), (1, 3), (3, 5)],
+        bottom=420,
+        w=210,
+    )
+    s.text(665, 452, "y: target tokens so far (B, T, d_model)", size=12, color=MUTED)
+    cx, cy, cw, ch = dec[2]
+    s.box(330, cy - 6, 150, 48, "memory", "data", size=14, sub="encoder output")
+    s.line([(185, 206), (185, 150), (405, 150), (405, cy - 6)], dash=True)
+    s.text(
+        300, 140, "output of the last of N blocks", size=11, color=MUTED, anchor="start"
+    )
+    s.arrow(480, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
+    s.text(520, cy + ch / 2 - 8, "K, V", size=12, color=PALETTE["attn"][1])
+    return s
+
+
+@diagram
+def post_pre_norm():
+    s = Svg(
+        900,
+        280,
+        "Post-norm beside pre-norm",
+        "Left, post-norm (the 2017 paper): x plus Sublayer(x), then LayerNorm, so the "
+        "residual path passes through a normalisation in every block. Right, pre-norm "
+        "(GPT-2 and most models since): LayerNorm first, Sublayer, then add x, so the "
+        "residual path from input to output is a clean sum.",
+    )
+    for x, title, parts, res, eq in [
+        (
+            120,
+            "post-norm (paper, notebook 07)",
+            [
+                ("sublayer", "attn", "attention or feed-forward"),
+                ("+", "norm"),
+                ("LayerNorm", "norm"),
+            ],
+            (-1, 1),
+            "x ← LayerNorm(x + Sublayer(x))",
+        ),
+        (
+            560,
+            "pre-norm (GPT, notebook 11)",
+            [
+                ("LayerNorm", "norm"),
+                ("sublayer", "attn", "attention or feed-forward"),
+                ("+", "norm"),
+            ],
+            (-1, 2),
+            "x ← x + Sublayer(LayerNorm(x))",
+        ),
+    ]:
+        _sublayer_column(s, x, title, parts, [res], bottom=210, w=220)
+        s.text(x + 110, 268, eq, size=14, mono=True)
+    return s
+
+
+@diagram
+def teacher_forcing():
+    zh = list("我爱我的猫。")
+    tgt_in, tgt_out = ["<bos>"] + zh, zh + ["<eos>"]
+    s = Svg(
+        900,
+        300,
+        "Teacher forcing: the target shifted by one",
+        "The English 'I love my cat.' is the encoder's input. The decoder's input row is "
+        "<bos> 我 爱 我 的 猫 。 and the row it must predict is the same characters shifted "
+        "left by one: 我 爱 我 的 猫 。 <eos>. Position t sees the true tokens up to t "
+        "(the causal mask) and is trained to predict token t+1, all positions in one pass.",
+    )
+    s.box(20, 20, 240, 34, "source: I love my cat.", "data", size=14)
+    s.text(
+        280,
+        42,
+        "→ encoder → memory, which every decoder position attends to",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
+    w, x0 = 88, 150
+    s.text(x0 - 12, 245, "tgt_in", size=14, anchor="end", weight="bold", mono=True)
+    s.text(x0 - 12, 105, "tgt_out", size=14, anchor="end", weight="bold", mono=True)
+    s.text(x0 - 12, 180, "decoder", size=12, anchor="end", color=MUTED)
+    for t, (a, b) in enumerate(zip(tgt_in, tgt_out)):
+        x = x0 + t * (w + 8)
+        s.box(x, 224, w, 34, a, "embed", size=15)
+        s.box(x, 84, w, 34, b, "out", size=15)
+        s.box(x, 160, w, 30, f"position {t}", "attn", size=12)
+        s.arrow(x + w / 2, 224, x + w / 2, 190)
+        s.arrow(x + w / 2, 160, x + w / 2, 118)
+        if t + 1 < len(tgt_in):
+            s.line(
+                [(x + w / 2 + 20, 121), (x + w + 8 + w / 2 - 10, 218)],
+                dash=True,
+                color=MUTED,
+                arrow=False,
+            )
+    s.text(
+        450,
+        286,
+        "tgt_out[t] = tgt_in[t + 1]: each target is the next input",
+        size=13,
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def gpt_block():
+    s = Svg(
+        900,
+        560,
+        "The GPT (decoder-only) model and its pre-norm block",
+        "Token ids pass through the token embedding plus the learned position embedding, "
+        "then n_layers identical blocks. Each block: RMSNorm, causal self-attention, add "
+        "the residual; RMSNorm, MLP (a linear layer to 4 d_model, GELU, a linear layer "
+        "back), add the residual. After the blocks a final RMSNorm and the LM head give "
+        "the logits over the vocabulary for every position.",
+    )
+    s.box(60, 510, 240, 34, "token ids (B, T)", "data", size=14)
+    s.box(
+        60,
+        454,
+        240,
+        40,
+        "token + position embedding",
+        "embed",
+        size=14,
+        sub="(B, T, d_model)",
+    )
+    s.arrow(180, 510, 180, 494)
+    s.frame(30, 96, 300, 344, "block × n_layers")
+    blk = _sublayer_column(
+        s,
+        70,
+        "",
+        [
+            ("RMSNorm", "norm"),
+            ("causal self-attention", "attn", "H heads"),
+            ("+", "norm"),
+            ("RMSNorm", "norm"),
+            ("MLP", "ffn", "Linear · GELU · Linear"),
+            ("+", "norm"),
+        ],
+        [(-1, 2), (2, 5)],
+        bottom=424,
+        w=220,
+    )
+    s.box(
+        60, 20, 240, 46, "RMSNorm · LM head", "out", size=14, sub="logits (B, T, vocab)"
+    )
+    s.arrow(180, blk[-1][1] - 22, 180, 66)
+    s.frame(420, 170, 440, 150, "inside the MLP")
+    for i, (lab, sub) in enumerate(
+        [
+            ("Linear", "d_model → 4·d_model"),
+            ("GELU", "smooth ReLU"),
+            ("Linear", "4·d_model → d_model"),
+        ]
+    ):
+        s.box(436 + i * 142, 216, 126, 56, lab, "ffn", size=14, sub=sub)
+        if i:
+            s.arrow(436 + i * 142 - 16, 244, 436 + i * 142, 244)
+    mx, my, mw, mh = blk[4]
+    s.line([(mx + mw, my + mh / 2), (420, 245)], dash=True, color=MUTED, arrow=False)
+    s.text(
+        640, 380, "pre-norm: the residual path is a plain sum,", size=13, color=MUTED
+    )
+    s.text(
+        640,
+        400,
+        "x + attention(…) + MLP(…) from the embedding to the head",
+        size=13,
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def kv_cache():
+    s = Svg(
+        900,
+        340,
+        "Generating with a KV cache",
+        "At each generation step only the newest token is fed in: its query, key and value "
+        "are computed, the key and value are appended to the cache of shape (B, H, t, "
+        "d_head), and the one query attends over all t cached keys. Without a cache every "
+        "step would recompute keys and values for all t tokens.",
+    )
+    s.text(
+        20,
+        28,
+        "step t: 1 new token in, its k and v appended, 1 query over t keys",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    toks = ["To", "be", "or", "not"]
+    for t in range(1, 5):
+        y = 50 + (t - 1) * 66
+        s.text(40, y + 30, f"t = {t}", size=14, anchor="start", weight="bold")
+        s.box(100, y + 8, 70, 34, toks[t - 1], "embed", size=14)
+        s.box(190, y + 8, 70, 34, f"q{t}", "attn", size=14)
+        s.arrow(170, y + 25, 190, y + 25)
+        for j in range(t):
+            new = j == t - 1
+            kind = "hot" if new else "data"
+            s.box(300 + j * 58, y + 2, 52, 22, f"k{j + 1}", kind, size=12, rx=3)
+            s.box(300 + j * 58, y + 28, 52, 22, f"v{j + 1}", kind, size=12, rx=3)
+        s.line([(260, y + 25), (290, y + 25)], color=PALETTE["attn"][1])
+        s.text(
+            545,
+            y + 22,
+            f"computes q, k, v for 1 token; attends over {t} key{'s' * (t > 1)}",
+            size=13,
+            anchor="start",
+        )
+        s.text(
+            545,
+            y + 40,
+            f"no cache: k, v for {t} token{'s' * (t > 1)} again",
+            size=12,
+            anchor="start",
+            color=MUTED,
+        )
+    s.text(
+        300,
+        322,
+        "green: appended this step · grey: stored in the cache (B, H, t, d_head)",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def ddp():
+    s = Svg(
+        900,
+        380,
+        "Distributed data parallel training",
+        "torchrun starts one process per GPU. Every process holds a full copy of the model "
+        "and reads its own shard of each batch; it runs forward and backward on its shard; "
+        "the gradients are all-reduced (averaged across processes) during the backward "
+        "pass, so every process applies the same optimizer step and the copies stay "
+        "identical.",
+    )
+    n = 3
+    for r in range(n):
+        x = 40 + r * 290
+        s.frame(x - 10, 40, 260, 272, f"process (rank) {r} · GPU {r}")
+        s.box(x, 70, 240, 36, f"batch shard {r}", "data", size=14)
+        s.box(x, 126, 240, 36, "model copy", "ffn", size=14, sub="same weights")
+        s.box(x, 182, 240, 36, f"forward + backward → g{r}", "attn", size=14)
+        s.box(x, 262, 240, 36, "optimizer step", "out", size=14, sub="same update")
+        s.arrow(x + 120, 106, x + 120, 126)
+        s.arrow(x + 120, 162, x + 120, 182)
+        s.arrow(x + 120, 218, x + 120, 232)
+        s.arrow(x + 120, 246, x + 120, 262)
+    s.add(
+        f'<rect x="30" y="232" width="840" height="14" rx="7" fill="{PALETTE["norm"][0]}" '
+        f'stroke="{PALETTE["norm"][1]}"/>'
+    )
+    s.text(
+        450,
+        342,
+        "all-reduce: every process gets g = (g0 + g1 + g2) / 3",
+        size=15,
+        weight="bold",
+    )
+    s.text(
+        450,
+        364,
+        "launched with torchrun --nproc_per_node=3 (notebook 12)",
+        size=12,
+        color=MUTED,
+    )
+    s.text(
+        20,
+        26,
+        "one process per GPU; only gradients travel",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    return s
+
+
+def main(words: list[str]) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for name, fn in DIAGRAMS.items():
+        if words and not any(w in name for w in words):
+            continue
+        (IMAGES / f"{name}.svg").write_text(str(fn()), encoding="utf-8")
+        print(f"wrote book/images/{name}.svg")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main(sys.argv[1:])

@@ -1,0 +1,114 @@
+"""A few SVG primitives in the book's one diagram style (used by tools/diagrams.py).
+
+One palette, one font, one arrow, so every concept diagram looks like the others:
+attention orange, feed-forward blue, norm and residual yellow, embeddings green,
+output purple, data grey.
+"""
+
+from html import escape
+
+FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
+INK = "#263238"
+MUTED = "#607d8b"
+# kind -> (fill, stroke)
+PALETTE = {
+    "attn": ("#fde3c8", "#d9822b"),
+    "ffn": ("#d4e9f7", "#2b7bb9"),
+    "norm": ("#fff3b0", "#b89a00"),
+    "embed": ("#dff0d8", "#4a9a3d"),
+    "out": ("#ebe0f5", "#7d4fa6"),
+    "data": ("#f1f3f4", "#78909c"),
+    "hot": ("#c8e6c9", "#2e7d32"),
+    "off": ("#ffffff", "#b0bec5"),
+    "pad": ("#eceff1", "#b0bec5"),
+}
+
+
+class Svg:
+    """An SVG canvas: add shapes, then `str(svg)`."""
+
+    def __init__(self, width: int, height: int, title: str, desc: str):
+        self.w, self.h, self.items = width, height, []
+        self.title, self.desc = title, desc
+
+    def add(self, item: str) -> None:
+        self.items.append(item)
+
+    def text(
+        self,
+        x,
+        y,
+        s,
+        size=14,
+        anchor="middle",
+        weight="normal",
+        color=INK,
+        mono=False,
+        italic=False,
+    ):
+        font = MONO if mono else FONT
+        style = ' font-style="italic"' if italic else ""
+        self.add(
+            f'<text x="{x:.1f}" y="{y:.1f}" font-family="{font}" font-size="{size}" '
+            f'font-weight="{weight}" fill="{color}" text-anchor="{anchor}"{style}>'
+            f"{escape(str(s))}</text>"
+        )
+
+    def box(
+        self, x, y, w, h, label="", kind="data", size=14, sub=None, rx=7, dash=False
+    ):
+        fill, stroke = PALETTE[kind]
+        dash_attr = ' stroke-dasharray="5 4"' if dash else ""
+        self.add(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" rx="{rx}" '
+            f'fill="{fill}" stroke="{stroke}" stroke-width="1.6"{dash_attr}/>'
+        )
+        if label:
+            cy = y + h / 2 + size * 0.35 - (size * 0.55 if sub else 0)
+            self.text(x + w / 2, cy, label, size=size)
+            if sub:
+                self.text(x + w / 2, cy + size * 1.15, sub, size=size - 2, color=MUTED)
+
+    def frame(self, x, y, w, h, label="", color=MUTED):
+        self.add(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" rx="12" '
+            f'fill="none" stroke="{color}" stroke-width="1.4" stroke-dasharray="6 4"/>'
+        )
+        if label:
+            self.text(x + 10, y + 18, label, size=13, anchor="start", color=color)
+
+    def circle(self, x, y, r=11, label="+", kind="norm"):
+        fill, stroke = PALETTE[kind]
+        self.add(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{fill}" '
+            f'stroke="{stroke}" stroke-width="1.6"/>'
+        )
+        self.text(x, y + 5, label, size=15, weight="bold")
+
+    def line(self, points, arrow=True, color=INK, width=1.5, dash=False):
+        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        head = ' marker-end="url(#arrow)"' if arrow else ""
+        dash_attr = ' stroke-dasharray="5 4"' if dash else ""
+        self.add(
+            f'<polyline points="{pts}" fill="none" stroke="{color}" '
+            f'stroke-width="{width}"{head}{dash_attr}/>'
+        )
+
+    def arrow(self, x1, y1, x2, y2, **kw):
+        self.line([(x1, y1), (x2, y2)], **kw)
+
+    def __str__(self) -> str:
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.w} {self.h}" '
+            f'width="{self.w}" height="{self.h}" role="img" '
+            f'aria-labelledby="title desc">\n'
+            f'<title id="title">{escape(self.title)}</title>\n'
+            f'<desc id="desc">{escape(self.desc)}</desc>\n'
+            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
+            'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+            f'<path d="M0,0 L10,5 L0,10 z" fill="{INK}"/></marker></defs>\n'
+            f'<rect width="{self.w}" height="{self.h}" fill="#ffffff"/>\n'
+            + "\n".join(self.items)
+            + "\n</svg>\n"
+        )

@@ -1,0 +1,117 @@
+"""Keep notebook plumbing off the rendered page, while it still runs.
+
+Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`.
+- the Colab install cells and the `#| default_exp` cell get the tag `remove-cell`
+  (Jupyter Book drops them from the page; Colab and the exporter still see them);
+- a `# NBVAL_IGNORE_OUTPUT` comment line (and a `# (why ...)` line right after it)
+  becomes the cell tag `nbval-ignore-output`, which nbval reads just like the comment;
+- a cell that draws a figure gets alt text from the titles its code sets (cell metadata
+  `mystnb.image.alt`, which the book puts on the image) unless it has alt text already.
+`--check` exits 1 if any notebook would change.
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _add_tag(cell: dict, tag: str) -> None:
+    tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
+
+
+TITLE = re.compile(r"""(?:title|suptitle|set_title)\s*[=(]\s*f?(["'])(.+?)\1""")
+HEATMAP_TITLE = re.compile(r'"([^"]* [^"]*)"')  # plot_attention(w, q, k, "a title")
+
+
+def figure_alt(source: str) -> str | None:
+    """'Figure: ' and the titles the cell's code gives its plots (f-string fields by name)."""
+    titles = [m[2] for m in TITLE.finditer(source)]
+    for line in source.splitlines():
+        if re.search(r"plot_(attention|heads)\(", line):
+            titles += HEATMAP_TITLE.findall(line)[-1:]
+    titles = list(dict.fromkeys(re.sub(r"\{(\w+)[^}]*\}", r"\1", s) for s in titles))
+    return "Figure: " + "; ".join(titles) if titles else None
+
+
+def _set_alt(cell: dict) -> None:
+    if not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+        return
+    image = (
+        cell.setdefault("metadata", {}).setdefault("mystnb", {}).setdefault("image", {})
+    )
+    alt = figure_alt("".join(cell["source"]))
+    if alt and not image.get("alt"):
+        image["alt"] = alt
+    if not image:
+        del cell["metadata"]["mystnb"]
+
+
+def tidy_cell(cell: dict) -> None:
+    """Move the plumbing of one code cell into its tags."""
+    if cell["cell_type"] != "code":
+        return
+    _set_alt(cell)
+    lines = "".join(cell["source"]).splitlines(keepends=True)
+    text = "".join(lines).strip()
+    if text.startswith("# On Colab:") or (
+        text.startswith("#| default_exp") and len(text.splitlines()) == 1
+    ):
+        _add_tag(cell, "remove-cell")
+    kept, skip_why = [], False
+    for line in lines:
+        if line.strip() == "# NBVAL_IGNORE_OUTPUT":
+            _add_tag(cell, "nbval-ignore-output")
+            skip_why = True
+            continue
+        if skip_why and line.lstrip().startswith("# ("):
+            skip_why = False
+            continue
+        skip_why = False
+        kept.append(line)
+    if len(kept) != len(lines):
+        if kept:
+            kept[-1] = kept[-1].rstrip("\n")
+        cell["source"] = kept
+
+
+def tidy(path: Path) -> bool:
+    """Tidy one notebook in place; True if it changed."""
+    raw = path.read_text(encoding="utf-8")
+    nb = json.loads(raw)
+    for cell in nb["cells"]:
+        tidy_cell(cell)
+    new = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    if new == raw:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report, change nothing")
+    args = parser.parse_args()
+    changed = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        if args.check:
+            before = path.read_text(encoding="utf-8")
+            if tidy(path):
+                changed.append(path.name)
+                path.write_text(before, encoding="utf-8")
+        elif tidy(path):
+            changed.append(path.name)
+    print(
+        ("would change: " if args.check else "tidied: ")
+        + (", ".join(changed) or "none")
+    )
+    sys.exit(1 if args.check and changed else 0)
+
+
+if __name__ == "__main__":
+    main()
