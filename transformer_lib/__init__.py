@@ -9,6 +9,7 @@ Every module but the data loaders and the command line is written in a notebook 
     Part II       encoder (07)  seq2seq (08)  torch_reference (07, 08)  translation_data, mt_train (09)
                   decoding (10)                                         the English-Chinese translator
     Part III      gpt, lm_train, gpt2_weights (11)  perf (12)           the GPT language model
+    exercises     exercises (00-12)                                      the checkers of the build-it exercises
     command line  __main__, mt_cli, lm_cli, cli_args                    flags in, library calls out
 
 Part II and Part III never import each other. Written by hand: data (the corpora, pinned by sha256)
