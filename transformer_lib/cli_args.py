@@ -306,3 +306,18 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 USER_ERRORS = user_errors()
+
+
+def add_existing_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """--resume and --restart, one or neither: what a trainer does with a checkpoint already at --out."""
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved at --out (or extend it)",
+    )
+    what.add_argument(
+        "--restart",
+        action="store_true",
+        help="train a new run in place of the one at --out (kept until the first save)",
+    )

@@ -18,6 +18,7 @@ import sys
 
 from transformer_lib.cli_args import (
     USER_ERRORS,
+    add_existing_checkpoint_flags,
     device,
     key_value_overrides,
     non_negative_float,
@@ -212,17 +213,7 @@ def register(commands) -> None:
         default=None,
         help="checkpoint path (written atomically at each evaluation)",
     )
-    what = p.add_mutually_exclusive_group()
-    what.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run saved at --out (or extend it)",
-    )
-    what.add_argument(
-        "--restart",
-        action="store_true",
-        help="train a new run in place of the one at --out (kept until the first save)",
-    )
+    add_existing_checkpoint_flags(p)
     p.add_argument(
         "--device",
         type=device,

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from transformer_lib.cli_args import (
     USER_ERRORS,
+    add_existing_checkpoint_flags,
     device,
     non_negative_float,
     out_of_memory,
@@ -193,17 +194,7 @@ def register(commands) -> None:
         action="store_true",
         help="a tiny model, a few dozen steps (to check it runs)",
     )
-    what = t.add_mutually_exclusive_group()
-    what.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run saved at --out (or extend it)",
-    )
-    what.add_argument(
-        "--restart",
-        action="store_true",
-        help="train a new run in place of the one at --out (kept until the first save)",
-    )
+    add_existing_checkpoint_flags(t)
     t.add_argument(
         "--epochs", type=positive_int, help="most epochs (default: notebook 09's 20)"
     )

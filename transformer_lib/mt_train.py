@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from transformer_lib.checkpoints import (
-    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, save_checkpoint, start_run,
+    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, load_weights, save_checkpoint,
+    start_run,
 )
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
@@ -298,9 +299,11 @@ def load_translator(path: str | Path, device: torch.device | str = "cpu",
     payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT)
     try:
         model = Transformer(Seq2SeqConfig(**payload["config"]))
-        model.load_state_dict(payload["best_model" if best else "model"])
+        load_weights(model, payload["best_model" if best else "model"], path)
         src_tok, tgt_tok = (tokenizer_from_dict(payload["tokenizer"][s]) for s in ("src", "tgt"))
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
         raise CheckpointError(f"{path} is a damaged translator checkpoint ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:120]})") from None
     if (src_tok.vocab_size, tgt_tok.vocab_size) != (model.config.src_vocab_size, model.config.tgt_vocab_size):
