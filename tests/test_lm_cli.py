@@ -196,7 +196,7 @@ def test_generate_refuses_bad_checkpoints_in_one_line(tmp_path, capsys):
     for name, message in (
         ("mt.pt", "not a transformer_lib.lm/1 one"),
         ("empty.pt", "is not a readable checkpoint"),
-        ("wrong.pt", "damaged language-model checkpoint"),
+        ("wrong.pt", "weights do not fit its model configuration"),
     ):
         assert main(["generate", "--checkpoint", str(tmp_path / name)]) == 1
         err = capsys.readouterr().err

@@ -68,12 +68,12 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str | None = None, expecte
         raise CheckpointMismatchError(f"checkpoint {path} does not match this run: " + "; ".join(problems))
     return state
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #7b1c0033
 def load_weights(model: nn.Module, weights: dict, path: str | os.PathLike) -> None:
     """Load `weights` into `model`, or raise CheckpointError naming the first tensors that do not fit."""
     expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    wrong = [f"{k} is {tuple(weights[k].shape)} where the model has {tuple(v.shape)}" for k, v in expected.items()
+    wrong = [f"{k} has shape {tuple(weights[k].shape)} where the model's has {tuple(v.shape)}" for k, v in expected.items()
              if k in weights and getattr(weights[k], "shape", None) != v.shape]
     problems = ([f"missing {', '.join(missing[:3])}"] if missing else []) + wrong[:3] + \
         ([f"unexpected {', '.join(unexpected[:3])}"] if unexpected else [])

@@ -293,7 +293,7 @@ def out_of_memory(error: BaseException) -> bool:
         isinstance(error, MemoryError)
         or "out of memory" in text
         or "can't allocate memory" in text
-        or "failed to allocate" in text
+        or "failed to allocate" in text or "bad_alloc" in text
     )
 
 

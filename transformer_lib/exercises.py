@@ -184,7 +184,7 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> bool:
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_attention(fn: Callable[..., Tensor]) -> bool:
     """fn(q, k, v, mask=None) -> softmax(q k^T / sqrt(d_k)) v, (..., T_q, D_v); mask bool, True = may attend."""
-    from .attention import scaled_dot_product_attention
+    from transformer_lib.attention import scaled_dot_product_attention
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (
@@ -215,7 +215,7 @@ def check_attention(fn: Callable[..., Tensor]) -> bool:
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> bool:
     """fn(x (B, T, C), n_heads) -> (B, H, T, C / H), head h holding columns h*D .. (h+1)*D - 1."""
-    from .multi_head import split_heads
+    from transformer_lib.multi_head import split_heads
 
     x = torch.arange(2 * 3 * 8, dtype=torch.float32).view(
         2, 3, 8
@@ -226,7 +226,7 @@ def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> bool:
 
 def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> bool:
     """fn(x (B, H, T, D)) -> (B, T, H * D), the inverse of split_heads."""
-    from .multi_head import merge_heads
+    from transformer_lib.multi_head import merge_heads
 
     x = torch.arange(2 * 4 * 3 * 2, dtype=torch.float32).view(2, 4, 3, 2)
     compare("merge_heads(x)", fn(x), merge_heads(x))
@@ -239,7 +239,7 @@ def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> bool:
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_causal_mask(fn: Callable[[int], Tensor]) -> bool:
     """fn(T) -> (T, T) bool, True where query i may see key j (j <= i)."""
-    from .masks import causal_mask
+    from transformer_lib.masks import causal_mask
 
     for T in (1, 4, 7):
         compare(f"causal_mask({T})", fn(T), causal_mask(T))
@@ -248,7 +248,7 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> bool:
 
 def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> bool:
     """fn(ids (B, T), pad_id) -> (B, 1, 1, T) bool, True at real tokens."""
-    from .masks import padding_mask
+    from transformer_lib.masks import padding_mask
 
     ids = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 0, 0, 0], [1, 2, 3, 4, 5]])
     compare("padding_mask(ids, 0)", fn(ids, 0), padding_mask(ids, 0))
@@ -261,7 +261,7 @@ def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> bool:
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_post_norm_layer(fn: Callable) -> bool:
     """fn(layer, x, mask) -> the post-norm forward pass using layer.self_attn, layer.ff, layer.norm1, layer.norm2."""
-    from .encoder import EncoderLayer
+    from transformer_lib.encoder import EncoderLayer
 
     torch.manual_seed(0)
     layer = EncoderLayer(16, 4, 32, dropout=0.0, norm_first=False).eval()
@@ -348,7 +348,7 @@ def check_label_smoothing(fn: Callable) -> bool:
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_top_p(fn: Callable[[Tensor, float], Tensor]) -> bool:
     """fn(logits (B, V), p) -> logits with -inf outside the smallest set of top tokens whose probability reaches p."""
-    from .sampling import filter_logits
+    from transformer_lib.sampling import filter_logits
 
     probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.6, 0.05, 0.2]])
     logits = probs.log()

@@ -357,6 +357,8 @@ def load_lm(checkpoint: str, device: str | torch.device | None = None) -> tuple[
 
     dev = torch.device(device) if device else get_device()
     state = load_checkpoint(checkpoint, kind=CHECKPOINT_FORMAT, map_location=dev)
+    if not isinstance(state.get("tokenizer"), dict):
+        raise CheckpointError(f"{checkpoint} has no tokenizer in it: a damaged language-model checkpoint")
     try:
         tok = tokenizer_from_dict(state["tokenizer"])
         model = GPT(GPTConfig.from_dict(state["config"])).to(dev)
