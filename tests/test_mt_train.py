@@ -142,7 +142,7 @@ def test_load_translator_errors_are_clear(tmp_path):
         load_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
     with pytest.raises(
-        CheckpointError, match="other.pt is not a checkpoint of this course"
+        CheckpointError, match="other.pt is not a transformer_lib.translator/1 checkpoint"
     ):
         load_translator(tmp_path / "other.pt")
     torch.save(
