@@ -8,6 +8,7 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+import seaborn as sns
 from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -37,6 +38,7 @@ def use_cjk_fallback_fonts() -> list[str]:
     return fonts
 
 
+sns.set_theme(context="notebook", style="white")  # the one theme of the course's figures
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #1800b3b0
@@ -73,34 +75,34 @@ def plot_attention(weights, query_labels=None, key_labels=None, title: str = "at
     fontsize = fontsize or auto_size
     if ax is None:
         _, ax = plt.subplots(figsize=(2.4 + cell * T_k, 1.4 + cell * T_q), layout="constrained")
-    image = ax.imshow(w, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
-    keys = _labels(key_labels, T_k, "key")
+    keys, queries = _labels(key_labels, T_k, "key"), _labels(query_labels, T_q, "query")
+    sns.heatmap(w, ax=ax, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, cbar=colorbar,
+                cbar_kws={"label": value_label, "fraction": 0.046, "pad": 0.04},
+                xticklabels=keys, yticklabels=queries)
     crowded = T_k > 12 or T_k * max(len(t) for t in keys) > 40  # long labels would overlap
-    ax.set_xticks(range(T_k), keys, rotation=90 if crowded else 0, fontsize=fontsize)
-    ax.set_yticks(range(T_q), _labels(query_labels, T_q, "query"), fontsize=fontsize)
+    ax.set_xticklabels(keys, rotation=90 if crowded else 0, fontsize=fontsize)
+    ax.set_yticklabels(queries, rotation=0, fontsize=fontsize)
     ax.set(title=title, xlabel="key (attended to)", ylabel="query (attending)")
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=value_label)
     return ax
 
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
 def plot_heads(weights, query_labels=None, key_labels=None, title: str = "attention weights per head",
-               n_cols: int = 4) -> Figure:
+               n_cols: int | None = None) -> Figure:
     """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour scale and bar.
 
-    Panels shrink with the sequence length so the figure stays within about 15 inches: long lines get
-    smaller cells and labels instead of a figure too wide to read.
+    The figure stays about 9 to 10 inches wide, so that on a page (about 700 px) its labels stay
+    readable at 1x: two panels a row (2x2 for four heads), one a row past 20 tokens (n_cols=None).
     """
     w = _as_array(weights)
     if w.ndim != 3:
         raise ValueError(f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}")
     H, T_q, T_k = w.shape
-    n_cols = min(n_cols, H)
+    n_cols = min(n_cols or (1 if max(T_q, T_k) > 20 else 2), H)
     n_rows = math.ceil(H / n_cols)
-    cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=10.0, largest=0.35)
+    cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=7.0, largest=0.4)
     fig, axes = plt.subplots(n_rows, n_cols, squeeze=False, layout="constrained",
-                             figsize=(1.5 + n_cols * (0.8 + cell * T_k), 0.8 + n_rows * (0.9 + cell * T_q)))
+                             figsize=(1.5 + n_cols * (0.9 + cell * T_k), 0.8 + n_rows * (1.0 + cell * T_q)))
     vmax = float(w.max())  # one colour scale, so heads compare
     for h, ax in enumerate(axes.flat):
         if h >= H:
@@ -112,6 +114,6 @@ def plot_heads(weights, query_labels=None, key_labels=None, title: str = "attent
             ax.set_ylabel("")
         if h + n_cols < H:
             ax.set_xlabel("")
-    fig.colorbar(axes.flat[0].images[0], ax=axes, fraction=0.02, pad=0.02, label="weight")
+    fig.colorbar(axes.flat[0].collections[0], ax=axes, fraction=0.02, pad=0.02, label="weight")
     fig.suptitle(title)
     return fig
