@@ -92,6 +92,36 @@ QUOTES = [
         r"Our preset ends at ([\d.]+)",
         r"our CPU preset: val loss ([\d.]+)",
     ),
+    (
+        "11_gpt_language_model",
+        r"the BPE model is better, ([\d.]+) bits",
+        r"final: val loss 3\.\d+ over all [\d,]+ validation tokens \| ([\d.]+) bits",
+    ),
+    (
+        "11_gpt_language_model",
+        r"head 0\.1 puts four fifths of its weight \(([\d.]+)\)",
+        r"\n0\.1\s+[\d.]+\s+([\d.]+)\s",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"the model reaches BLEU-zh ([\d.]+) greedy",
+        r"course test split\s+greedy\s+[\d,]+\s+([\d.]+)",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"sentences\) it reaches ([\d.]+) and",
+        r"Tatoeba Challenge test\s+greedy\s+[\d,]+\s+([\d.]+)",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"greedy and 34\.89\s+with the beam \(chrF [\d.]+ and ([\d.]+)\)",
+        r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "09_training_a_translator",
+        r"(\d[\d,]*) of 32,028 Chinese sentences",
+        r"([\d,]+) of 32,028 Chinese sentences",
+    ),
 ]
 
 
