@@ -154,6 +154,8 @@ def test_quoted_number_matches_output(name, prose_re, output_re):
     assert printed, (
         f"{name}: no stored output matches {output_re!r} (re-executed in quick mode?)"
     )
-    assert float(quoted.group(1)) == float(printed.group(1)), (
+    assert float(quoted.group(1).replace(",", "")) == float(
+        printed.group(1).replace(",", "")
+    ), (
         f"{name}: the prose says {quoted.group(0)!r} but the output prints {printed.group(0)!r}"
     )
