@@ -253,7 +253,9 @@ class GPT(nn.Module):
         start = cache.length if cache is not None else 0
         if start + T > self.config.context_len:
             raise ValueError(f"sequence of {start + T} tokens is longer than context_len={self.config.context_len}")
-        check_token_ids(idx, self.config.vocab_size)
+        if not torch.compiler.is_compiling() and (idx.device.type == "cpu" or not self.training):
+            # reading the ids makes a GPU wait: training there skips it (its ids come from the tokenizer)
+            check_token_ids(idx, self.config.vocab_size)
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
         weights = []
