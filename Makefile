@@ -64,11 +64,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# Once, after the last notebook merges: format every notebook, then re-export the library
-# from them (the generated modules follow). Then delete the "notebooks/*.ipynb" line of
-# [tool.ruff] extend-exclude in pyproject.toml, so that `make lint` covers the notebooks.
+# Format every notebook, then re-export the library from them (the generated modules
+# follow). `make format` formats the notebooks too; this also tidies and re-exports.
 format-notebooks: $(STAMP)
-	$(BIN)/ruff format notebooks/*.ipynb  # named files: formatted although excluded
+	$(BIN)/ruff format notebooks/*.ipynb
 	$(BIN)/python tools/tidy_notebooks.py
 	$(BIN)/python tools/export_notebooks.py
 

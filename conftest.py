@@ -1,7 +1,7 @@
 """pytest set-up shared by the unit tests and `pytest --nbval`.
 
-Notebooks run in quick mode under pytest unless TRANSFORMER_QUICK is set otherwise: the kernels
-nbval starts inherit this environment.
+Notebooks run in quick mode under pytest unless TRANSFORMER_QUICK is set otherwise: the
+kernels nbval starts inherit this environment.
 """
 
 import os

@@ -1,14 +1,20 @@
-"""Tokenizer speed on the CPU: the character tokenizer, our BPE, and tiktoken's GPT-2 for scale.
+"""Tokenizer speed on the CPU: the character tokenizer, our BPE, and tiktoken's GPT-2
+for scale.
 
     python benchmarks/bpe_speed.py          # about 15 s on 2 cores
 
 Prints, each as the best of `--repeats` runs:
-- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course expects well under 0.5 s;
-  this figure used to be a wall-clock assert in the tests, where a busy machine made it flaky);
-- our `BPETokenizer.train` to 2,000 tokens on 90% of Tiny Shakespeare, as notebook 01 does;
-- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and all of Tatoeba's
-  Chinese, with an empty chunk cache (a fresh tokenizer: every distinct chunk merged once) and with a warm one, against
-  tiktoken's `encode_ordinary` (Rust) on the same text, and whether the ids are identical.
+- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course expects
+  well under 0.5 s;
+  this figure used to be a wall-clock assert in the tests, where a busy machine made it
+  flaky);
+- our `BPETokenizer.train` to 2,000 tokens on 90% of Tiny Shakespeare, as notebook 01
+  does;
+- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and all
+  of Tatoeba's
+  Chinese, with an empty chunk cache (a fresh tokenizer: every distinct chunk merged
+  once) and with a warm one, against tiktoken's `encode_ordinary` (Rust) on the same
+  text, and whether the ids are identical.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     print(
-        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}"
+        f"start {time.strftime('%H:%M:%S')} | load average "
+        f"{os.getloadavg()[0]:.2f} | {describe_machine()}"
     )
     shakespeare = load_tiny_shakespeare()
     chinese = "\n".join(zh for _, zh in load_tatoeba_pairs())
@@ -63,7 +70,8 @@ def main() -> None:
     char_tok = CharTokenizer(mixed, specials=SPECIAL_TOKENS)
     _, t = best_of(args.repeats, lambda: char_tok.encode(mixed))
     print(
-        f"CharTokenizer.encode, {len(mixed):,} characters ({len(mixed.encode()):,} bytes): {t:.3f} s "
+        f"CharTokenizer.encode, {len(mixed):,} characters "
+        f"({len(mixed.encode()):,} bytes): {t:.3f} s "
         f"({'under' if t < 0.5 else 'OVER'} 0.5 s)"
     )
 
@@ -73,14 +81,16 @@ def main() -> None:
         lambda: BPETokenizer(specials=SPECIAL_TOKENS).train(train_text, 2000),
     )
     print(
-        f"BPETokenizer.train to 2,000 tokens on {len(train_text):,} characters: {t:.2f} s"
+        f"BPETokenizer.train to 2,000 tokens on {len(train_text):,} "
+        f"characters: {t:.2f} s"
     )
 
     gpt2 = gpt2_encoding()
     merges = gpt2_merges()
     to_gpt2 = [gpt2.encode_single_token(piece) for piece in BPETokenizer(merges).vocab]
     print(
-        f"{'GPT-2 merges on':<18}{'tokens':>10}{'ours, cold s':>14}{'ours, warm s':>14}{'tiktoken s':>12}"
+        f"{'GPT-2 merges on':<18}{'tokens':>10}{'ours, cold s':>14}"
+        f"{'ours, warm s':>14}{'tiktoken s':>12}"
         f"{'identical':>11}"
     )
     for name, text in [("Tiny Shakespeare", shakespeare), ("Tatoeba Chinese", chinese)]:
@@ -93,7 +103,8 @@ def main() -> None:
         expected, ref = best_of(args.repeats, lambda: gpt2.encode_ordinary(text))
         same = [to_gpt2[i] for i in ids] == expected
         print(
-            f"{name:<18}{len(ids):>10,}{cold:>14.2f}{warm:>14.2f}{ref:>12.3f}{str(same):>11}",
+            f"{name:<18}{len(ids):>10,}{cold:>14.2f}{warm:>14.2f}{ref:>12.3f}"
+            f"{str(same):>11}",
             flush=True,
         )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")

@@ -3,10 +3,12 @@
     python benchmarks/kv_cache.py                  # about 1 minute on 2 cores
     python benchmarks/kv_cache.py --checkpoint runs/lm/char.pt
 
-Greedy decoding (temperature 0) from the prompt "ROMEO:" with the CPU preset's size (4 layers, width
-128) and a context of 1024 so that 500 new tokens fit in it; randomly initialised unless a checkpoint
-is given (speed does not depend on the weights). Prints the time of each path for several lengths, the
-speed-up, and whether the two paths produced exactly the same tokens.
+Greedy decoding (temperature 0) from the prompt "ROMEO:" with the CPU preset's size (4
+layers, width
+128) and a context of 1024 so that 500 new tokens fit in it; randomly initialised unless
+     a checkpoint is given (speed does not depend on the weights). Prints the time of
+     each path for several lengths, the speed-up, and whether the two paths produced
+     exactly the same tokens.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     print(
-        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}"
+        f"start {time.strftime('%H:%M:%S')} | load average "
+        f"{os.getloadavg()[0]:.2f} | {describe_machine()}"
     )
     torch.manual_seed(0)
     if args.checkpoint:
@@ -66,17 +69,20 @@ def main() -> None:
     generate(model, prompt, 20, temperature=0)  # warm-up
     generate(model, prompt, 20, temperature=0, use_cache=False)
     print(
-        f"model: {model.config.n_layers} layers, d_model {model.config.d_model}, context {model.config.context_len}, "
+        f"model: {model.config.n_layers} layers, d_model "
+        f"{model.config.d_model}, context {model.config.context_len}, "
         f"{model.num_params():,} parameters"
     )
     print(
-        f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} {'speed-up':>9} {'identical':>9}"
+        f"{'new tokens':>10} {'uncached s':>11} {'cached s':>9} "
+        f"{'speed-up':>9} {'identical':>9}"
     )
     for n in [int(s) for s in args.lengths.split(",")]:
         slow, t_slow = timed_generate(model, prompt, n, use_cache=False)
         fast, t_fast = timed_generate(model, prompt, n, use_cache=True)
         print(
-            f"{n:>10} {t_slow:>11.2f} {t_fast:>9.2f} {t_slow / t_fast:>8.1f}x {str(torch.equal(slow, fast)):>9}",
+            f"{n:>10} {t_slow:>11.2f} {t_fast:>9.2f} {t_slow / t_fast:>8.1f}x "
+            f"{str(torch.equal(slow, fast)):>9}",
             flush=True,
         )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")

@@ -1,20 +1,27 @@
-"""Character-level Tiny Shakespeare on this CPU: nanoGPT's CPU configuration against our CPU preset.
+"""Character-level Tiny Shakespeare on this CPU: nanoGPT's CPU configuration against our
+CPU preset.
 
-    python benchmarks/lm_char_cpu.py                # about 14 minutes on 2 cores (three runs, one after another)
-    python benchmarks/lm_char_cpu.py --quick        # a one-minute smoke test of the same code
-    python benchmarks/lm_char_cpu.py --json out.json
+    python benchmarks/lm_char_cpu.py                # about 14 minutes on 2 cores (three
+    runs, one after another) python benchmarks/lm_char_cpu.py --quick        # a
+    one-minute smoke test of the same code python benchmarks/lm_char_cpu.py --json
+    out.json
 
-Runs, all on the same data split (first 90% of the characters to train, last 10% to validate):
-1. `baseline`: nanoGPT's README CPU run reproduced with our code: 4 layers, 4 heads, width 128,
-   context 64, batch 12, 2000 steps, LayerNorm, exact GELU, learned positions, no biases (nanoGPT's
-   train.py default), lr 1e-3 with 100 warm-up steps and cosine to 1e-4, AdamW betas (0.9, 0.99),
-   weight decay 0.1 on every matrix including the embeddings, clipping at 1.0, fp32.
-2. `fast`: our CPU preset (RMSNorm, tanh GELU, context 128) on a schedule short enough to finish
+Runs, all on the same data split (first 90% of the characters to train, last 10% to
+validate):
+1. `baseline`: nanoGPT's README CPU run reproduced with our code: 4 layers, 4 heads,
+   width 128,
+   context 64, batch 12, 2000 steps, LayerNorm, exact GELU, learned positions, no biases
+   (nanoGPT's train.py default), lr 1e-3 with 100 warm-up steps and cosine to 1e-4,
+   AdamW betas (0.9, 0.99), weight decay 0.1 on every matrix including the embeddings,
+   clipping at 1.0, fp32.
+2. `fast`: our CPU preset (RMSNorm, tanh GELU, context 128) on a schedule short enough
+   to finish
    before the baseline does.
-3. `ten_minutes`: the same preset with its cosine schedule stretched over a 10-minute budget.
-The loss printed during a run is an estimate on a subset of the validation windows; the final figure of
-each run is the loss over every validation token (non-overlapping windows of the model's context).
-Timings are of training only (evaluation excluded), then of the whole run, evaluation included.
+3. `ten_minutes`: the same preset with its cosine schedule stretched over a 10-minute
+   budget. The loss printed during a run is an estimate on a subset of the validation
+   windows; the final figure of each run is the loss over every validation token
+   (non-overlapping windows of the model's context). Timings are of training only
+   (evaluation excluded), then of the whole run, evaluation included.
 """
 
 from __future__ import annotations
@@ -74,8 +81,10 @@ def run(name: str, settings: dict, data) -> dict:
     result = train_lm(TrainSettings(device="cpu", progress=False, **settings), data)
     result["wall_s"] = time.perf_counter() - t0
     print(
-        f"-> {name}: val loss {result['val_loss']:.4f} ({result['bits_per_char']:.3f} bits/char) after "
-        f"{result['step']} steps | training {result['train_time_s']:.1f} s | whole run {result['wall_s']:.1f} s | "
+        f"-> {name}: val loss {result['val_loss']:.4f} "
+        f"({result['bits_per_char']:.3f} bits/char) after "
+        f"{result['step']} steps | training {result['train_time_s']:.1f} s | "
+        f"whole run {result['wall_s']:.1f} s | "
         f"{result['tokens_per_s']:,.0f} tokens/s",
         flush=True,
     )
@@ -100,10 +109,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     print(
-        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine()}"
+        f"start {time.strftime('%H:%M:%S')} | load average "
+        f"{os.getloadavg()[0]:.2f} | {describe_machine()}"
     )
     print(
-        f"{platform.processor() or platform.machine()}: native bf16 matmul: {bf16_supported(torch.device('cpu'))}"
+        f"{platform.processor() or platform.machine()}: native bf16 matmul: "
+        f"{bf16_supported(torch.device('cpu'))}"
     )
     data = load_lm_data("char")
     scale = 40 if args.quick else 1
@@ -145,16 +156,21 @@ def main() -> None:
         print(f"{name:>12}: {curve}")
     print("\n== targets ==")
     print(
-        f"baseline reaches {baseline['val_loss']:.3f} (nanoGPT reports {NANOGPT_TARGET}) in "
-        f"{baseline['train_time_s']:.1f} s of training, {baseline['wall_s']:.1f} s in all"
+        f"baseline reaches {baseline['val_loss']:.3f} (nanoGPT reports "
+        f"{NANOGPT_TARGET}) in "
+        f"{baseline['train_time_s']:.1f} s of training, "
+        f"{baseline['wall_s']:.1f} s in all"
     )
     ok = fast["val_loss"] <= NANOGPT_TARGET and fast["wall_s"] < baseline["wall_s"]
     print(
-        f"fast run: {fast['val_loss']:.3f} in {fast['train_time_s']:.1f} s of training, {fast['wall_s']:.1f} s in all "
-        f"-> <= {NANOGPT_TARGET} in less wall time than the baseline: {'yes' if ok else 'NO'}"
+        f"fast run: {fast['val_loss']:.3f} in {fast['train_time_s']:.1f} s of "
+        f"training, {fast['wall_s']:.1f} s in all "
+        f"-> <= {NANOGPT_TARGET} in less wall time than the baseline: "
+        f"{'yes' if ok else 'NO'}"
     )
     print(
-        f"ten-minute run: {ten['val_loss']:.3f} ({ten['bits_per_char']:.3f} bits/char) after "
+        f"ten-minute run: {ten['val_loss']:.3f} ({ten['bits_per_char']:.3f} "
+        "bits/char) after "
         f"{ten['train_time_s']:.0f} s of training"
     )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")

@@ -1,12 +1,13 @@
-"""Training throughput of the GPT on this machine: each speed-up against a plain fp32 explicit-softmax model.
+"""Training throughput of the GPT on this machine: each speed-up against a plain fp32
+explicit-softmax model.
 
     python benchmarks/lm_throughput.py                 # about 3 minutes on 2 CPU cores
     python benchmarks/lm_throughput.py --preset gpu    # on a GPU
 
-Every variant trains the same model size (forward, backward, gradient clipping, AdamW) on random
-tokens, in the same process, one after another; tokens per second are over `--steps` steps after
-warm-up steps (which include torch.compile's compilation). MFU is against this machine's measured
-matmul speed (fp32, and bf16 where it is native).
+Every variant trains the same model size (forward, backward, gradient clipping, AdamW)
+on random tokens, in the same process, one after another; tokens per second are over
+`--steps` steps after warm-up steps (which include torch.compile's compilation). MFU is
+against this machine's measured matmul speed (fp32, and bf16 where it is native).
 """
 
 from __future__ import annotations
@@ -42,20 +43,24 @@ def main() -> None:
     args = parser.parse_args()
     device = get_device()
     print(
-        f"start {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f} | {describe_machine(device)}"
+        f"start {time.strftime('%H:%M:%S')} | load average "
+        f"{os.getloadavg()[0]:.2f} | {describe_machine(device)}"
     )
     config: GPTConfig = PRESETS[args.preset]()
     bf16 = bf16_supported(device)
     peak32 = matmul_flops(device, torch.float32)
     peak16 = matmul_flops(device, torch.bfloat16) if bf16 else float("nan")
     print(
-        f"measured matmul peak: fp32 {peak32 / 1e9:,.0f} GFLOP/s | bf16 {peak16 / 1e9:,.0f} GFLOP/s "
+        f"measured matmul peak: fp32 {peak32 / 1e9:,.0f} GFLOP/s | bf16 "
+        f"{peak16 / 1e9:,.0f} GFLOP/s "
         f"(native bf16: {bf16})"
     )
     flops = model_flops_per_token(config)
     print(
-        f"model: preset {args.preset}, {config.n_layers} layers, d_model {config.d_model}, context "
-        f"{config.context_len}, batch {args.batch_size}: {flops / 1e6:.1f} MFLOP per token (training)"
+        f"model: preset {args.preset}, {config.n_layers} layers, d_model "
+        f"{config.d_model}, context "
+        f"{config.context_len}, batch {args.batch_size}: {flops / 1e6:.1f} "
+        "MFLOP per token (training)"
     )
     variants = [
         ("fp32, explicit softmax (baseline)", "explicit", False, False),
@@ -90,7 +95,8 @@ def main() -> None:
         base = base or tps
         peak = peak16 if use_bf16 else peak32
         print(
-            f"{name:<36} {tps:>10,.0f} {tps / base:>10.2f}x {mfu(tps, flops, peak):>6.1%}",
+            f"{name:<36} {tps:>10,.0f} {tps / base:>10.2f}x "
+            f"{mfu(tps, flops, peak):>6.1%}",
             flush=True,
         )
     print(f"end {time.strftime('%H:%M:%S')} | load average {os.getloadavg()[0]:.2f}")

@@ -1,25 +1,34 @@
-"""Re-run the reliability review's 217 attempts (shared/reviews/reliability.md, issue 16) and judge each one.
+"""Re-run the reliability review's 217 attempts (shared/reviews/reliability.md, issue
+16) and judge each one.
 
-    python benchmarks/reliability.py                 # every attempt: about 10 minutes on 2 busy cores
-    python benchmarks/reliability.py --only 2        # one area (number or name prefix: 'checkpoints')
-    python benchmarks/reliability.py --ids 12,13,74  # chosen rows, to debug one fix
-    python benchmarks/reliability.py --list          # the rows and how each is judged, without running
+    python benchmarks/reliability.py                 # every attempt: about 10 minutes
+    on 2 busy cores python benchmarks/reliability.py --only 2        # one area (number
+    or name prefix: 'checkpoints') python benchmarks/reliability.py --ids 12,13,74  #
+    chosen rows, to debug one fix python benchmarks/reliability.py --list          # the
+    rows and how each is judged, without running
 
-Each attempt keeps the review's row number. A CLI attempt runs `python -m transformer_lib ...` in a
-fresh folder under a temporary directory (its own data folder, copied from $TRANSFORMER_DATA_MIRROR);
-a library attempt calls the API in this process. Judges follow the policy of issue 16:
+Each attempt keeps the review's row number. A CLI attempt runs `python -m
+transformer_lib ...` in a fresh folder under a temporary directory (its own data folder,
+copied from $TRANSFORMER_DATA_MIRROR); a library attempt calls the API in this process.
+Judges follow the policy of issue 16:
 
-* PASS: what the policy asks. For input a user can type that must be refused: a non-zero exit, one
-  line on stderr naming what was wrong, no traceback anywhere, nothing lost. For valid input: success.
-* WEAK (as the review defines it): survives, but with a cryptic message, several lines, or a silent
+* PASS: what the policy asks. For input a user can type that must be refused: a non-zero
+  exit, one
+  line on stderr naming what was wrong, no traceback anywhere, nothing lost. For valid
+  input: success.
+* WEAK (as the review defines it): survives, but with a cryptic message, several lines,
+  or a silent
   acceptance of a meaningless value.
-* FAIL: a traceback on CLI input (a crash; the issue asks for none), valid input refused, a flag of
+* FAIL: a traceback on CLI input (a crash; the issue asks for none), valid input
+  refused, a flag of
   the new interface not recognised, a silent wrong result, or lost or corrupted work.
-* SKIP: cannot be run here (no `setpriv` to drop root's capabilities; the whole unit-test suite
+* SKIP: cannot be run here (no `setpriv` to drop root's capabilities; the whole
+  unit-test suite
   unless --unit-tests; a CUDA machine for the rows about CPU-only torch).
 
-Exit status 1 when any attempt FAILs. Written against the new CLI of issue 16 (train-mt --out,
---warmup-steps, --prompt-file, --input, ...), so on older code many rows FAIL by design.
+Exit status 1 when any attempt FAILs. Written against the new CLI of issue 16 (train-mt
+--out, --warmup-steps, --prompt-file, --input, ...), so on older code many rows FAIL by
+design.
 """
 
 from __future__ import annotations
@@ -70,10 +79,12 @@ NOCAPS = [
 Outcome = tuple[str, str]  # (verdict, what was seen)
 
 
-# ----------------------------------------------------------------------------------------- running commands
+#  -------------------------------------------------------------------------------------
+# running commands
 @dataclass
 class Result:
-    """What one command did: exit status, its output, seconds, and whether it was killed for time."""
+    """What one command did: exit status, its output, seconds, and whether it was killed
+    for time."""
 
     rc: int
     out: str
@@ -82,7 +93,8 @@ class Result:
     timed_out: bool = False
 
     def last_err(self) -> str:
-        """The last non-empty stderr line (or stdout's, when stderr is empty), shortened."""
+        """The last non-empty stderr line (or stdout's, when stderr is empty),
+        shortened."""
         lines = [ln for ln in (self.err or self.out).splitlines() if ln.strip()]
         return (
             (lines[-1][:220] + ("..." if len(lines[-1]) > 220 else ""))
@@ -92,7 +104,8 @@ class Result:
 
 
 def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]:
-    """A child-side setup: its own process group (so kill -9 reaches it alone), a umask, a memory cap."""
+    """A child-side setup: its own process group (so kill -9 reaches it alone), a umask,
+    a memory cap."""
 
     def setup() -> None:
         os.setpgrp()
@@ -105,7 +118,8 @@ def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]
 
 
 class Env:
-    """The temporary world the attempts run in: folders, environment, fixtures built once and shared."""
+    """The temporary world the attempts run in: folders, environment, fixtures built
+    once and shared."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -123,7 +137,8 @@ class Env:
         self._n = 0
 
     def fresh_data(self, name: str) -> Path:
-        """A writable copy of the mirror (plain 0644 files) under `name`, for attempts that damage data."""
+        """A writable copy of the mirror (plain 0644 files) under `name`, for attempts
+        that damage data."""
         dest = self.root / name
         for src in Path(MIRROR).rglob("*"):
             if src.is_file() and src.name != "README.md":
@@ -141,13 +156,15 @@ class Env:
         return path
 
     def memo(self, key: str, build: Callable[[], object]) -> object:
-        """`build()` once per run: fixtures and multi-row scenarios share their result."""
+        """`build()` once per run: fixtures and multi-row scenarios share their
+        result."""
         if key not in self._memo:
             self._memo[key] = build()
         return self._memo[key]
 
     def command(self, args: list[str], nocaps: bool = False) -> list[str]:
-        """The argv for `python -m transformer_lib ARGS`, niced, and without capabilities when asked."""
+        """The argv for `python -m transformer_lib ARGS`, niced, and without
+        capabilities when asked."""
         return (
             ["nice", "-n", "19"]
             + (NOCAPS if nocaps else [])
@@ -187,7 +204,8 @@ class Env:
         umask: int | None = None,
         address_space: int | None = None,
     ) -> Result:
-        """Run `python -m transformer_lib ARGS` to the end (or `timeout`, then kill its group)."""
+        """Run `python -m transformer_lib ARGS` to the end (or `timeout`, then kill its
+        group)."""
         env = {
             k: v
             for k, v in {**self.env, **(extra_env or {})}.items()
@@ -241,16 +259,19 @@ def wait_for(
     return False
 
 
-# ----------------------------------------------------------------------------------------------- judges
+#  -------------------------------------------------------------------------------------
+# judges
 def worst(outcomes: list[Outcome]) -> Outcome:
-    """One outcome for a row of several inputs: its worst verdict, with what each non-PASS input showed."""
+    """One outcome for a row of several inputs: its worst verdict, with what each
+    non-PASS input showed."""
     verdict = max((v for v, _ in outcomes), key=ORDER.get, default="PASS")
     seen = " || ".join(s for v, s in outcomes if v not in ("PASS", "SKIP") and s)
     return verdict, seen or (outcomes[0][1] if outcomes else "")
 
 
 def crashed(r: Result) -> Outcome | None:
-    """FAIL for a timeout, a traceback, or a flag the new interface has that this CLI lacks; else None."""
+    """FAIL for a timeout, a traceback, or a flag the new interface has that this CLI
+    lacks; else None."""
     if r.timed_out:
         return "FAIL", f"still running after {r.seconds:.0f} s (killed)"
     if TRACEBACK in r.out or TRACEBACK in r.err:
@@ -264,7 +285,8 @@ def crashed(r: Result) -> Outcome | None:
 
 
 def _error_lines(err: str) -> list[str]:
-    """stderr lines that are not notes or warnings (a refusal should leave exactly one)."""
+    """stderr lines that are not notes or warnings (a refusal should leave exactly
+    one)."""
     return [
         ln
         for ln in err.splitlines()
@@ -276,13 +298,15 @@ def _error_lines(err: str) -> list[str]:
 
 
 def refused(r: Result, *patterns: str, silent: str = "WEAK") -> Outcome:
-    """A refusal: non-zero exit, no traceback, one stderr line matching every regex in `patterns`."""
+    """A refusal: non-zero exit, no traceback, one stderr line matching every regex in
+    `patterns`."""
     bad = crashed(r)
     if bad:
         return bad
     if r.rc == 0:
         return silent, f"accepted (rc 0): {r.last_err()}"
-    # a flag's name may be written with - or _ ('top-k' or top_k); '--out' must be the flag itself
+    # a flag's name may be written with - or _ ('top-k' or top_k); '--out' must be the
+    # flag itself
     missing = [
         p
         for p in patterns
@@ -307,7 +331,8 @@ def refused(r: Result, *patterns: str, silent: str = "WEAK") -> Outcome:
 def succeeded(
     r: Result, check: Callable[[Result], str | None] | None = None
 ) -> Outcome:
-    """Success on valid input: rc 0, no traceback, and `check(r)` (a complaint or None) has no complaint."""
+    """Success on valid input: rc 0, no traceback, and `check(r)` (a complaint or None)
+    has no complaint."""
     bad = crashed(r)
     if bad:
         return bad
@@ -331,9 +356,11 @@ def api(
     silent: str = "WEAK",
     raised: str = "WEAK",
 ) -> Outcome:
-    """A library call that must raise ValueError/TypeError matching `pattern`, or return a result `ok` accepts.
+    """A library call that must raise ValueError/TypeError matching `pattern`, or return
+    a result `ok` accepts.
 
-    Another exception (torch's deep RuntimeError, an IndexError, ...) gets `raised`; a return value that
+    Another exception (torch's deep RuntimeError, an IndexError, ...) gets `raised`; a
+    return value that
     `ok` rejects (or any return when `ok` is None) gets `silent`.
     """
     try:
@@ -365,7 +392,8 @@ def _short(value: object) -> str:
 
 
 def checked(fn: Callable[[], str | None]) -> Outcome:
-    """PASS when `fn` (a numeric check) returns no complaint; FAIL with the complaint or the exception."""
+    """PASS when `fn` (a numeric check) returns no complaint; FAIL with the complaint or
+    the exception."""
     try:
         complaint = fn()
     except Exception as e:  # noqa: BLE001
@@ -376,7 +404,8 @@ def checked(fn: Callable[[], str | None]) -> Outcome:
     return ("FAIL", complaint) if complaint else ("PASS", "ok")
 
 
-# --------------------------------------------------------------------------------------------- fixtures
+#  -------------------------------------------------------------------------------------
+# fixtures
 def L(*extra: str) -> list[str]:
     """The review's `L`: a 4-step tiny train-lm."""
     return [
@@ -428,7 +457,8 @@ def lm_ckpt(env: Env) -> Path:
 
 
 def mt_ckpt(env: Env) -> Path:
-    """A train-mt --quick checkpoint (the review's runs/mt/quick.pt); --out, or the older --checkpoint."""
+    """A train-mt --quick checkpoint (the review's runs/mt/quick.pt); --out, or the
+    older --checkpoint."""
 
     def build() -> Path:
         out = env.fix / "mt" / "quick.pt"
@@ -464,7 +494,8 @@ def T(env: Env, *extra: str) -> list[str]:
 
 
 class _Evil:
-    """A pickle that runs `touch MARKER` when unpickled without weights_only (the review's evil files)."""
+    """A pickle that runs `touch MARKER` when unpickled without weights_only (the
+    review's evil files)."""
 
     def __init__(self, marker: Path):
         self.cmd = f"touch {marker}"
@@ -484,7 +515,8 @@ def _edited(src: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
 
 
 def crafted(env: Env) -> dict[str, Path]:
-    """The review's crafted checkpoints (ck/ and evil/): broken, wrong-kind, wrong-structure and malicious."""
+    """The review's crafted checkpoints (ck/ and evil/): broken, wrong-kind,
+    wrong-structure and malicious."""
     return env.memo("crafted", lambda: _craft(env, lm_ckpt(env), mt_ckpt(env)))
 
 
@@ -571,7 +603,8 @@ def _craft(env: Env, lm: Path, mt: Path) -> dict[str, Path]:
 
 
 def copy_to(src: Path, folder: Path, name: str | None = None) -> Path:
-    """A private copy of a fixture (attempts that may overwrite a checkpoint never touch the shared one)."""
+    """A private copy of a fixture (attempts that may overwrite a checkpoint never touch
+    the shared one)."""
     dest = folder / (name or src.name)
     shutil.copyfile(src, dest)
     return dest
@@ -583,11 +616,15 @@ def marker(env: Env) -> Path:
 
 
 def nocaps_skip() -> str | None:
-    """Why the rows that need a normal user's view of file modes cannot run here (None: they can)."""
+    """Why the rows that need a normal user's view of file modes cannot run here (None:
+    they can)."""
     if os.geteuid() != 0:
         return None
     if shutil.which("setpriv") is None:
-        return "needs root without capabilities (setpriv not found); as root, chmod 000/555 blocks nothing"
+        return (
+            "needs root without capabilities (setpriv not found); as root, chmod "
+            "000/555 blocks nothing"
+        )
     probe = subprocess.run(NOCAPS + ["true"], capture_output=True)
     return (
         None
@@ -608,15 +645,18 @@ def cuda_skip() -> str | None:
 
 
 def big_text(n: int) -> str:
-    """n characters of Tiny-Shakespeare-like text (only characters the char tokenizer knows)."""
+    """n characters of Tiny-Shakespeare-like text (only characters the char tokenizer
+    knows)."""
     line = "ROMEO: But soft, what light through yonder window breaks?\n"
     return (line * (n // len(line) + 1))[:n]
 
 
-# ------------------------------------------------------------------------------------------ the attempts
+#  -------------------------------------------------------------------------------------
+# the attempts
 @dataclass
 class Attempt:
-    """One row of the review: its number, area, the input as the review wrote it, and how to run and judge it."""
+    """One row of the review: its number, area, the input as the review wrote it, and
+    how to run and judge it."""
 
     id: int
     area: int
@@ -730,7 +770,8 @@ cli_row(
 @row(
     8,
     1,
-    "G --max-new-tokens 1000000000 (timeout 25 s): refused, or text streamed as it is made",
+    "G --max-new-tokens 1000000000 (timeout 25 s): refused, or text streamed "
+    "as it is made",
 )
 def _r8(env: Env) -> Outcome:
     r = env.cli(G(env, "--max-new-tokens", "1000000000"), timeout=25)
@@ -899,7 +940,8 @@ for _id, _t in ((36, "-1"), (37, "nan"), (38, "inf")):
     )
 multi_row(
     39,
-    "T --checkpoint nonexistent / empty / directory / truncated / random bytes / LM checkpoint",
+    "T --checkpoint nonexistent / empty / directory / truncated / random "
+    "bytes / LM checkpoint",
     lambda e: [
         T(e, "--checkpoint", str(p), "Hello.")
         for p in (
@@ -920,7 +962,8 @@ row(40, 1, "NC T --checkpoint unreadable.pt", nocaps_skip)(
 )
 multi_row(
     41,
-    "PM (no command) / PM frobnicate / train-lm --preset huge / generate without --checkpoint / "
+    "PM (no command) / PM frobnicate / train-lm --preset huge / generate "
+    "without --checkpoint / "
     "translate --method foo / G --max-new-tokens abc / L --batch-size 1.5",
     lambda e: [
         [],
@@ -1116,7 +1159,8 @@ row(
 @row(
     70,
     1,
-    "L --tokenizer bpe --bpe-vocab 300 --out bpe.pt, then generate --prompt 'ROMEO 😀 你好' and ''",
+    "L --tokenizer bpe --bpe-vocab 300 --out bpe.pt, then generate --prompt "
+    "'ROMEO 😀 你好' and ''",
 )
 def _r70(env: Env) -> Outcome:
     folder = env.fresh("bpe")
@@ -1291,7 +1335,8 @@ def _r97(env: Env) -> Outcome:
 @row(
     98,
     2,
-    "train-lm --resume --out <translator checkpoint> / train-mt --resume --out <LM checkpoint>",
+    "train-lm --resume --out <translator checkpoint> / train-mt --resume "
+    "--out <LM checkpoint>",
 )
 def _r98(env: Env) -> Outcome:
     folder = env.fresh("r98")
@@ -1356,7 +1401,8 @@ def _rc_nonzero(r: Result) -> Outcome:
 row(
     100,
     2,
-    "G --checkpoint evil_top.pt / evil_lm.pt / evil_lm_legacy.pt / evil_raw.pkl: nothing runs",
+    "G --checkpoint evil_top.pt / evil_lm.pt / evil_lm_legacy.pt / "
+    "evil_raw.pkl: nothing runs",
 )(
     lambda e: _nothing_ran(
         e, _rc_nonzero, [G(e, "--checkpoint", str(crafted(e)[k])) for k in EVIL_LM]
@@ -1381,7 +1427,8 @@ row(102, 2, "T --checkpoint evil_top / evil_mt / evil_mt_legacy / evil_raw")(
 @row(
     103,
     2,
-    "train-lm --resume --out evil_resume.pt; train-mt --quick --resume --out evil_mtresume.pt",
+    "train-lm --resume --out evil_resume.pt; train-mt --quick --resume --out "
+    "evil_mtresume.pt",
 )
 def _r103(env: Env) -> Outcome:
     folder = env.fresh("r103")
@@ -1410,14 +1457,17 @@ def _call_spans(text: str, name: str):
 @row(
     104,
     2,
-    "source audit: every torch.load in transformer_lib, tests, benchmarks passes weights_only=True",
+    "source audit: every torch.load in transformer_lib, tests, benchmarks "
+    "passes weights_only=True",
 )
 def _r104(env: Env) -> Outcome:
     unsafe = []
     for folder in ("transformer_lib", "tests", "benchmarks"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path.resolve() == Path(__file__).resolve():
-                continue  # this harness loads a malicious file unsafely on purpose, as the review's control (row 99)
+                # this harness loads a malicious file unsafely on purpose, as the
+                # review's control (row 99)
+                continue
             for args in _call_spans(path.read_text(encoding="utf-8"), "torch.load"):
                 if not re.search(r"weights_only\s*=\s*True", args):
                     unsafe.append(f"{path.relative_to(ROOT)}: torch.load({args[:60]})")
@@ -1431,7 +1481,8 @@ def _r104(env: Env) -> Outcome:
 @row(
     105,
     2,
-    "dependency floor: torch>=X in pyproject.toml and requirements.txt is a torch where weights_only is safe",
+    "dependency floor: torch>=X in pyproject.toml and requirements.txt is a "
+    "torch where weights_only is safe",
 )
 def _r105(env: Env) -> Outcome:
     floors = {}
@@ -1444,7 +1495,8 @@ def _r105(env: Env) -> Outcome:
     low = {k: v for k, v in floors.items() if v is None or v < (2, 6)}
     if low:
         return "FAIL", (
-            "floor below 2.6, where weights_only=True can be bypassed (CVE-2025-32434): "
+            "floor below 2.6, where weights_only=True can be bypassed "
+            "(CVE-2025-32434): "
             + ", ".join(
                 f"{k} {'.'.join(map(str, v)) if v else 'no floor'}"
                 for k, v in low.items()
@@ -1472,7 +1524,8 @@ def _tmp_files(out: Path) -> list[Path]:
 
 
 def _same_weights(a: dict, b: dict, key: str = "model") -> str | None:
-    """None when the two checkpoints hold bit-identical `key` weights; else what differs."""
+    """None when the two checkpoints hold bit-identical `key` weights; else what
+    differs."""
     import torch
 
     if a is None or b is None:
@@ -1482,7 +1535,8 @@ def _same_weights(a: dict, b: dict, key: str = "model") -> str | None:
 
 
 def _new_save(out: Path, delay: float) -> Callable[[subprocess.Popen], None]:
-    """A trigger: once `out` is (re)written after the start, wait `delay` s, then kill -9."""
+    """A trigger: once `out` is (re)written after the start, wait `delay` s, then kill
+    -9."""
 
     def trigger(p: subprocess.Popen) -> None:
         before = out.stat().st_mtime_ns if out.exists() else None
@@ -1494,7 +1548,8 @@ def _new_save(out: Path, delay: float) -> Callable[[subprocess.Popen], None]:
 
 
 def _temp_appears(out: Path, delay: float) -> Callable[[subprocess.Popen], None]:
-    """A trigger: once a save's temp file exists, wait `delay` s, then kill -9 (the write is caught midway)."""
+    """A trigger: once a save's temp file exists, wait `delay` s, then kill -9 (the
+    write is caught midway)."""
 
     def trigger(p: subprocess.Popen) -> None:
         wait_for(lambda: bool(_tmp_files(out)), 120, p, poll=0.0005)
@@ -1507,7 +1562,8 @@ def _temp_appears(out: Path, delay: float) -> Callable[[subprocess.Popen], None]
 def kill_runs(
     env: Env, base: list[str], out: Path, triggers: list, cwd: Path
 ) -> list[str]:
-    """Run `base` (+ --resume once `out` exists) under each trigger; complaints about the checkpoint after each kill."""
+    """Run `base` (+ --resume once `out` exists) under each trigger; complaints about
+    the checkpoint after each kill."""
     problems = []
     for trigger in triggers:
         p = env.popen(base + (["--resume"] if out.exists() else []), cwd)
@@ -1524,7 +1580,8 @@ def finish(env: Env, base: list[str], out: Path, cwd: Path) -> Result:
 
 
 def _lm_kill(env: Env, iters: int, interval: int, delays: list[float]) -> Outcome:
-    """An uninterrupted run against one killed after saves and resumed: same weights and history?"""
+    """An uninterrupted run against one killed after saves and resumed: same weights and
+    history?"""
     folder = env.fresh("kill-lm")
     base = L("--max-iters", str(iters), "--eval-interval", str(interval))
     ref = env.cli(base + ["--out", str(folder / "ref.pt")], cwd=folder)
@@ -1562,17 +1619,20 @@ def _lm_kill(env: Env, iters: int, interval: int, delays: list[float]) -> Outcom
 row(
     106,
     3,
-    "kill -9 train-lm (tiny, 60 iters, eval every 10) after a save, resume: same weights",
+    "kill -9 train-lm (tiny, 60 iters, eval every 10) after a save, resume: "
+    "same weights",
 )(lambda e: _lm_kill(e, 60, 10, [0.0]))
 row(
     107,
     3,
-    "tiny, 120 iters, eval every 20, 3 kills -9 at 0-0.3 s after saves: bit-identical to uninterrupted",
+    "tiny, 120 iters, eval every 20, 3 kills -9 at 0-0.3 s after saves: "
+    "bit-identical to uninterrupted",
 )(lambda e: _lm_kill(e, 120, 20, [0.0, 0.15, 0.3]))
 
 
 def _killwrite_lm(env: Env) -> dict[int, Outcome]:
-    """Rows 108-110: kill -9 preset cpu while its checkpoint is being written; then resume and look for litter."""
+    """Rows 108-110: kill -9 preset cpu while its checkpoint is being written; then
+    resume and look for litter."""
     folder = env.fresh("killwrite-lm")
     out = folder / "lm.pt"
     base = [
@@ -1625,7 +1685,8 @@ def _killwrite_lm(env: Env) -> dict[int, Outcome]:
 for _id, _what in (
     (
         108,
-        "kill -9 train-lm --preset cpu the instant a checkpoint temp file appears (6 times)",
+        "kill -9 train-lm --preset cpu the instant a checkpoint temp file "
+        "appears (6 times)",
     ),
     (109, "kill -9 during the write, 2-100 ms after the temp file appears (4 times)"),
     (110, "temp files after those kills are removed by the next run"),
@@ -1636,7 +1697,8 @@ for _id, _what in (
 
 
 def _mt_kill(env: Env, trigger_of, n: int, compare: bool) -> Outcome:
-    """train-mt --quick --epochs 4 killed `n` times, then finished; compared with an uninterrupted run."""
+    """train-mt --quick --epochs 4 killed `n` times, then finished; compared with an
+    uninterrupted run."""
     folder = env.fresh("kill-mt")
     out = folder / "k.pt"
     base = M("--epochs", "4", "--out", str(out))
@@ -1673,7 +1735,8 @@ def _mt_kill(env: Env, trigger_of, n: int, compare: bool) -> Outcome:
 row(
     111,
     3,
-    "kill -9 train-mt --quick --epochs 4 three times after epoch saves, rerun: bit-identical",
+    "kill -9 train-mt --quick --epochs 4 three times after epoch saves, "
+    "rerun: bit-identical",
 )(lambda e: _mt_kill(e, _new_save, 3, compare=True))
 row(
     112, 3, "kill -9 train-mt during the checkpoint write (4 times): never half-written"
@@ -1683,7 +1746,8 @@ row(
 @row(
     113,
     3,
-    "Ctrl-C (SIGINT) train-lm 1 s after a save: saves at the next step, exits with a message",
+    "Ctrl-C (SIGINT) train-lm 1 s after a save: saves at the next step, exits "
+    "with a message",
 )
 def _r113(env: Env) -> Outcome:
     folder = env.fresh("sigint")
@@ -1719,7 +1783,8 @@ def _r113(env: Env) -> Outcome:
 @row(
     114,
     3,
-    "train-lm ... --out buf.pt > log, kill -9 after 3 saves: the log shows the checkpoint's progress",
+    "train-lm ... --out buf.pt > log, kill -9 after 3 saves: the log shows "
+    "the checkpoint's progress",
 )
 def _r114(env: Env) -> Outcome:
     folder = env.fresh("log")
@@ -1742,7 +1807,8 @@ def _r114(env: Env) -> Outcome:
     if not steps or max(steps) < state["step"]:
         return (
             "WEAK",
-            f"checkpoint at step {state['step']}, log at step {max(steps, default=0)} (buffered)",
+            f"checkpoint at step {state['step']}, log at step "
+            f"{max(steps, default=0)} (buffered)",
         )
     return "PASS", f"log at step {max(steps)}, checkpoint at {state['step']}"
 
@@ -1779,7 +1845,8 @@ def _has_nan(state: dict | None) -> bool:
 @row(
     116,
     3,
-    "train-lm --lr 1e10 (fresh --out, and --resume on a good checkpoint): divergence stops, nothing NaN saved",
+    "train-lm --lr 1e10 (fresh --out, and --resume on a good checkpoint): "
+    "divergence stops, nothing NaN saved",
 )
 def _r116(env: Env) -> Outcome:
     folder = env.fresh("nan")
@@ -1827,7 +1894,8 @@ def _r116(env: Env) -> Outcome:
 @row(
     117,
     3,
-    "--resume with --batch-size 4 --lr 0.05 (trained with 16 / default): refused naming both; "
+    "--resume with --batch-size 4 --lr 0.05 (trained with 16 / default): "
+    "refused naming both; "
     "--resume with only a larger --max-iters: extends",
 )
 def _r117(env: Env) -> Outcome:
@@ -1894,7 +1962,8 @@ def _r118(env: Env) -> Outcome:
 
 
 def _before_training(r: Result, *patterns: str) -> Outcome:
-    """Refused naming `patterns`, and before any training (no step or epoch line printed)."""
+    """Refused naming `patterns`, and before any training (no step or epoch line
+    printed)."""
     o = refused(r, *patterns, silent="FAIL")
     if o[0] == "PASS" and re.search(r"^(step|epoch)\s", r.out, re.M):
         return "FAIL", "refused only after training: " + o[1]
@@ -1991,7 +2060,8 @@ row(127, 3, "M --resume again on a finished checkpoint: nothing to do")(
 row(
     128,
     3,
-    "train-mt (full mode) --resume --out <quick checkpoint>: refused (killed after 90 s if it trains)",
+    "train-mt (full mode) --resume --out <quick checkpoint>: refused (killed "
+    "after 90 s if it trains)",
 )(
     lambda e: refused(
         e.cli(
@@ -2016,7 +2086,8 @@ SHAKESPEARE, CMN = "tinyshakespeare/input.txt", "cmn-eng/cmn.txt"
 def _data_env(
     env: Env, name: str, mirror: str | None = MIRROR, online: bool = False
 ) -> tuple[Path, dict]:
-    """A fresh data folder and the environment pointing at it (offline unless `online`; mirror or none)."""
+    """A fresh data folder and the environment pointing at it (offline unless `online`;
+    mirror or none)."""
     data = env.fresh_data(f"data-{name}-{random.randrange(10**6)}")
     extra = {"TRANSFORMER_DATA_DIR": str(data), "TRANSFORMER_DATA_MIRROR": mirror or ""}
     return data, {**extra, **({} if online else OFFLINE)}
@@ -2037,7 +2108,8 @@ def _sha(path: Path) -> str:
 @row(
     129,
     4,
-    "truncate data/tinyshakespeare/input.txt to 500 kB, then L (mirror set): detected, replaced",
+    "truncate data/tinyshakespeare/input.txt to 500 kB, then L (mirror set): "
+    "detected, replaced",
 )
 def _r129(env: Env) -> Outcome:
     data, extra = _data_env(env, "129")
@@ -2056,7 +2128,8 @@ def _r129(env: Env) -> Outcome:
 @row(
     130,
     4,
-    "same truncation, no mirror, offline, L: one message naming URL, path, sha256; bad file not used",
+    "same truncation, no mirror, offline, L: one message naming URL, path, "
+    "sha256; bad file not used",
 )
 def _r130(env: Env) -> Outcome:
     data, extra = _data_env(env, "130", mirror=None)
@@ -2156,7 +2229,8 @@ def _r136(env: Env) -> Outcome:
 @row(
     137,
     4,
-    "TRANSFORMER_DATA_DIR is a file: the message blames the data folder, not the mirror",
+    "TRANSFORMER_DATA_DIR is a file: the message blames the data folder, not "
+    "the mirror",
 )
 def _r137(env: Env) -> Outcome:
     folder = env.fresh("ddfile")
@@ -2174,7 +2248,8 @@ def _r137(env: Env) -> Outcome:
 row(
     138,
     4,
-    "NC TRANSFORMER_DATA_DIR mode 555, files missing: the message blames the data folder",
+    "NC TRANSFORMER_DATA_DIR mode 555, files missing: the message blames the "
+    "data folder",
     nocaps_skip,
 )(lambda e: _r138(e))
 
@@ -2193,7 +2268,8 @@ def _r138(env: Env) -> Outcome:
 
 
 def _killfetch(env: Env) -> dict[int, Outcome]:
-    """Rows 139-140: kill -9 fetch-data while it copies cmn.txt (3 times), then fetch again."""
+    """Rows 139-140: kill -9 fetch-data while it copies cmn.txt (3 times), then fetch
+    again."""
     data, extra = _data_env(env, "139")
     problems = []
     for _ in range(3):
@@ -2243,7 +2319,8 @@ def _r141(env: Env) -> Outcome:
 
 # ---- 5 API misuse (in this process)
 def _lib():
-    """The library pieces the API rows call, imported once (sampling helpers from their new home if present)."""
+    """The library pieces the API rows call, imported once (sampling helpers from their
+    new home if present)."""
     import torch
 
     import transformer_lib.decoding as dec
@@ -2296,7 +2373,9 @@ def _api_rows() -> None:
         m5 = torch.ones(5, 5, dtype=torch.bool)
         for i in range(1, 5):
             m5[i, 5 - i :] = (
-                False  # sequence i hides its last i keys; read as (T_q, T_k) it hides them from query i
+                # sequence i hides its last i keys; read as (T_q, T_k) it hides them
+                # from query i
+                False
             )
         x = r(5, 5, 32)
         got, _ = mha(x, mask=m5)
@@ -2809,7 +2888,8 @@ def _api_rows() -> None:
 
 
 def _each(call, pattern, ok, kw) -> Outcome:
-    """Judge a call that makes a list of calls: each must raise, so they are tried one by one."""
+    """Judge a call that makes a list of calls: each must raise, so they are tried one
+    by one."""
     return api(call, pattern, ok, **kw)
 
 
@@ -2821,7 +2901,8 @@ def _finite(*ts) -> bool:
 
 
 def _masked_row(fast: bool, every: bool) -> str | None:
-    """Attention with one (or every) query row fully masked: finite output and gradients."""
+    """Attention with one (or every) query row fully masked: finite output and
+    gradients."""
     import torch
 
     K = _lib()
@@ -3010,7 +3091,8 @@ def _numeric_rows() -> None:
         (205, "MultiHeadAttention under CPU bf16 autocast", lambda e: _mha_autocast()),
         (
             206,
-            "trained tiny GPT (context 32): greedy 10/31/32/33/100/200, cache vs no cache",
+            "trained tiny GPT (context 32): greedy 10/31/32/33/100/200, cache "
+            "vs no cache",
             lambda e: _same_tokens(_trained_tiny(e), [10, 31, 32, 33, 100, 200]),
         ),
         (
@@ -3040,7 +3122,8 @@ def _numeric_rows() -> None:
         ),
         (
             212,
-            "attn_impl='explicit', greedy 300, cache vs no cache; sdpa vs explicit, same weights",
+            "attn_impl='explicit', greedy 300, cache vs no cache; sdpa vs "
+            "explicit, same weights",
             lambda e: _sdpa_vs_explicit(),
         ),
         (
@@ -3119,7 +3202,8 @@ row(
 )(_unit_tests(["--deselect", "tests/test_book_browser.py"]))
 
 
-# ------------------------------------------------------------------------------------------------ main
+#  -------------------------------------------------------------------------------------
+# main
 def select(args: argparse.Namespace) -> list[Attempt]:
     """The attempts --only / --ids ask for, in row order."""
     chosen = sorted(ATTEMPTS, key=lambda a: a.id)
@@ -3138,7 +3222,8 @@ def select(args: argparse.Namespace) -> list[Attempt]:
 
 
 def run_all(attempts: list[Attempt], env: Env) -> dict[int, Outcome]:
-    """Run each attempt (or skip it), printing one progress line per attempt to stderr."""
+    """Run each attempt (or skip it), printing one progress line per attempt to
+    stderr."""
     results = {}
     for a in attempts:
         start = time.perf_counter()
@@ -3154,7 +3239,8 @@ def run_all(attempts: list[Attempt], env: Env) -> dict[int, Outcome]:
                     f"harness could not run it: {type(e).__name__}: {e}"[:300],
                 )
         print(
-            f"[{a.id:3d}] {results[a.id][0]:4s} {time.perf_counter() - start:5.1f} s  {a.what[:70]}",
+            f"[{a.id:3d}] {results[a.id][0]:4s} "
+            f"{time.perf_counter() - start:5.1f} s  {a.what[:70]}",
             file=sys.stderr,
             flush=True,
         )
@@ -3164,7 +3250,8 @@ def run_all(attempts: list[Attempt], env: Env) -> dict[int, Outcome]:
 def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
     """The table per area, then every non-PASS row."""
     print(
-        "\n| area | attempts | PASS | WEAK | FAIL | SKIP |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+        "\n| area | attempts | PASS | WEAK | FAIL | SKIP |\n| --- | ---: | "
+        "---: | ---: | ---: | ---: |"
     )
     totals = dict.fromkeys(("n", "PASS", "WEAK", "FAIL", "SKIP"), 0)
     for area, name in AREAS.items():
@@ -3176,10 +3263,12 @@ def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
         for v, c in counts.items():
             totals[v] += c
         print(
-            f"| {name} | {len(rows)} | {counts['PASS']} | {counts['WEAK']} | {counts['FAIL']} | {counts['SKIP']} |"
+            f"| {name} | {len(rows)} | {counts['PASS']} | {counts['WEAK']} | "
+            f"{counts['FAIL']} | {counts['SKIP']} |"
         )
     print(
-        f"| **all** | **{totals['n']}** | **{totals['PASS']}** | **{totals['WEAK']}** | **{totals['FAIL']}** | "
+        f"| **all** | **{totals['n']}** | **{totals['PASS']}** | "
+        f"**{totals['WEAK']}** | **{totals['FAIL']}** | "
         f"**{totals['SKIP']}** |\n"
     )
     for a in attempts:
@@ -3191,14 +3280,16 @@ def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the options, run the chosen attempts in a temporary folder, print the tables; 1 if any FAIL."""
+    """Parse the options, run the chosen attempts in a temporary folder, print the
+    tables; 1 if any FAIL."""
     global UNIT_TESTS
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
         "--only",
-        help="one area: its number (1-7) or the start of its name (cli, checkpoints, ...)",
+        help="one area: its number (1-7) or the start of its name (cli, "
+        "checkpoints, ...)",
     )
     p.add_argument("--ids", help="comma-separated row numbers")
     p.add_argument("--list", action="store_true", help="list the attempts and exit")

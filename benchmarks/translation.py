@@ -1,18 +1,23 @@
-"""Translation quality and training time of the Part II translator, on our test split and the public one.
+"""Translation quality and training time of the Part II translator, on our test split
+and the public one.
 
-    python benchmarks/translation.py                                  # train with notebook 09's defaults, then evaluate
-    python benchmarks/translation.py --checkpoint runs/translator.pt  # evaluate a trained checkpoint
-    python benchmarks/translation.py --quick                          # a tiny run, to check the script works
-    python benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only --out runs/size6k.pt
+    python benchmarks/translation.py                                  # train with
+    notebook 09's defaults, then evaluate python benchmarks/translation.py --checkpoint
+    runs/translator.pt  # evaluate a trained checkpoint python benchmarks/translation.py
+    --quick                          # a tiny run, to check the script works python
+    benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only --out
+    runs/size6k.pt
 
-Training uses notebook 09's recipe (`train_translator`); `--max-minutes`, `--train-limit` (the first N
-training pairs), `--dtype` and `--model KEY=VALUE` change it, for the measurements of the levers.
-Evaluation follows notebook 10: the weights (best epoch, or the mean of the last three) and the beam size
-and length penalty are chosen on the validation split; then sacreBLEU with tokenize='zh' and chrF, greedy
-and beam, on the course's test split and on the Tatoeba Challenge's public English-Mandarin test (the one
-OPUS-MT reports on: opus-mt-en-zh BLEU 31.4 / chrF 26.8; the 2022 transformer-big 34.3 / 29.1 on
-eng-cmn_Hans), with decoding times, the hardware and the load average. `--valid-only` stops after the
-validation scores (a quicker comparison of training recipes).
+Training uses notebook 09's recipe (`train_translator`); `--max-minutes`,
+`--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change
+it, for the measurements of the levers. Evaluation follows notebook 10: the weights
+(best epoch, or the mean of the last three) and the beam size and length penalty are
+chosen on the validation split; then sacreBLEU with tokenize='zh' and chrF, greedy and
+beam, on the course's test split and on the Tatoeba Challenge's public English-Mandarin
+test (the one OPUS-MT reports on: opus-mt-en-zh BLEU 31.4 / chrF 26.8; the 2022
+transformer-big 34.3 / 29.1 on eng-cmn_Hans), with decoding times, the hardware and the
+load average. `--valid-only` stops after the validation scores (a quicker comparison of
+training recipes).
 """
 
 from __future__ import annotations
@@ -127,8 +132,10 @@ def main() -> int:
     model, src_tok, tgt_tok, payload = load_translator(checkpoint, device)
     history = payload["history"]
     print(
-        f"checkpoint {Path(checkpoint).name}: {len(history)} epochs, {payload['step']} steps, "
-        f"{payload['seconds'] / 60:.1f} min of training, best validation loss {payload['best_valid']:.3f}, "
+        f"checkpoint {Path(checkpoint).name}: {len(history)} epochs, "
+        f"{payload['step']} steps, "
+        f"{payload['seconds'] / 60:.1f} min of training, best validation loss "
+        f"{payload['best_valid']:.3f}, "
         f"{model.num_parameters():,} parameters"
     )
     limit = 100 if args.quick and args.limit is None else args.limit
@@ -144,7 +151,8 @@ def main() -> int:
             "bleu"
         ]
         print(
-            f"validation ({len({e for e, _ in valid})} sentences) BLEU-zh greedy, {name}: {scores[name]:.2f}"
+            f"validation ({len({e for e, _ in valid})} sentences) BLEU-zh "
+            f"greedy, {name}: {scores[name]:.2f}"
         )
     chosen = max(scores, key=scores.get)
     model.load_state_dict(candidates[chosen])
@@ -154,7 +162,8 @@ def main() -> int:
     for (k, a), bleu in decoding["scores"].items():
         print(f"validation BLEU-zh, beam {k}, alpha {a}: {bleu:.2f}")
     print(
-        f"chosen: {chosen}; beam {decoding['beam_size']}, alpha {decoding['length_penalty']}"
+        f"chosen: {chosen}; beam {decoding['beam_size']}, alpha "
+        f"{decoding['length_penalty']}"
     )
     if args.valid_only:
         return 0
@@ -169,7 +178,8 @@ def main() -> int:
         "length_penalty": decoding["length_penalty"],
     }
     print(
-        f"{'test set':<24}{'decoding':<22}{'sentences':>10}{'BLEU-zh':>9}{'chrF':>7}{'seconds':>9}"
+        f"{'test set':<24}{'decoding':<22}{'sentences':>10}{'BLEU-zh':>9}"
+        f"{'chrF':>7}{'seconds':>9}"
     )
     for test_name, pairs in (
         ("course test split", first(test, limit)),
@@ -186,7 +196,8 @@ def main() -> int:
             t0 = time.perf_counter()
             s, srcs, *_ = evaluate_model(model, src_tok, tgt_tok, pairs, method, **kw)
             print(
-                f"{test_name:<24}{name:<22}{len(srcs):>10,}{s['bleu']:>9.2f}{s['chrf']:>7.2f}"
+                f"{test_name:<24}{name:<22}{len(srcs):>10,}{s['bleu']:>9.2f}"
+                f"{s['chrf']:>7.2f}"
                 f"{time.perf_counter() - t0:>9.1f}"
             )
     print(

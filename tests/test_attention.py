@@ -1,4 +1,5 @@
-"""Scaled dot-product attention (notebook 04): shapes, PyTorch reference, empty rows, errors."""
+"""Scaled dot-product attention (notebook 04): shapes, PyTorch reference, empty rows,
+errors."""
 
 import pytest
 import torch
@@ -19,7 +20,8 @@ TOL = {
 
 
 def random_mask(gen, shape, allow_empty_rows=False):
-    """A random bool mask (True = may attend); unless allowed, every query row keeps key 0."""
+    """A random bool mask (True = may attend); unless allowed, every query row keeps key
+    0."""
     mask = torch.rand(shape, generator=gen) < 0.6
     if not allow_empty_rows:
         mask[..., 0] = True

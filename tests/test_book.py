@@ -1,4 +1,5 @@
-"""The book's structure: every notebook is in the table of contents, and Colab installs from the repo."""
+"""The book's structure: every notebook is in the table of contents, and Colab installs
+from the repo."""
 
 import json
 import re
@@ -53,7 +54,8 @@ UNLINKED = re.compile(
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
 def test_every_notebook_page_has_the_same_frame(path):
-    """A what-you-will-learn box at the top, a Summary, and links to where its concepts are used next."""
+    """A what-you-will-learn box at the top, a Summary, and links to where its concepts
+    are used next."""
     cells = markdown_of(path)
     assert ":::{admonition} What you will learn" in cells[0], (
         f"{path.name}: first markdown cell"
@@ -91,7 +93,8 @@ FIGURE_HELPERS = (
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
 def test_every_figure_has_a_title_and_labelled_axes(path):
-    """Each code cell that stores a picture sets a title and both axis labels (or draws with a helper that does)."""
+    """Each code cell that stores a picture sets a title and both axis labels (or draws
+    with a helper that does)."""
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
         if cell["cell_type"] != "code" or not any(
             "image/png" in o.get("data", {}) for o in cell["outputs"]
@@ -108,7 +111,8 @@ def test_every_figure_has_a_title_and_labelled_axes(path):
 
 
 def test_heatmaps_use_the_course_colour_maps():
-    """viridis from 0 for weights (`plot_attention` uses it), RdBu for signed values: see book/notation.md."""
+    """viridis from 0 for weights (`plot_attention` uses it), RdBu for signed values:
+    see book/notation.md."""
     for path in NOTEBOOKS:
         for cell in json.loads(path.read_text())["cells"]:
             for call in re.findall(r"imshow\([^\n]*", "".join(cell["source"])):

@@ -1,11 +1,13 @@
-"""The book as a reader meets it: build it, open every page in headless Chromium, and check what shows.
+"""The book as a reader meets it: build it, open every page in headless Chromium, and
+check what shows.
 
-Fails on a build warning, math left as raw TeX, a missing image, a broken internal link, Chinese
-labels that rendered as missing-glyph boxes, an image without alt text (or with a path for one),
-notebook plumbing visible on a page (NBVAL, default_exp, google.colab), or a display equation or
-code cell wider than its column at 1280 px. Screenshots of key pages at 1280 px and at 390 px
-(a phone) land in _build/screenshots/ to be looked at. Skipped when no Chromium is installed, unless REQUIRE_BROWSER=1
-(CI sets it, so there the test always runs).
+Fails on a build warning, math left as raw TeX, a missing image, a broken internal link,
+Chinese labels that rendered as missing-glyph boxes, an image without alt text (or with
+a path for one), notebook plumbing visible on a page (NBVAL, default_exp, google.colab),
+or a display equation or code cell wider than its column at 1280 px. Screenshots of key
+pages at 1280 px and at 390 px (a phone) land in _build/screenshots/ to be looked at.
+Skipped when no Chromium is installed, unless REQUIRE_BROWSER=1 (CI sets it, so there
+the test always runs).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ CHROMIUM = next(
     ),
     None,
 )
-CHROMIUM_FLAGS = [  # headless, and no background traffic: the machine may have no network
+# headless, and no background traffic: the machine may have no network
+CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -54,8 +57,9 @@ KEY_PAGES = [
 ]
 WIDTHS = {"desktop": 1280, "phone": 390}
 PLUMBING = ("NBVAL", "default_exp", "google.colab")  # must run, never show
-# Appended to a copy of a page: after MathJax, list the code cells and display equations whose
-# content is wider than their box (they would scroll sideways), into <pre id="layout-report">.
+# Appended to a copy of a page: after MathJax, list the code cells and display equations
+# whose content is wider than their box (they would scroll sideways), into <pre
+# id="layout-report">.
 LAYOUT_JS = """<script>
 window.addEventListener("load", function () {
   var mj = window.MathJax && MathJax.startup && MathJax.startup.promise;
@@ -78,7 +82,8 @@ window.addEventListener("load", function () {
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") != "1",
-    reason="no Chromium found (Debian: apt-get install chromium); set REQUIRE_BROWSER=1 to make this fail instead",
+    reason="no Chromium found (Debian: apt-get install chromium); set "
+    "REQUIRE_BROWSER=1 to make this fail instead",
 )
 
 
@@ -104,7 +109,8 @@ def chromium(*args: str, timeout: int = 120) -> str:
 
 @pytest.fixture(scope="module")
 def book() -> Path:
-    """Build the book exactly as `make book` does, and insist that the build is clean."""
+    """Build the book exactly as `make book` does, and insist that the build is
+    clean."""
     build = subprocess.run(
         [
             str(Path(sys.executable).parent / "jupyter-book"),
@@ -203,13 +209,15 @@ def test_internal_links_resolve(book, rendered):
 
 
 def test_no_missing_glyphs(rendered):
-    """Matplotlib warns 'Glyph N (...) missing from font(s)' when it draws a box instead of a character."""
+    """Matplotlib warns 'Glyph N (...) missing from font(s)' when it draws a box instead
+    of a character."""
     for page, soup in rendered.items():
         text = soup.get_text(" ")
         assert (
             "missing from font" not in text and "missing from current font" not in text
         ), (
-            f"{page}: a figure drew missing-glyph boxes (install a CJK font, e.g. fonts-noto-cjk)"
+            f"{page}: a figure drew missing-glyph boxes (install a CJK font, "
+            "e.g. fonts-noto-cjk)"
         )
 
 
@@ -234,13 +242,15 @@ def test_screenshots_of_key_pages(book):
 
 
 def notebooks_formatted() -> bool:
-    """True once ruff formats the notebooks (pyproject's extend-exclude no longer lists them)."""
+    """True once ruff formats the notebooks (pyproject's extend-exclude no longer lists
+    them)."""
     text = (ROOT / "pyproject.toml").read_text()
     return not re.search(r'^\s*"notebooks/\*\.ipynb"', text, re.MULTILINE)
 
 
 def too_wide(book: Path, page: str, width: int = 1280) -> list[list[str]]:
-    """[kind, start of text] of each code cell or display equation wider than its box."""
+    """[kind, start of text] of each code cell or display equation wider than its
+    box."""
     source = book / f"{page}.html"
     probe = source.with_name(source.stem + ".layout-probe.html")
     probe.write_text(source.read_text().replace("</body>", LAYOUT_JS + "</body>"))
@@ -259,7 +269,8 @@ def too_wide(book: Path, page: str, width: int = 1280) -> list[list[str]]:
 
 
 def test_nothing_scrolls_sideways_at_1280(book):
-    """No display equation is cut at 1280 px; nor any code cell, once the notebooks are formatted."""
+    """No display equation is cut at 1280 px; nor any code cell, once the notebooks are
+    formatted."""
     problems = []
     for page in toc_pages():
         for kind, text in too_wide(book, page):
@@ -285,8 +296,8 @@ def test_images_have_real_alt_text(rendered):
 
 
 def test_plumbing_is_off_the_page(rendered):
-    """Colab installs, nbdev directives and nbval markers run but no code cell or output shows
-    them (prose that teaches them, in inline code, is fine)."""
+    """Colab installs, nbdev directives and nbval markers run but no code cell or output
+    shows them (prose that teaches them, in inline code, is fine)."""
     for page, soup in rendered.items():
         text = " ".join(cell.get_text(" ") for cell in soup.select("main div.cell"))
         shown = [word for word in PLUMBING if word in text]

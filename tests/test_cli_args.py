@@ -1,4 +1,5 @@
-"""Unit tests for transformer_lib.cli_args: each checked type, the one-line Parser, read_texts, --model KEY=VALUE."""
+"""Unit tests for transformer_lib.cli_args: each checked type, the one-line Parser,
+read_texts, --model KEY=VALUE."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The loaders: mirror copies, checksum checks, atomic writes, recovery, and the offline error."""
+"""The loaders: mirror copies, checksum checks, atomic writes, recovery, and the offline
+error."""
 
 import hashlib
 import urllib.error
@@ -19,7 +20,8 @@ SPEC = DataFile(
 
 @pytest.fixture
 def folders(tmp_path, monkeypatch):
-    """An empty data folder, a mirror holding SPEC, and no network (downloads fail at once)."""
+    """An empty data folder, a mirror holding SPEC, and no network (downloads fail at
+    once)."""
     data_dir, mirror = tmp_path / "data", tmp_path / "mirror"
     (mirror / "corpus").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
@@ -133,7 +135,10 @@ def test_the_public_test_is_cut_from_its_upstream_file_by_label(
     data_dir, _ = folders
     monkeypatch.undo()  # file:// URLs need no network
     monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
-    upstream = "eng\tcmn_Hans\tHi.\t你好。\neng\tyue_Hant\tHi.\t你好呀。\neng\tcmn_Hant\tBye.\t再見。\n"
+    upstream = (
+        "eng\tcmn_Hans\tHi.\t你好。\neng\tyue_Hant\tHi.\t你好呀。\neng\tcmn_Hant\tBye."
+        "\t再見。\n"
+    )
     (tmp_path / "test.txt").write_text(upstream, encoding="utf-8")
     kept = "eng\tcmn_Hans\tHi.\t你好。\neng\tcmn_Hant\tBye.\t再見。\n".encode()
     spec = DataFile(

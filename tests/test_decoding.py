@@ -1,4 +1,5 @@
-"""Decoding (greedy, beam, sampling, top-k/top-p filters), translate and sacreBLEU/chrF evaluation."""
+"""Decoding (greedy, beam, sampling, top-k/top-p filters), translate and sacreBLEU/chrF
+evaluation."""
 
 import zlib
 
@@ -80,8 +81,8 @@ def test_beam_of_one_is_greedy_and_outputs_are_clean():
 def reverser() -> Transformer:
     """A tiny model trained for 40 steps to reverse 4 digits (ids 3..8).
 
-    It already ends every output with <eos> but is unsure of the digits, so beam search has better
-    translations than greedy decoding to find (on 7 of the 16 sources below).
+    It already ends every output with <eos> but is unsure of the digits, so beam search
+    has better translations than greedy decoding to find (on 7 of the 16 sources below).
     """
     torch.manual_seed(0)
     model = Transformer(
@@ -107,7 +108,8 @@ def reverser() -> Transformer:
 def log_probability(
     model: Transformer, src: torch.Tensor, ids: list[int], finished: bool = True
 ) -> float:
-    """log P(ids (+ <eos> if finished) | src) under teacher forcing, for one source (S,)."""
+    """log P(ids (+ <eos> if finished) | src) under teacher forcing, for one source
+    (S,)."""
     tgt = torch.tensor([[BOS] + ids + ([EOS] if finished else [])])
     logp = model(src[None], tgt[:, :-1]).log_softmax(-1)  # (1, T, V)
     return logp.gather(-1, tgt[:, 1:, None]).sum().item()
@@ -135,7 +137,8 @@ def test_beam_finds_at_least_the_greedy_log_probability(reverser):
 
 
 def test_wide_beam_is_exhaustive_search():
-    """With more beams than hypotheses, beam search returns the best length-penalised score of them all."""
+    """With more beams than hypotheses, beam search returns the best length-penalised
+    score of them all."""
     model, max_len, alpha = tiny_model(), 3, 0.6
     src = torch.randint(3, 11, (5,), generator=torch.Generator().manual_seed(2))  # (S,)
     tokens = [t for t in range(9) if t != EOS]
@@ -194,7 +197,8 @@ def test_sampling_is_seeded_and_cold_sampling_is_greedy():
 
 
 class Words:
-    """A stand-in source tokenizer: one id per word, from its checksum (not hash(), which changes per run)."""
+    """A stand-in source tokenizer: one id per word, from its checksum (not hash(),
+    which changes per run)."""
 
     pad_id, bos_id, eos_id = 0, 1, 2
 

@@ -1,4 +1,5 @@
-"""transformer_lib.embeddings: TokenEmbedding against nn.Embedding and one-hot products, and bad ids."""
+"""transformer_lib.embeddings: TokenEmbedding against nn.Embedding and one-hot products,
+and bad ids."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Encoder: the feed-forward network, the layer against nn.TransformerEncoderLayer, padding, pre/post-norm."""
+"""Encoder: the feed-forward network, the layer against nn.TransformerEncoderLayer,
+padding, pre/post-norm."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Every exercise checker passes a right solution and fails a deliberately wrong one with a precise message."""
+"""Every exercise checker passes a right solution and fails a deliberately wrong one
+with a precise message."""
 
 import hashlib
 import math
@@ -85,7 +86,9 @@ def test_rope():
 
     def halves(
         x,
-    ):  # rotates the first half against the second half: a real convention, but not this one
+        # rotates the first half against the second half: a real convention, but not
+        # this one
+    ):
         T, C = x.shape[-2:]
         ang = torch.arange(T, dtype=x.dtype)[:, None] * 10000 ** (
             -torch.arange(0, C, 2, dtype=x.dtype) / C

@@ -1,5 +1,5 @@
-"""The notebook -> library export: in sync now, a hand edit is caught and named, and several notebooks
-can export into one module without wiping each other."""
+"""The notebook -> library export: in sync now, a hand edit is caught and named, and
+several notebooks can export into one module without wiping each other."""
 
 import importlib
 import importlib.util
@@ -53,7 +53,8 @@ def test_every_generated_module_names_its_notebook():
 
 
 def test_secondary_module_is_generated_and_named():
-    """`#| export viz` cells of notebook 04 make transformer_lib/viz.py, headed by that notebook."""
+    """`#| export viz` cells of notebook 04 make transformer_lib/viz.py, headed by that
+    notebook."""
     viz = export_notebooks.generated_modules(ROOT / "transformer_lib")["viz.py"]
     assert (
         "File to edit: ../notebooks/04_scaled_dot_product_attention.ipynb"
@@ -63,7 +64,8 @@ def test_secondary_module_is_generated_and_named():
 
 
 def test_torch_reference_comes_from_notebooks_07_and_08():
-    """The weight-copy helpers of the reference checks live in one module, apart from the models."""
+    """The weight-copy helpers of the reference checks live in one module, apart from
+    the models."""
     generated = export_notebooks.generated_modules(ROOT / "transformer_lib")
     text = generated["torch_reference.py"]
     assert export_notebooks.source_notebooks(text) == [
@@ -80,9 +82,10 @@ def test_torch_reference_comes_from_notebooks_07_and_08():
         )
 
 
-# Three tiny notebooks, exported in name order: a and b both export into `shared`; b adds to a's
-# default module `alpha` (a later notebook into an earlier one's module) and a adds to b's default
-# module `beta` (an earlier notebook into a later one's module, which b then starts).
+# Three tiny notebooks, exported in name order: a and b both export into `shared`; b
+# adds to a's default module `alpha` (a later notebook into an earlier one's module) and
+# a adds to b's default module `beta` (an earlier notebook into a later one's module,
+# which b then starts).
 NOTEBOOKS = {
     "a.ipynb": [
         "#| default_exp alpha",

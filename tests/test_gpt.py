@@ -1,4 +1,5 @@
-"""transformer_lib.gpt: norms and GELU against PyTorch, causality, both attention paths, the KV cache, sampling."""
+"""transformer_lib.gpt: norms and GELU against PyTorch, causality, both attention paths,
+the KV cache, sampling."""
 
 import pytest
 import torch
@@ -183,7 +184,8 @@ def test_sampling_filters():
 
 
 def test_library_guards_name_what_is_wrong():
-    """Bad input to the models gives a ValueError that says what was wrong, not an error deep inside."""
+    """Bad input to the models gives a ValueError that says what was wrong, not an error
+    deep inside."""
     from transformer_lib.multi_head import MultiHeadAttention
 
     mha = MultiHeadAttention(8, 2)

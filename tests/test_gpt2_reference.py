@@ -1,5 +1,6 @@
 """Our GPT (notebook 11) against Hugging Face's GPT-2: with GPT-2's weights loaded by
-transformer_lib.gpt2_weights, the logits must be GPT-2's (small random GPT2Configs, nothing downloaded)."""
+transformer_lib.gpt2_weights, the logits must be GPT-2's (small random GPT2Configs,
+nothing downloaded)."""
 
 import pytest
 import torch
@@ -15,8 +16,9 @@ from transformer_lib.gpt2_weights import (  # noqa: E402
 
 
 def random_gpt2(seed: int = 0, **config) -> "transformers.GPT2LMHeadModel":
-    """A small GPT2LMHeadModel in eval mode, every weight nudged at random (HF starts biases at 0 and
-    LayerNorm gains at 1, which would hide a bias or gain copied to the wrong place)."""
+    """A small GPT2LMHeadModel in eval mode, every weight nudged at random (HF starts
+    biases at 0 and LayerNorm gains at 1, which would hide a bias or gain copied to the
+    wrong place)."""
     torch.manual_seed(seed)
     config = {
         **dict(
@@ -93,8 +95,8 @@ def test_greedy_generation_equals_hf():
 
 
 def test_a_missing_transposition_is_caught():
-    """A loader that forgot to transpose the square c_proj (C x C) would load without a shape error;
-    the logits must give it away."""
+    """A loader that forgot to transpose the square c_proj (C x C) would load without a
+    shape error; the logits must give it away."""
     hf = random_gpt2(seed=5)
     sd = {
         k: v.t() if k.endswith("attn.c_proj.weight") else v

@@ -1,4 +1,5 @@
-"""`python -m transformer_lib train-lm` and `generate`: flags checked in one line, bad files refused, no traceback."""
+"""`python -m transformer_lib train-lm` and `generate`: flags checked in one line, bad
+files refused, no traceback."""
 
 import io
 import sys

@@ -1,4 +1,5 @@
-"""The language model's trainer (notebook 11): batches, evaluation, exact resume, and never losing work."""
+"""The language model's trainer (notebook 11): batches, evaluation, exact resume, and
+never losing work."""
 
 import math
 import os
@@ -26,8 +27,8 @@ from transformer_lib.training import (
 )
 
 TEXT = (
-    "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
-    * 20
+    "To be, or not to be, that is the question:\nWhether 'tis nobler in the "
+    "mind to suffer\n" * 20
 )
 BASE = dict(
     preset="tiny",
@@ -218,7 +219,8 @@ def test_load_lm_refuses_what_it_cannot_use(tmp_path):
     "capability, native", [((7, 5), False), ((8, 0), True), ((9, 0), True)]
 )
 def test_bf16_only_on_gpus_that_multiply_it_natively(monkeypatch, capability, native):
-    """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay off there."""
+    """A T4 (7.5, Colab's free GPU) emulates bf16, slower than fp32: autocast must stay
+    off there."""
     monkeypatch.setattr(
         torch.cuda, "get_device_capability", lambda device=None: capability
     )

@@ -1,4 +1,5 @@
-"""Masks (notebook 06): padding and causal masks, their combination, PyTorch reference, causality."""
+"""Masks (notebook 06): padding and causal masks, their combination, PyTorch reference,
+causality."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""`python -m transformer_lib translate` and `train-mt`: clear messages, never a traceback."""
+"""`python -m transformer_lib translate` and `train-mt`: clear messages, never a
+traceback."""
 
 import pytest
 import torch
@@ -20,7 +21,8 @@ PAIRS = [
 def checkpoint(tmp_path_factory):
     """A tiny trained translator, saved the way train-mt saves one."""
     path = tmp_path_factory.mktemp("mt") / "tiny.pt"
-    # Our own byte-level BPE breaks ties the same way every run (HF's trainer does not), so the fixture repeats.
+    # Our own byte-level BPE breaks ties the same way every run (HF's trainer does not),
+    # so the fixture repeats.
     src_tok = BPETokenizer(specials=SPECIAL_TOKENS)
     src_tok.train(" ".join(en for en, _ in PAIRS), 280)
     tgt_tok = CharTokenizer([zh for _, zh in PAIRS], specials=SPECIAL_TOKENS)

@@ -1,4 +1,5 @@
-"""The translator's trainer (notebook 09): schedules, checkpoints, exact resume, early stopping, and never losing work."""
+"""The translator's trainer (notebook 09): schedules, checkpoints, exact resume, early
+stopping, and never losing work."""
 
 from dataclasses import replace
 
@@ -142,7 +143,8 @@ def test_load_translator_errors_are_clear(tmp_path):
         load_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
     with pytest.raises(
-        CheckpointError, match="other.pt is not a transformer_lib.translator/1 checkpoint"
+        CheckpointError,
+        match="other.pt is not a transformer_lib.translator/1 checkpoint",
     ):
         load_translator(tmp_path / "other.pt")
     torch.save(

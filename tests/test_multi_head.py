@@ -1,4 +1,5 @@
-"""Multi-head attention (notebook 05): split/merge, shapes, nn.MultiheadAttention reference, errors."""
+"""Multi-head attention (notebook 05): split/merge, shapes, nn.MultiheadAttention
+reference, errors."""
 
 import pytest
 import torch
@@ -114,7 +115,8 @@ def mha_case(draw, dtypes=(torch.float32, torch.float64)):
 
 
 def build(case):
-    """Our module, its nn.MultiheadAttention twin, inputs, our mask and the equivalent torch kwargs."""
+    """Our module, its nn.MultiheadAttention twin, inputs, our mask and the equivalent
+    torch kwargs."""
     gen = torch.Generator().manual_seed(case["seed"])
     torch.manual_seed(case["seed"])
     B, H, T_q, T_k, dtype = (
@@ -193,7 +195,8 @@ def test_fully_masked_rows_finite_forward_and_backward(need_weights):
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mha.parameters())
-    # an empty row's attention is zero, so its output is just the output projection's bias
+    # an empty row's attention is zero, so its output is just the output projection's
+    # bias
     torch.testing.assert_close(out[0, 3], mha.out_proj.bias.detach())
 
 

@@ -1,5 +1,6 @@
-"""perf.py (notebook 12): the FLOP count of a GPT against its weights and PyTorch's FLOP counter, MFU
-arithmetic, and the timers with a stub clock (fast and deterministic: nothing here times real work)."""
+"""perf.py (notebook 12): the FLOP count of a GPT against its weights and PyTorch's FLOP
+counter, MFU arithmetic, and the timers with a stub clock (fast and deterministic:
+nothing here times real work)."""
 
 from types import SimpleNamespace
 
@@ -13,7 +14,8 @@ from transformer_lib.gpt import GPT, GPTConfig
 
 
 def matmul_weights(model: nn.Module) -> int:
-    """Weights of every nn.Linear, the output layer included even when it shares the embedding."""
+    """Weights of every nn.Linear, the output layer included even when it shares the
+    embedding."""
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
@@ -33,7 +35,8 @@ def test_flops_per_token_count_every_matmul_weight(overrides):
     assert (
         perf.model_flops_per_token(config) == 3 * forward
     )  # backward: twice the forward
-    # the same count from the parameters: the tied embedding once, minus positions, norms and biases
+    # the same count from the parameters: the tied embedding once, minus positions,
+    # norms and biases
     others = sum(
         p.numel()
         for name, p in model.named_parameters()
@@ -44,7 +47,8 @@ def test_flops_per_token_count_every_matmul_weight(overrides):
 
 
 def test_flops_per_token_match_pytorchs_flop_counter():
-    """One forward over a full context: PyTorch counts the matmuls (2 FLOPs per multiply-add) as we do."""
+    """One forward over a full context: PyTorch counts the matmuls (2 FLOPs per
+    multiply-add) as we do."""
     config = GPTConfig.tiny(
         attn_impl="explicit"
     )  # plain matmuls, which the counter knows

@@ -1,4 +1,5 @@
-"""transformer_lib.positional: the sinusoidal table against a loop over the paper's formula, the modules, errors."""
+"""transformer_lib.positional: the sinusoidal table against a loop over the paper's
+formula, the modules, errors."""
 
 import math
 
@@ -15,7 +16,8 @@ from transformer_lib.positional import (
 
 
 def pe_loop(context_len: int, d_model: int) -> torch.Tensor:
-    """The paper's formula entry by entry, in float64: PE(pos, 2i) = sin, PE(pos, 2i+1) = cos of pos / 10000^(2i/C)."""
+    """The paper's formula entry by entry, in float64: PE(pos, 2i) = sin, PE(pos, 2i+1)
+    = cos of pos / 10000^(2i/C)."""
     pe = torch.zeros(context_len, d_model, dtype=torch.float64)
     for pos in range(context_len):
         for j in range(d_model):

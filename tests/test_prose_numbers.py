@@ -1,8 +1,9 @@
 """Numbers quoted in a notebook's prose equal the numbers in its stored outputs.
 
-Each entry: (notebook, a regex on the markdown with one group around the quoted number, a regex on the
-stored outputs with one group around the printed number). When a notebook is re-executed and a number
-moves, this test names the sentence to update. Add an entry whenever prose quotes a printed number.
+Each entry: (notebook, a regex on the markdown with one group around the quoted
+number, a regex on the stored outputs with one group around the printed number).
+When a notebook is re-executed and a number moves, this test names the sentence to
+update. Add an entry whenever prose quotes a printed number.
 """
 
 import json
@@ -157,5 +158,6 @@ def test_quoted_number_matches_output(name, prose_re, output_re):
     assert float(quoted.group(1).replace(",", "")) == float(
         printed.group(1).replace(",", "")
     ), (
-        f"{name}: the prose says {quoted.group(0)!r} but the output prints {printed.group(0)!r}"
+        f"{name}: the prose says {quoted.group(0)!r} "
+        f"but the output prints {printed.group(0)!r}"
     )

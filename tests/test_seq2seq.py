@@ -1,4 +1,5 @@
-"""Decoder layer against nn.TransformerDecoderLayer; the whole model: shapes, causality, padding, tying, errors."""
+"""Decoder layer against nn.TransformerDecoderLayer; the whole model: shapes, causality,
+padding, tying, errors."""
 
 import pytest
 import torch

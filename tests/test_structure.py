@@ -1,4 +1,5 @@
-"""The library's shape: generated modules, whole classes, and no import between Part II and Part III."""
+"""The library's shape: generated modules, whole classes, and no import between Part II
+and Part III."""
 
 import ast
 from pathlib import Path
@@ -17,12 +18,14 @@ PART_II = {
 }
 PART_III = {"gpt", "lm_train", "gpt2_weights", "perf"}
 SHARED = {"training", "checkpoints", "files", "sampling"}
-TOOLING = {"exercises"}  # the exercises' checkers: one part from each notebook, any Part as reference
+# the exercises' checkers: one part from each notebook, any Part as reference
+TOOLING = {"exercises"}
 MODULES = sorted(p.stem for p in LIB.glob("*.py"))
 
 
 def imports_of(name: str) -> set[str]:
-    """The transformer_lib modules that module `name` imports (at the top or inside functions)."""
+    """The transformer_lib modules that module `name` imports (at the top or inside
+    functions)."""
     found = set()
     for node in ast.walk(ast.parse((LIB / f"{name}.py").read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):

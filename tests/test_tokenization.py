@@ -1,5 +1,5 @@
-"""transformer_lib.tokenization: round trips, unknown characters, special tokens, to_dict/from_dict, and
-equality with GPT-2's tokenizer (tiktoken) on whole corpora."""
+"""transformer_lib.tokenization: round trips, unknown characters, special tokens,
+to_dict/from_dict, and equality with GPT-2's tokenizer (tiktoken) on whole corpora."""
 
 import json
 
@@ -32,8 +32,10 @@ from transformer_lib.tokenization import (
 )
 
 ENGLISH = (
-    "First Citizen: Before we proceed any further, hear me speak. You are all resolved rather to die "
-    "than to famish? Resolved. resolved. First, you know Caius Marcius is chief enemy to the people. "
+    "First Citizen: Before we proceed any further, hear me speak. You are all "
+    "resolved rather to die "
+    "than to famish? Resolved. resolved. First, you know Caius Marcius is "
+    "chief enemy to the people. "
 ) * 20
 CHINESE = "我们今天去公园散步。你好，世界！他不喜欢吃鱼。"
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=40)
@@ -93,7 +95,8 @@ def test_decode_refuses_ids_outside_the_vocabulary(bpe):
         tok.decode([-1])
     with pytest.raises(
         ValueError,
-        match=rf"token id {bpe.vocab_size} is outside the vocabulary \[0, {bpe.vocab_size}\)",
+        match=rf"token id {bpe.vocab_size} is outside the vocabulary \[0, "
+        rf"{bpe.vocab_size}\)",
     ):
         bpe.decode([bpe.vocab_size])
 
@@ -114,7 +117,8 @@ def test_char_round_trip(train, text):
 
 
 def test_char_tokenizer_encodes_a_megabyte():
-    # (how fast: benchmarks/bpe_speed.py; a wall-clock limit here would fail on a busy machine)
+    # (how fast: benchmarks/bpe_speed.py; a wall-clock limit here would fail on a busy
+    # machine)
     text = (ENGLISH + CHINESE) * (1_000_000 // len(ENGLISH + CHINESE) + 1)
     tok = CharTokenizer(text, specials=SPECIAL_TOKENS)
     ids = tok.encode(text)
@@ -238,7 +242,8 @@ def test_decode_accepts_a_tensor():
     assert tok.decode(torch.tensor([0, 1, 2])) == "abc"
 
 
-# ---- GPT-2's tokenizer as the reference (minbpe's test_gpt4_tiktoken_equality, on whole corpora) ----
+# ---- GPT-2's tokenizer as the reference (minbpe's test_gpt4_tiktoken_equality, on
+# whole corpora) ----
 
 SAMPLE = (
     "Hello world! It's 2024: 12,345 apples, 3.14 pies, 1/2 cup.\n"
@@ -256,8 +261,8 @@ def gpt2():
 
 @pytest.fixture(scope="module")
 def gpt2_bpe(gpt2):
-    """Our class with GPT-2's merges, and our id -> GPT-2's id (the same above 255; the 256 bytes are
-    numbered in another order by GPT-2)."""
+    """Our class with GPT-2's merges, and our id -> GPT-2's id (the same above 255; the
+    256 bytes are numbered in another order by GPT-2)."""
     tok = BPETokenizer(gpt2_merges())
     to_gpt2 = [gpt2.encode_single_token(piece) for piece in tok.vocab]
     assert len(tok.merges) == 50_000 and to_gpt2[256:] == list(range(256, 50_256))
@@ -286,7 +291,8 @@ def test_bpe_matches_tiktoken_gpt2(name, corpora, gpt2, gpt2_bpe):
 
 @pytest.mark.parametrize("name", ["shakespeare", "tatoeba_chinese", "sample"])
 def test_chunks_match_gpt2_regex(name, corpora, gpt2):
-    # tiktoken's spelling of GPT-2's pattern (possessive quantifiers, for speed) splits the same way
+    # tiktoken's spelling of GPT-2's pattern (possessive quantifiers, for speed) splits
+    # the same way
     text = corpora[name]
     assert CHUNK_PATTERN.findall(text) == regex.findall(gpt2._pat_str, text)
 

@@ -1,4 +1,5 @@
-"""training, checkpoints, files (notebook 09): schedules, AdamW groups, clipping, atomic checkpoints, refusals."""
+"""training, checkpoints, files (notebook 09): schedules, AdamW groups, clipping, atomic
+checkpoints, refusals."""
 
 import math
 
@@ -50,7 +51,8 @@ def test_warmup_cosine_shape(warmup, total, max_lr, min_frac):
         a >= b - 1e-15 for a, b in zip(lrs[warmup:], lrs[warmup + 1 :])
     )  # then never rising
     assert lrs[total] == lrs[-1] == pytest.approx(min_lr)
-    if (total - warmup) % 2 == 0:  # halfway down the cosine: exactly between the peak and the floor
+    # halfway down the cosine: exactly between the peak and the floor
+    if (total - warmup) % 2 == 0:
         mid = warmup + (total - warmup) // 2
         assert lrs[mid] == pytest.approx((max_lr + min_lr) / 2, rel=1e-9)
 

@@ -1,4 +1,5 @@
-"""Splits by English sentence, the fixed test split, tokenizers, length-bucketed batches, shifted targets, the loss."""
+"""Splits by English sentence, the fixed test split, tokenizers, length-bucketed
+batches, shifted targets, the loss."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Attention heatmaps (viz.py, notebook 04): labels, one colour map, readable sizes, label checks, CJK fonts."""
+"""Attention heatmaps (viz.py, notebook 04): labels, one colour map, readable sizes,
+label checks, CJK fonts."""
 
 import warnings
 
@@ -41,7 +42,8 @@ def test_plot_heads_one_panel_per_head_and_label_checks():
 
 
 def test_long_sequences_give_figures_of_readable_width():
-    """Panels shrink with the sequence: 4 heads of 64 tokens once made a figure 100 inches wide."""
+    """Panels shrink with the sequence: 4 heads of 64 tokens once made a figure 100
+    inches wide."""
     fig = plot_heads(torch.rand(4, 64, 64))
     assert fig.get_figwidth() <= 15
     ax = plot_attention(torch.rand(100, 100))

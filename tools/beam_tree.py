@@ -1,13 +1,16 @@
-"""Draw a beam-search tree from a real run of a trained translator (notebook 10's figure).
+"""Draw a beam-search tree from a real run of a trained translator (notebook 10's
+figure).
 
-    python tools/beam_tree.py notebooks/runs/translator.pt        # after the full training
-    python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3 --out book/images/x.svg
+    python tools/beam_tree.py notebooks/runs/translator.pt        # after the full
+    training python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3
+    --out book/images/x.svg
 
 It traces the library's beam search step by step for one sentence (same scores: summed
-log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that the
-traced winner is what `transformer_lib.decoding.beam_search` returns, and draws the kept
-hypotheses of each step with their scores beside the greedy path, into book/images/beam_tree.svg,
-and puts the figure's description (with the new numbers) as the image's alt text in notebook 10.
+log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that
+the traced winner is what `transformer_lib.decoding.beam_search` returns, and draws the
+kept hypotheses of each step with their scores beside the greedy path, into
+book/images/beam_tree.svg, and puts the figure's description (with the new numbers) as
+the image's alt text in notebook 10.
 """
 
 import argparse
@@ -36,10 +39,12 @@ from transformer_lib.mt_train import load_translator  # noqa: E402
 
 @torch.no_grad()
 def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
-    """Beam search on one source (1, S), recording every step's kept and finished hypotheses.
+    """Beam search on one source (1, S), recording every step's kept and finished
+    hypotheses.
 
-    Returns (steps, finished): steps[t] = [(parent_slot, token, cumulative logp)] for the live
-    beams after step t; finished = [(step, parent_slot, normalised score, tokens)].
+    Returns (steps, finished): steps[t] = [(parent_slot, token, cumulative logp)] for
+    the live beams after step t; finished = [(step, parent_slot, normalised score,
+    tokens)].
     """
     memory, src_mask = model.encode(src)
     memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
@@ -78,7 +83,8 @@ def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
 
 
 def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, source=""):
-    """The SVG: one column per step, the kept hypotheses with their summed log-probabilities."""
+    """The SVG: one column per step, the kept hypotheses with their summed
+    log-probabilities."""
     n = len(steps)
     col, row = 118, 58
     width = max(760, 150 + (n + 1) * col)
@@ -92,11 +98,13 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
         width,
         height,
         f"Beam search (beam {K}) beside greedy decoding",
-        f"Translating '{sentence}' with the translator {source}. Each column is a step; each "
+        f"Translating '{sentence}' with the translator {source}. Each column "
+        "is a step; each "
         f"node is a kept hypothesis ending in the token shown, with its summed log-"
         f"probability. Finished hypotheses (<eos>) are scored with the length penalty "
         f"(alpha {alpha}); the best, '{text(best[3])}', scores {best[2]:.2f}. "
-        f"Greedy decoding gives '{text(greedy)}' with log-probability {greedy_logp:.2f}.",
+        f"Greedy decoding gives '{text(greedy)}' with log-probability "
+        f"{greedy_logp:.2f}.",
     )
     s.text(
         20,
@@ -224,7 +232,8 @@ def beam_tree(
 
 
 def update_alt(notebook: Path, image: str, alt: str) -> bool:
-    """Set the alt text of `<img src=".../image" ...>` in the notebook's markdown cells."""
+    """Set the alt text of `<img src=".../image" ...>` in the notebook's markdown
+    cells."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     pattern = re.compile(r'(<img src="[^"]*' + re.escape(image) + r'" alt=")[^"]*(")')
     found = False

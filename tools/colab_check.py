@@ -1,21 +1,31 @@
 """Run every notebook the way Colab runs it, as far as a machine without Colab can.
 
-What Colab does when the launch button opens a notebook, and what this script does instead:
+What Colab does when the launch button opens a notebook, and what this script does
+instead:
 
-- Colab opens the notebook alone, in an empty folder: each notebook is copied into an empty folder of
-  its own, with no checkout beside it, so nothing but the install cell can provide the library.
-- Colab's Python has torch and Jupyter but not the course's library or its other needs: a fresh virtual
-  environment gets only `torch` (the CPU wheel) and `ipykernel`/`nbconvert`; no numpy, matplotlib,
-  tiktoken, tokenizers or sacrebleu until the notebook's first cell installs them.
-- Colab has `google.colab` imported: an IPython start-up file registers a stand-in module of that name,
-  so the notebook's Colab-only cells (the pip install, notebook 10's font install) really run.
-- The first cell installs `transformer_lib @ git+<repository URL in _config.yml>`: git is told to fetch
-  that URL from this checkout instead (`url.<checkout>.insteadOf`), so pip clones the committed HEAD,
-  as Colab would clone the pushed branch. Uncommitted changes are not seen; the script warns about them.
+- Colab opens the notebook alone, in an empty folder: each notebook is copied into an
+  empty folder of
+  its own, with no checkout beside it, so nothing but the install cell can provide the
+  library.
+- Colab's Python has torch and Jupyter but not the course's library or its other needs:
+  a fresh virtual
+  environment gets only `torch` (the CPU wheel) and `ipykernel`/`nbconvert`; no numpy,
+  matplotlib, tiktoken, tokenizers or sacrebleu until the notebook's first cell installs
+  them.
+- Colab has `google.colab` imported: an IPython start-up file registers a stand-in
+  module of that name,
+  so the notebook's Colab-only cells (the pip install, notebook 10's font install)
+  really run.
+- The first cell installs `transformer_lib @ git+<repository URL in _config.yml>`: git
+  is told to fetch
+  that URL from this checkout instead (`url.<checkout>.insteadOf`), so pip clones the
+  committed HEAD, as Colab would clone the pushed branch. Uncommitted changes are not
+  seen; the script warns about them.
 
-What it cannot imitate: Colab's GPU (the notebooks run on this machine's CPU, in quick mode unless
-`--full`), and Colab's network (the corpora come from `$TRANSFORMER_DATA_MIRROR` when it is set, as in CI;
-unset, the loaders download from the canonical URLs as on Colab).
+What it cannot imitate: Colab's GPU (the notebooks run on this machine's CPU, in quick
+mode unless
+`--full`), and Colab's network (the corpora come from `$TRANSFORMER_DATA_MIRROR` when it
+is set, as in CI; unset, the loaders download from the canonical URLs as on Colab).
 
     python tools/colab_check.py                       # all notebooks, quick mode
     python tools/colab_check.py --notebooks 04 11     # some of them
@@ -33,9 +43,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCH = "torch==2.13.0"  # stands in for the torch Colab ships; the CPU wheel on a machine without CUDA
+# stands in for the torch Colab ships; the CPU wheel on a machine without CUDA
+TORCH = "torch==2.13.0"
 FAKE_COLAB = """\
-# Written by tools/colab_check.py: makes `"google.colab" in sys.modules` true, as on Colab.
+# Written by tools/colab_check.py: makes `"google.colab" in sys.modules` true, as on
+# Colab.
 import sys, types
 google = sys.modules.setdefault("google", types.ModuleType("google"))
 google.colab = sys.modules["google.colab"] = types.ModuleType("google.colab")
@@ -51,7 +63,8 @@ def run(cmd: list[str], **kwargs) -> None:
 
 
 def make_environment(work: Path) -> dict[str, str]:
-    """A bare Python with torch and Jupyter, plus the environment variables that make it look like Colab."""
+    """A bare Python with torch and Jupyter, plus the environment variables that make it
+    look like Colab."""
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     run(
@@ -103,7 +116,8 @@ def make_environment(work: Path) -> dict[str, str]:
 
 
 def check_notebook(notebook: Path, work: Path, env: dict[str, str]) -> float:
-    """Copy the notebook alone into an empty folder and run it top to bottom; return the seconds it took."""
+    """Copy the notebook alone into an empty folder and run it top to bottom; return the
+    seconds it took."""
     folder = work / "content" / notebook.stem
     folder.mkdir(parents=True)
     shutil.copy(notebook, folder)
@@ -152,7 +166,8 @@ def main() -> None:
         check=True,
     ).stdout.strip():
         print(
-            "warning: uncommitted changes; the notebooks install the committed HEAD, as Colab would",
+            "warning: uncommitted changes; the notebooks install the "
+            "committed HEAD, as Colab would",
             flush=True,
         )
     notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -28,7 +28,8 @@ def diagram(fn):
 
 
 def _stack(s, x, y_bottom, w, parts, h=34, gap=14):
-    """Boxes stacked upward from y_bottom, joined by arrows; returns their (x, y, w, h)."""
+    """Boxes stacked upward from y_bottom, joined by arrows; returns their (x, y, w,
+    h)."""
     boxes, y = [], y_bottom
     for label, kind, *sub in parts:
         y -= h
@@ -47,11 +48,16 @@ def course_map():
         960,
         670,
         "Map of the course",
-        "Left, the encoder-decoder translator of Part II; right, the decoder-only GPT of "
-        "Part III. Each part is labelled with the notebook that builds it: tokens (01), "
-        "embeddings (02), positional encoding (03), attention (04, 05), masks (06), encoder "
-        "block (07), decoder block with cross-attention and the whole model (08), training "
-        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), KV cache, fused "
+        "Left, the encoder-decoder translator of Part II; right, the "
+        "decoder-only GPT of "
+        "Part III. Each part is labelled with the notebook that builds it: "
+        "tokens (01), "
+        "embeddings (02), positional encoding (03), attention (04, 05), masks "
+        "(06), encoder "
+        "block (07), decoder block with cross-attention and the whole model "
+        "(08), training "
+        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), "
+        "KV cache, fused "
         "attention and DDP (12).",
     )
     s.text(
@@ -180,10 +186,13 @@ def why_attention():
         900,
         360,
         "The bottleneck of a recurrent encoder, and attention",
-        "Top: a recurrent encoder reads the words one after another and hands the decoder "
+        "Top: a recurrent encoder reads the words one after another and hands "
+        "the decoder "
         "only its last state, one vector for the whole sentence; the first word's "
-        "information must survive every step. Bottom: with attention the decoder looks at "
-        "every encoder state directly, one step away, and all positions are computed at once.",
+        "information must survive every step. Bottom: with attention the "
+        "decoder looks at "
+        "every encoder state directly, one step away, and all positions are "
+        "computed at once.",
     )
     words = ["I", "bought", "a", "red", "car"]
     s.text(
@@ -230,7 +239,8 @@ def why_attention():
 
 
 def one_query_numbers():
-    """Notebook 04's hand example (the cat sat, d_k = 2): the query of 'sat' attending."""
+    """Notebook 04's hand example (the cat sat, d_k = 2): the query of 'sat'
+    attending."""
     tokens = ["the", "cat", "sat"]
     keys = np.array([[1, 0], [0, 1], [0, 0]], float)  # a determiner, a noun, a verb
     values = np.eye(3)  # one-hot values: the output shows where each row looked
@@ -249,10 +259,13 @@ def attention_one_query():
         900,
         290,
         "One query attending over three keys",
-        f"The query of 'sat', {fmt(q)}, is compared with each key by a dot product divided "
+        f"The query of 'sat', {fmt(q)}, is compared with each key by a dot "
+        "product divided "
         f"by the square root of d_k = 2, giving scores "
-        f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, scores))}; softmax turns them "
-        f"into weights {', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, weights))}, which "
+        f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, scores))}; "
+        "softmax turns them "
+        "into weights "
+        f"{', '.join(f'{t} {x:.2f}' for t, x in zip(tokens, weights))}, which "
         f"sum to 1; the output is the weighted average of the value vectors, "
         f"{fmt(np.round(out, 2))}.",
     )
@@ -311,10 +324,14 @@ def heads_split_merge():
         330,
         "Splitting into heads and merging them back",
         f"With B={B} sentences of T={T} tokens and d_model={C}: the projected queries "
-        f"{shape(x)} are viewed as H={H} heads of d_head={C // H}, {shape(x.view(B, T, H, -1))}, "
-        f"and transposed to {shape(split)} so each head attends on its own; the outputs are "
-        f"transposed back and reshaped to {shape(merged)}, which concatenates the heads, "
-        f"before the output projection W_O. The shapes come from running split_heads and "
+        f"{shape(x)} are viewed as H={H} heads of d_head={C // H}, "
+        f"{shape(x.view(B, T, H, -1))}, "
+        f"and transposed to {shape(split)} so each head attends on its own; "
+        "the outputs are "
+        f"transposed back and reshaped to {shape(merged)}, which concatenates "
+        "the heads, "
+        f"before the output projection W_O. The shapes come from running "
+        f"split_heads and "
         f"merge_heads.",
     )
     row = [
@@ -385,10 +402,14 @@ def masks():
         900,
         330,
         "The padding, causal and combined masks",
-        "Three 5 by 5 grids for the tokens I, like, cats and two pads; rows are queries, "
-        "columns keys; a green cell may attend. Padding: the two pad columns are hidden from "
-        "every row. Causal: row i sees columns up to i, a lower triangle. Combined (the "
-        "decoder's self-attention): the lower triangle without the pad columns. The grids "
+        "Three 5 by 5 grids for the tokens I, like, cats and two pads; rows "
+        "are queries, "
+        "columns keys; a green cell may attend. Padding: the two pad columns "
+        "are hidden from "
+        "every row. Causal: row i sees columns up to i, a lower triangle. "
+        "Combined (the "
+        "decoder's self-attention): the lower triangle without the pad "
+        "columns. The grids "
         "come from running padding_mask and causal_mask.",
     )
     cell = 36
@@ -413,14 +434,18 @@ def masks():
             s.add(
                 f'<text transform="translate({x0 + j * cell + 22},{y0 + 5 * cell + 8}) '
                 f'rotate(-40)" font-family="DejaVu Sans, sans-serif" font-size="11" '
-                f'fill="#263238" text-anchor="end">{tokens[j].replace("<", "&lt;").replace(">", "&gt;")}</text>'
+                'fill="#263238" '
+                "text-"
+                'anchor="end">'
+                f"{tokens[j].replace('<', '&lt;').replace('>', '&gt;')}</text>"
             )
     s.text(40, 72 + 2.5 * cell, "queries ↓", size=11, color=MUTED, anchor="middle")
     return s
 
 
 def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
-    """A block drawn bottom-up with residual arrows skipping from (i) to the '+' at (j)."""
+    """A block drawn bottom-up with residual arrows skipping from (i) to the '+' at
+    (j)."""
     s.text(x + w / 2, 28, title, size=15, weight="bold")
     boxes = _stack(s, x, bottom, w, parts, h=36, gap=16)
     s.arrow(x + w / 2, bottom + 30, x + w / 2, bottom)
@@ -441,10 +466,14 @@ def encoder_decoder_blocks():
         900,
         470,
         "The encoder block and the decoder block (post-norm, as in the paper)",
-        "Left, the encoder block: self-attention, add and LayerNorm, feed-forward, add and "
-        "LayerNorm, with a residual connection around each sublayer. Right, the decoder "
-        "block: masked (causal) self-attention, add and LayerNorm, then cross-attention "
-        "whose queries come from the decoder and whose keys and values are the encoder's "
+        "Left, the encoder block: self-attention, add and LayerNorm, "
+        "feed-forward, add and "
+        "LayerNorm, with a residual connection around each sublayer. Right, "
+        "the decoder "
+        "block: masked (causal) self-attention, add and LayerNorm, then "
+        "cross-attention "
+        "whose queries come from the decoder and whose keys and values are "
+        "the encoder's "
         "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm.",
     )
     _sublayer_column(
@@ -538,10 +567,11 @@ def teacher_forcing():
         900,
         300,
         "Teacher forcing: the target shifted by one",
-        "The English 'I love my cat.' is the encoder's input. The decoder's input row is "
-        "<bos> 我 爱 我 的 猫 。 and the row it must predict is the same characters shifted "
-        "left by one: 我 爱 我 的 猫 。 <eos>. Position t sees the true tokens up to t "
-        "(the causal mask) and is trained to predict token t+1, all positions in one pass.",
+        "The English 'I love my cat.' is the encoder's input. The decoder's "
+        "input row is <bos> 我 爱 我 的 猫 。 and the row it must predict is "
+        "the same characters shifted left by one: 我 爱 我 的 猫 。 <eos>. "
+        "Position t sees the true tokens up to t (the causal mask) and is "
+        "trained to predict token t+1, all positions in one pass.",
     )
     s.box(20, 20, 240, 34, "source: I love my cat.", "data", size=14)
     s.text(
@@ -586,10 +616,13 @@ def gpt_block():
         900,
         560,
         "The GPT (decoder-only) model and its pre-norm block",
-        "Token ids pass through the token embedding plus the learned position embedding, "
-        "then n_layers identical blocks. Each block: RMSNorm, causal self-attention, add "
+        "Token ids pass through the token embedding plus the learned position "
+        "embedding, "
+        "then n_layers identical blocks. Each block: RMSNorm, causal "
+        "self-attention, add "
         "the residual; RMSNorm, MLP (a linear layer to 4 d_model, GELU, a linear layer "
-        "back), add the residual. After the blocks a final RMSNorm and the LM head give "
+        "back), add the residual. After the blocks a final RMSNorm and the LM "
+        "head give "
         "the logits over the vocabulary for every position.",
     )
     s.box(60, 510, 240, 34, "token ids (B, T)", "data", size=14)
@@ -657,9 +690,11 @@ def kv_cache():
         900,
         340,
         "Generating with a KV cache",
-        "At each generation step only the newest token is fed in: its query, key and value "
+        "At each generation step only the newest token is fed in: its query, "
+        "key and value "
         "are computed, the key and value are appended to the cache of shape (B, H, t, "
-        "d_head), and the one query attends over all t cached keys. Without a cache every "
+        "d_head), and the one query attends over all t cached keys. Without a "
+        "cache every "
         "step would recompute keys and values for all t tokens.",
     )
     s.text(
@@ -715,8 +750,10 @@ def ddp():
         900,
         380,
         "Distributed data parallel training",
-        "torchrun starts one process per GPU. Every process holds a full copy of the model "
-        "and reads its own shard of each batch; it runs forward and backward on its shard; "
+        "torchrun starts one process per GPU. Every process holds a full copy "
+        "of the model "
+        "and reads its own shard of each batch; it runs forward and backward "
+        "on its shard; "
         "the gradients are all-reduced (averaged across processes) during the backward "
         "pass, so every process applies the same optimizer step and the copies stay "
         "identical.",
@@ -734,7 +771,8 @@ def ddp():
         s.arrow(x + 120, 218, x + 120, 232)
         s.arrow(x + 120, 246, x + 120, 262)
     s.add(
-        f'<rect x="30" y="232" width="840" height="14" rx="7" fill="{PALETTE["norm"][0]}" '
+        '<rect x="30" y="232" width="840" height="14" rx="7" '
+        f'fill="{PALETTE["norm"][0]}" '
         f'stroke="{PALETTE["norm"][1]}"/>'
     )
     s.text(

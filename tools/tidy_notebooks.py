@@ -30,7 +30,8 @@ HEATMAP_TITLE = re.compile(r'"([^"]* [^"]*)"')  # plot_attention(w, q, k, "a tit
 
 
 def figure_alt(source: str) -> str | None:
-    """'Figure: ' and the titles the cell's code gives its plots (f-string fields by name)."""
+    """'Figure: ' and the titles the cell's code gives its plots (f-string fields by
+    name)."""
     titles = [m[2] for m in TITLE.finditer(source)]
     for line in source.splitlines():
         if re.search(r"plot_(attention|heads)\(", line):

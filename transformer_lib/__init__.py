@@ -1,19 +1,25 @@
-"""transformer_lib: the finished code of the course 'Building a Transformer from Scratch'.
+"""transformer_lib: the finished code of the course 'Building a Transformer from
+Scratch'.
 
-Every module but the data loaders and the command line is written in a notebook and exported from it
-(its first line names the notebook: edit the notebook, then `make export`). One concept a module:
+Every module but the data loaders and the command line is written in a notebook and
+exported from it (its first line names the notebook: edit the notebook, then `make
+export`). One concept a module:
 
-    foundations   runtime (00)  tokenization (01)  data, files (09)        devices, seeds, corpora, atomic files
-    Part I        embeddings (02)  positional (03)  attention, viz (04)  multi_head (05)  masks (06)
-    shared kit    training, checkpoints (09)  sampling (10)            used by both Parts, importing neither
-    Part II       encoder (07)  seq2seq (08)  torch_reference (07, 08)  translation_data, mt_train (09)
-                  decoding (10)                                         the English-Chinese translator
-    Part III      gpt, lm_train, gpt2_weights (11)  perf (12)           the GPT language model
-    exercises     exercises (00-12)                                      the checkers of the build-it exercises
-    command line  __main__, mt_cli, lm_cli, cli_args                    flags in, library calls out
+    foundations   runtime (00)  tokenization (01)  data, files (09)        devices,
+    seeds, corpora, atomic files Part I        embeddings (02)  positional (03)
+    attention, viz (04)  multi_head (05)  masks (06) shared kit    training, checkpoints
+    (09)  sampling (10)            used by both Parts, importing neither Part II
+    encoder (07)  seq2seq (08)  torch_reference (07, 08)  translation_data, mt_train
+    (09)
+                  decoding (10)                                         the
+                  English-Chinese translator
+    Part III      gpt, lm_train, gpt2_weights (11)  perf (12)           the GPT language
+    model exercises     exercises (00-12)                                      the
+    checkers of the build-it exercises command line  __main__, mt_cli, lm_cli, cli_args
+    flags in, library calls out
 
-Part II and Part III never import each other. Written by hand: data (the corpora, pinned by sha256)
-and the command line.
+Part II and Part III never import each other. Written by hand: data (the corpora, pinned
+by sha256) and the command line.
 
     from transformer_lib.runtime import get_device, set_seed, pick
     from transformer_lib.data import load_tiny_shakespeare, load_tatoeba_pairs

@@ -1,9 +1,11 @@
 """Command line: `python -m transformer_lib COMMAND`.
 
-    python -m transformer_lib fetch-data   # download (or copy from $TRANSFORMER_DATA_MIRROR) and verify every corpus
+    python -m transformer_lib fetch-data   # download (or copy from
+    $TRANSFORMER_DATA_MIRROR) and verify every corpus
 
 Each part of the course adds its commands from its own module: a module with
-`register(commands)` adds subparsers, each with `set_defaults(run=function)`; `run(args)` returns the exit status.
+`register(commands)` adds subparsers, each with `set_defaults(run=function)`;
+`run(args)` returns the exit status.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import sys
 
 
 def fetch_data(args: argparse.Namespace) -> int:
-    """Fetch and verify every pinned data file, printing where each one is, or why it is missing."""
+    """Fetch and verify every pinned data file, printing where each one is, or why it is
+    missing."""
     from transformer_lib.data import ALL_FILES, DataUnavailableError, fetch
 
     failed = 0

@@ -12,53 +12,76 @@ from torch import Tensor
 
 
 def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise a ValueError naming the shapes unless `mask` is bool and broadcasts to `scores_shape`.
+    """Raise a ValueError naming the shapes unless `mask` is bool and broadcasts to
+    `scores_shape`.
 
-    The one mask convention of the course: True = "may attend", as in F.scaled_dot_product_attention.
+    The one mask convention of the course: True = "may attend", as in
+    F.scaled_dot_product_attention.
     """
     if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+        raise ValueError(
+            f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
+        )
     try:
-        fits = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(
+            scores_shape
+        )
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-                         f"{tuple(scores_shape)} (..., T_q, T_k)")
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the "
+            "scores' shape "
+            f"{tuple(scores_shape)} (..., T_q, T_k)"
+        )
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #9aa80bb3
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                 dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be drawn.
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be
+    drawn.
 
-    q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> out (..., T_q, D_v), weights (..., T_q, T_k).
-    mask: bool, True = may attend, broadcastable to (..., T_q, T_k). A query row with no key allowed
-    gets all-zero weights and a zero output, with finite gradients (a plain softmax gives NaN there).
-    The weights returned are those before dropout.
+    q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> out (..., T_q, D_v), weights
+    (..., T_q, T_k). mask: bool, True = may attend, broadcastable to (..., T_q, T_k). A
+    query row with no key allowed gets all-zero weights and a zero output, with finite
+    gradients (a plain softmax gives NaN there). The weights returned are those before
+    dropout.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
     empty = None
     if mask is not None:
         check_mask(mask, scores.shape)
-        empty = ~mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): queries that may see no key
-        scores = scores.masked_fill(~(mask | empty), float("-inf"))  # empty rows attend everywhere...
+        empty = ~mask.any(
+            dim=-1, keepdim=True
+        )  # (..., T_q, 1): queries that may see no key
+        scores = scores.masked_fill(
+            ~(mask | empty), float("-inf")
+        )  # empty rows attend everywhere...
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
     if empty is not None:
-        weights = weights.masked_fill(empty, 0.0)  # ...then get weight 0, so no NaN, forward or backward
+        weights = weights.masked_fill(
+            empty, 0.0
+        )  # ...then get weight 0, so no NaN, forward or backward
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., T_q, D_v), (..., T_q, T_k)
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #86228a67
-def fast_scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                      dropout_p: float = 0.0) -> Tensor:
-    """The output of `scaled_dot_product_attention` through PyTorch's fused F.scaled_dot_product_attention.
+def fast_scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> Tensor:
+    """The output of `scaled_dot_product_attention` through PyTorch's fused
+    F.scaled_dot_product_attention.
 
-    Same arguments and mask convention; no weights (the fused kernels never store them). Rows with no
-    allowed key attend everywhere inside the kernel and are then zeroed, so they are finite, not NaN.
+    Same arguments and mask convention; no weights (the fused kernels never store them).
+    Rows with no allowed key attend everywhere inside the kernel and are then zeroed, so
+    they are finite, not NaN.
     """
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     empty = ~mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask | empty, dropout_p=dropout_p
+    )
     return out.masked_fill(empty, 0.0)  # (..., T_q, D_v)

@@ -15,82 +15,157 @@ from .files import atomic_write, check_writable, stale_temporaries
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be used here: unreadable, of another kind, or not made for this run."""
+    """A checkpoint that cannot be used here: unreadable, of another kind, or not made
+    for this run."""
 
 
 class CheckpointMismatchError(CheckpointError):
-    """A checkpoint's model config, tokenizer or settings differ from the ones the caller expects."""
+    """A checkpoint's model config, tokenizer or settings differ from the ones the
+    caller expects."""
 
 
-def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    *, config: dict, tokenizer: dict | None = None, step: int = 0, **extra) -> Path:
-    """Write the model (and optimizer) state, config, tokenizer and `extra` to `path`, atomically."""
-    state = {"model": model.state_dict(), "config": dict(config), "tokenizer": tokenizer, "step": step, **extra}
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    config: dict,
+    tokenizer: dict | None = None,
+    step: int = 0,
+    **extra,
+) -> Path:
+    """Write the model (and optimizer) state, config, tokenizer and `extra` to `path`,
+    atomically."""
+    state = {
+        "model": model.state_dict(),
+        "config": dict(config),
+        "tokenizer": tokenizer,
+        "step": step,
+        **extra,
+    }
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
     return atomic_write(path, lambda f: torch.save(state, f))
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0006
 def _differences(saved: dict | None, expected: dict | None) -> list[str]:
-    """'key: checkpoint has X, expected Y' for each key whose value differs (missing keys included)."""
+    """'key: checkpoint has X, expected Y' for each key whose value differs (missing
+    keys included)."""
     saved, expected = saved or {}, expected or {}
-    return [f"{k}: checkpoint has {saved.get(k, '<missing>')!r}, expected {expected.get(k, '<missing>')!r}"
-            for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
+    return [
+        f"{k}: checkpoint has {saved.get(k, '<missing>')!r}, expected "
+        f"{expected.get(k, '<missing>')!r}"
+        for k in sorted(set(saved) | set(expected))
+        if saved.get(k) != expected.get(k)
+    ]
 
 
-def load_checkpoint(path: str | os.PathLike, *, kind: str | None = None, expected_config: dict | None = None,
-                    expected_tokenizer: dict | None = None, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint with weights_only=True (no code can run); refuse one that does not fit.
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    kind: str | None = None,
+    expected_config: dict | None = None,
+    expected_tokenizer: dict | None = None,
+    map_location: str | torch.device = "cpu",
+) -> dict:
+    """Read a checkpoint with weights_only=True (no code can run); refuse one that does
+    not fit.
 
-    Raises FileNotFoundError naming the path, CheckpointError when the file is not a readable checkpoint
-    of this `kind` (its "format" entry), and CheckpointMismatchError naming, on one line, every differing
-    config field and the first differing tokenizer entries.
+    Raises FileNotFoundError naming the path, CheckpointError when the file is not a
+    readable checkpoint of this `kind` (its "format" entry), and CheckpointMismatchError
+    naming, on one line, every differing config field and the first differing tokenizer
+    entries.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise FileNotFoundError(
+            f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else "")
+        )
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # empty, truncated, random bytes, or a pickle that would run code
-        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not a readable checkpoint ({reason}); it is damaged, or not a "
-                              f"checkpoint of this course (files that would run code are always refused)") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or not isinstance(state.get("config"), dict):
+    except (
+        Exception
+    ) as e:  # empty, truncated, random bytes, or a pickle that would run code
+        reason = (
+            str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        )
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({reason}); it is damaged, or not a "
+            f"checkpoint of this course (files that would run code are always refused)"
+        ) from None
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("model"), dict)
+        or not isinstance(state.get("config"), dict)
+    ):
         what = f"a {kind}" if kind else "a"
-        raise CheckpointError(f"{path} is not {what} checkpoint of this course (no model weights and config in it)")
+        raise CheckpointError(
+            f"{path} is not {what} checkpoint of this course (no model "
+            "weights and config in it)"
+        )
     if kind is not None and state.get("format") != kind:
-        raise CheckpointError(f"{path} is a {state.get('format') or 'unlabelled'} checkpoint, not a {kind} one")
-    problems = [f"config {d}" for d in _differences(state["config"], expected_config)] if expected_config else []
+        raise CheckpointError(
+            f"{path} is a {state.get('format') or 'unlabelled'} checkpoint, "
+            f"not a {kind} one"
+        )
+    problems = (
+        [f"config {d}" for d in _differences(state["config"], expected_config)]
+        if expected_config
+        else []
+    )
     if expected_tokenizer is not None and state.get("tokenizer") != expected_tokenizer:
         diffs = _differences(state.get("tokenizer"), expected_tokenizer)
         problems += [f"tokenizer {d[:200]}" for d in diffs[:3]] or ["tokenizer differs"]
     if problems:
-        raise CheckpointMismatchError(f"checkpoint {path} does not match this run: " + "; ".join(problems))
+        raise CheckpointMismatchError(
+            f"checkpoint {path} does not match this run: " + "; ".join(problems)
+        )
     return state
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0033
 def load_weights(model: nn.Module, weights: dict, path: str | os.PathLike) -> None:
-    """Load `weights` into `model`, or raise CheckpointError naming the first tensors that do not fit."""
+    """Load `weights` into `model`, or raise CheckpointError naming the first tensors
+    that do not fit."""
     expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    wrong = [f"{k} has shape {tuple(weights[k].shape)} where the model's has {tuple(v.shape)}" for k, v in expected.items()
-             if k in weights and getattr(weights[k], "shape", None) != v.shape]
-    problems = ([f"missing {', '.join(missing[:3])}"] if missing else []) + wrong[:3] + \
-        ([f"unexpected {', '.join(unexpected[:3])}"] if unexpected else [])
+    missing, unexpected = (
+        sorted(set(expected) - set(weights)),
+        sorted(set(weights) - set(expected)),
+    )
+    wrong = [
+        f"{k} has shape {tuple(weights[k].shape)} where the model's has "
+        f"{tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and getattr(weights[k], "shape", None) != v.shape
+    ]
+    problems = (
+        ([f"missing {', '.join(missing[:3])}"] if missing else [])
+        + wrong[:3]
+        + ([f"unexpected {', '.join(unexpected[:3])}"] if unexpected else [])
+    )
     if problems:
-        raise CheckpointError(f"{path}: its weights do not fit its model configuration ({'; '.join(problems)}); "
-                              f"the file is damaged or was edited")
+        raise CheckpointError(
+            f"{path}: its weights do not fit its model configuration "
+            f"({'; '.join(problems)}); "
+            f"the file is damaged or was edited"
+        )
     model.load_state_dict(weights)
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0008
-EXISTING = ("refuse", "resume", "restart")  # what a run does when its checkpoint path already holds one
+EXISTING = (
+    "refuse",
+    "resume",
+    "restart",
+)  # what a run does when its checkpoint path already holds one
 
 
 def start_run(path: str | os.PathLike, existing: str = "refuse", log=print) -> bool:
-    """Check `path` before any training and apply the policy for an existing file; True to resume.
+    """Check `path` before any training and apply the policy for an existing file; True
+    to resume.
 
-    Removes the temporary files of killed saves. Raises FileExistsError when a checkpoint exists and
-    `existing` is "refuse", FileNotFoundError when "resume" finds none, OSError when it cannot be written.
+    Removes the temporary files of killed saves. Raises FileExistsError when a
+    checkpoint exists and
+    `existing` is "refuse", FileNotFoundError when "resume" finds none, OSError when it
+    cannot be written.
     """
     if existing not in EXISTING:
         raise ValueError(f"existing must be one of {EXISTING}, got {existing!r}")
@@ -99,15 +174,25 @@ def start_run(path: str | os.PathLike, existing: str = "refuse", log=print) -> b
         tmp.unlink(missing_ok=True)
         log(f"removed {tmp.name}, left by a save that was killed")
     if existing == "resume" and not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path} to resume; leave out --resume to start a new run")
+        raise FileNotFoundError(
+            f"no checkpoint at {path} to resume; leave out --resume to start a new run"
+        )
     if existing == "refuse" and path.exists():
-        raise FileExistsError(f"{path} already holds a checkpoint: add --resume to continue that run, "
-                              f"--restart to train a new one in its place, or choose another path")
+        raise FileExistsError(
+            f"{path} already holds a checkpoint: add --resume to continue that run, "
+            f"--restart to train a new one in its place, or choose another path"
+        )
     return existing == "resume"
 
 
-def changed_settings(saved: dict, current: dict, may_change: tuple[str, ...] = ()) -> list[str]:
-    """'name: checkpoint X, now Y' for each setting that differs, except those in `may_change`."""
-    return [f"{k}: checkpoint {saved.get(k, '<missing>')!r}, now {current.get(k, '<missing>')!r}"
-            for k in sorted(set(saved) | set(current))
-            if k not in may_change and saved.get(k) != current.get(k)]
+def changed_settings(
+    saved: dict, current: dict, may_change: tuple[str, ...] = ()
+) -> list[str]:
+    """'name: checkpoint X, now Y' for each setting that differs, except those in
+    `may_change`."""
+    return [
+        f"{k}: checkpoint {saved.get(k, '<missing>')!r}, now "
+        f"{current.get(k, '<missing>')!r}"
+        for k in sorted(set(saved) | set(current))
+        if k not in may_change and saved.get(k) != current.get(k)
+    ]

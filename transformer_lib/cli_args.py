@@ -1,10 +1,13 @@
-"""Checked command-line values for the thin CLI files (`lm_cli`, `mt_cli`, `__main__`); written by hand.
+"""Checked command-line values for the thin CLI files (`lm_cli`, `mt_cli`, `__main__`);
+written by hand.
 
-Each `type=` callable turns one typed string into a value or raises `argparse.ArgumentTypeError` with a
-message that says what was wrong and what to type instead, so a bad number ends as one line, not as a
-traceback deep inside training. `Parser` makes every argparse error that one line:
+Each `type=` callable turns one typed string into a value or raises
+`argparse.ArgumentTypeError` with a message that says what was wrong and what to type
+instead, so a bad number ends as one line, not as a traceback deep inside training.
+`Parser` makes every argparse error that one line:
 
-    PROG: error: argument --top-p: 1.5 is not a probability; give a number in (0, 1], e.g. 0.9 (see PROG --help)
+    PROG: error: argument --top-p: 1.5 is not a probability; give a number in (0, 1],
+    e.g. 0.9 (see PROG --help)
 
     p = Parser(prog="python -m transformer_lib")
     commands = p.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -36,10 +39,13 @@ __all__ = [
     "MAX_SEED",
 ]
 
-MIN_TEMPERATURE = 1e-4  # logits / t must stay finite: with |logits| ~ 1e3, t below this overflows fp32's 3e38
+# logits / t must stay finite: with |logits| ~ 1e3, t below this overflows fp32's 3e38
+MIN_TEMPERATURE = 1e-4
 MAX_SEED = (
     2**63
-)  # torch.manual_seed takes a signed 64-bit int (negative seeds are folded; we refuse them)
+    # torch.manual_seed takes a signed 64-bit int (negative seeds are folded; we refuse
+    # them)
+)
 
 
 def _int(text: str, what: str) -> int:
@@ -53,7 +59,8 @@ def _int(text: str, what: str) -> int:
 
 
 def _float(text: str, what: str) -> float:
-    """`text` as a finite float, or an ArgumentTypeError naming `what` was expected (NaN and inf refused)."""
+    """`text` as a finite float, or an ArgumentTypeError naming `what` was expected (NaN
+    and inf refused)."""
     try:
         value = float(text)
     except ValueError:
@@ -68,7 +75,8 @@ def _float(text: str, what: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """A whole number >= 1 (sizes, steps, intervals): '4' -> 4; '0', '-2', '1.5' are refused."""
+    """A whole number >= 1 (sizes, steps, intervals): '4' -> 4; '0', '-2', '1.5' are
+    refused."""
     value = _int(text, "a whole number >= 1, e.g. 4")
     if value < 1:
         raise argparse.ArgumentTypeError(
@@ -78,7 +86,8 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
-    """A whole number >= 0 (0 usually means 'none' or 'off'): '0' -> 0; '-1' is refused."""
+    """A whole number >= 0 (0 usually means 'none' or 'off'): '0' -> 0; '-1' is
+    refused."""
     value = _int(text, "a whole number >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(
@@ -88,7 +97,8 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """A finite number > 0 (learning rates, time budgets): '3e-4' -> 0.0003; '0', 'nan', 'inf' are refused."""
+    """A finite number > 0 (learning rates, time budgets): '3e-4' -> 0.0003; '0', 'nan',
+    'inf' are refused."""
     value = _float(text, "a number > 0, e.g. 3e-4")
     if value <= 0:
         raise argparse.ArgumentTypeError(
@@ -98,7 +108,8 @@ def positive_float(text: str) -> float:
 
 
 def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (weight decay, clipping, minutes; 0 = off): '-1' and 'nan' are refused."""
+    """A finite number >= 0 (weight decay, clipping, minutes; 0 = off): '-1' and 'nan'
+    are refused."""
     value = _float(text, "a number >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value:g} is negative; give a number >= 0")
@@ -118,8 +129,9 @@ def probability(text: str) -> float:
 def temperature(text: str) -> float:
     """A sampling temperature: 0 (greedy) or a finite number >= MIN_TEMPERATURE.
 
-    Sampling divides the logits by t; below 1e-4 the quotient can overflow to inf and the softmax gives
-    NaN, so such values are refused with a pointer to 0, which picks the top token exactly.
+    Sampling divides the logits by t; below 1e-4 the quotient can overflow to inf and
+    the softmax gives NaN, so such values are refused with a pointer to 0, which picks
+    the top token exactly.
     """
     value = _float(text, "0 (greedy) or a number > 0, e.g. 0.8")
     if value < 0:
@@ -135,7 +147,8 @@ def temperature(text: str) -> float:
 
 
 def seed(text: str) -> int:
-    """A random seed: a whole number in [0, 2**63), the range torch.manual_seed accepts."""
+    """A random seed: a whole number in [0, 2**63), the range torch.manual_seed
+    accepts."""
     value = _int(text, "a whole number in [0, 2**63), e.g. 0")
     if not 0 <= value < MAX_SEED:
         raise argparse.ArgumentTypeError(
@@ -156,10 +169,12 @@ def _available_devices() -> list[str]:
 
 
 def device(text: str) -> str:
-    """A torch device this machine has, e.g. 'cpu', 'cuda', 'cuda:1'; returned as its canonical string.
+    """A torch device this machine has, e.g. 'cpu', 'cuda', 'cuda:1'; returned as its
+    canonical string.
 
-    Refuses unknown kinds ('foo') and a cuda or mps device this torch cannot use, naming what is
-    available, so training never starts on a device that fails at the first tensor.
+    Refuses unknown kinds ('foo') and a cuda or mps device this torch cannot use, naming
+    what is available, so training never starts on a device that fails at the first
+    tensor.
     """
     import torch
 
@@ -188,20 +203,24 @@ def device(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr, `PROG: error: MESSAGE (see PROG --help)`, exit 2.
+    """An ArgumentParser whose errors are one line on stderr, `PROG: error: MESSAGE (see
+    PROG --help)`, exit 2.
 
-    argparse's own error prints the whole usage block first, which buries the one line that matters;
-    the pointer to --help keeps the usage one command away. Pass it as `parser_class` to
+    argparse's own error prints the whole usage block first, which buries the one line
+    that matters; the pointer to --help keeps the usage one command away. Pass it as
+    `parser_class` to
     `add_subparsers` so each command's errors name that command.
     """
 
     def error(self, message: str) -> NoReturn:
-        """Print the one-line error and exit with status 2 (argparse's status for usage errors)."""
+        """Print the one-line error and exit with status 2 (argparse's status for usage
+        errors)."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _read_file(path: str) -> str:
-    """The text of `path` ('-' = standard input), or a ValueError saying in one line what went wrong."""
+    """The text of `path` ('-' = standard input), or a ValueError saying in one line
+    what went wrong."""
     if path == "-":
         data = sys.stdin.buffer.read()
         where = "standard input"
@@ -209,11 +228,13 @@ def _read_file(path: str) -> str:
         p = Path(path)
         if not p.exists():
             raise ValueError(
-                f"no file at {path}; give the path of a text file, or - for standard input"
+                f"no file at {path}; give the path of a text file, or - for "
+                "standard input"
             )
         if p.is_dir():
             raise ValueError(
-                f"{path} is a folder; give the path of a text file, or - for standard input"
+                f"{path} is a folder; give the path of a text file, or - for "
+                "standard input"
             )
         try:
             data = p.read_bytes()
@@ -228,16 +249,20 @@ def _read_file(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(
-            f"{where} is not UTF-8 text (bad byte at offset {e.start}); save it as UTF-8"
+            f"{where} is not UTF-8 text (bad byte at offset {e.start}); save "
+            "it as UTF-8"
         ) from None
 
 
 def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str]:
-    """The non-empty inputs: each positional argument, then each line of the file at `path` ('-' = stdin).
+    """The non-empty inputs: each positional argument, then each line of the file at
+    `path` ('-' = stdin).
 
-    Lines and arguments are stripped of surrounding whitespace and blank ones dropped, so
-    `translate '' '  '` gives []; the caller decides whether nothing to do is an error. A missing,
-    unreadable, binary or non-UTF-8 file raises ValueError with a one-line message.
+    Lines and arguments are stripped of surrounding whitespace and blank ones dropped,
+    so
+    `translate '' '  '` gives []; the caller decides whether nothing to do is an error.
+    A missing, unreadable, binary or non-UTF-8 file raises ValueError with a one-line
+    message.
     """
     texts = [t.strip() for t in (args_list or [])]
     if path is not None:
@@ -246,7 +271,8 @@ def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str
 
 
 def _convert(key: str, text: str, kind: type):
-    """`text` converted to `kind` (bool takes true/false/1/0/yes/no), or a ValueError naming the key."""
+    """`text` converted to `kind` (bool takes true/false/1/0/yes/no), or a ValueError
+    naming the key."""
     if kind is bool:
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -266,11 +292,13 @@ def _convert(key: str, text: str, kind: type):
 
 
 def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> dict:
-    """Parse repeated `--model KEY=VALUE` into {key: value} typed by `allowed` (key -> type).
+    """Parse repeated `--model KEY=VALUE` into {key: value} typed by `allowed` (key ->
+    type).
 
-    ['dropout=0.1', 'n_layers=2'] with {'dropout': float, 'n_layers': int} -> {'dropout': 0.1, 'n_layers': 2}.
-    An item without '=', an unknown key (named together with the allowed ones) or a value of the
-    wrong type raises ValueError; a key given twice keeps the last value, as repeated flags do.
+    ['dropout=0.1', 'n_layers=2'] with {'dropout': float, 'n_layers': int} ->
+    {'dropout': 0.1, 'n_layers': 2}. An item without '=', an unknown key (named together
+    with the allowed ones) or a value of the wrong type raises ValueError; a key given
+    twice keeps the last value, as repeated flags do.
     """
     out = {}
     for item in items or []:
@@ -280,25 +308,29 @@ def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> di
             raise ValueError(f"--model expects KEY=VALUE, got {item!r}")
         if key not in allowed:
             raise ValueError(
-                f"--model {key}: unknown key; allowed keys: {', '.join(sorted(allowed))}"
+                f"--model {key}: unknown key; allowed keys: "
+                f"{', '.join(sorted(allowed))}"
             )
         out[key] = _convert(key, text.strip(), allowed[key])
     return out
 
 
 def out_of_memory(error: BaseException) -> bool:
-    """True for the errors PyTorch and Python raise when an allocation fails (CPU or GPU)."""
+    """True for the errors PyTorch and Python raise when an allocation fails (CPU or
+    GPU)."""
     text = str(error).lower()
     return (
         isinstance(error, MemoryError)
         or "out of memory" in text
         or "can't allocate memory" in text
-        or "failed to allocate" in text or "bad_alloc" in text
+        or "failed to allocate" in text
+        or "bad_alloc" in text
     )
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message tells a person what to do: the CLI prints them as one line, never a traceback."""
+    """Errors whose message tells a person what to do: the CLI prints them as one line,
+    never a traceback."""
     from transformer_lib.data import DataUnavailableError
     from transformer_lib.training import NonFiniteLossError
 
@@ -309,7 +341,8 @@ USER_ERRORS = user_errors()
 
 
 def add_existing_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """--resume and --restart, one or neither: what a trainer does with a checkpoint already at --out."""
+    """--resume and --restart, one or neither: what a trainer does with a checkpoint
+    already at --out."""
     what = parser.add_mutually_exclusive_group()
     what.add_argument(
         "--resume",

@@ -1,12 +1,16 @@
 """Corpus loaders: download once, verify by sha256, work offline from a mirror folder.
 
-Every file the course reads is pinned by its sha256. A file is fetched, in this order, from
-1. the data folder (`data/` in a checkout, or `$TRANSFORMER_DATA_DIR`), if it is there and verifies;
-2. a mirror folder named by `$TRANSFORMER_DATA_MIRROR` (same layout as `data/`), copied in;
+Every file the course reads is pinned by its sha256. A file is fetched, in this order,
+from
+1. the data folder (`data/` in a checkout, or `$TRANSFORMER_DATA_DIR`), if it is there
+   and verifies;
+2. a mirror folder named by `$TRANSFORMER_DATA_MIRROR` (same layout as `data/`), copied
+   in;
 3. its canonical URL.
-Each copy is written to a temporary file and renamed into place only once its checksum matches, so
-a half-written or corrupted file is never used: a file that fails the check is replaced. Offline
-with no mirror, the error names the URL, the path to put the file at and its checksum.
+Each copy is written to a temporary file and renamed into place only once its checksum
+matches, so a half-written or corrupted file is never used: a file that fails the check
+is replaced. Offline with no mirror, the error names the URL, the path to put the file
+at and its checksum.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class DataFile:
 
 TINY_SHAKESPEARE = DataFile(
     "tinyshakespeare/input.txt",
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+    "tinyshakespeare/input.txt",
     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
 )
 TATOEBA_CMN_ENG = DataFile(
@@ -56,17 +61,20 @@ TATOEBA_CMN_ENG = DataFile(
     archive_sha256="d606361aa7312dcdfb15ef4fc51cb1e7ed8bc2dc608a7b192626cd36e8403106",
     member="cmn.txt",
 )
-# tiktoken caches each URL under sha1(url); these are the two files of the GPT-2 encoding.
+# tiktoken caches each URL under sha1(url); these are the two files of the GPT-2
+# encoding.
 GPT2_VOCAB_BPE = DataFile(
     "tiktoken/6d1cbeee0f20b3d9449abfede4726ed8212e3aee",
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
     "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
 )
-# The Tatoeba Translation Challenge's English-Chinese test (Helsinki-NLP), on which OPUS-MT reports its
-# eng-zho scores, at a pinned commit; only its Mandarin lines are kept (data/README.md, section 4).
+# The Tatoeba Translation Challenge's English-Chinese test (Helsinki-NLP), on which
+# OPUS-MT reports its eng-zho scores, at a pinned commit; only its Mandarin lines are
+# kept (data/README.md, section 4).
 TATOEBA_TEST = DataFile(
     "tatoeba-test/eng-cmn.tsv",
-    "https://raw.githubusercontent.com/Helsinki-NLP/Tatoeba-Challenge/17a1b96a8a23970e031178905133db334e0dff8c/"
+    "https://raw.githubusercontent.com/Helsinki-NLP/Tatoeba-Challenge/"
+    "17a1b96a8a23970e031178905133db334e0dff8c/"
     "data/test/eng-zho/test.txt",
     "5b6e83605f770bdaa866461c5a36278290302428a9df1cf60d326433f6d19f4d",
     keep_labels=("cmn_Hans", "cmn_Hant"),
@@ -79,11 +87,13 @@ GPT2_ENCODER_JSON = DataFile(
 
 
 class DataUnavailableError(RuntimeError):
-    """A pinned file could not be found, copied or downloaded with the right checksum."""
+    """A pinned file could not be found, copied or downloaded with the right
+    checksum."""
 
 
 def data_dir() -> Path:
-    """The folder downloads land in: `$TRANSFORMER_DATA_DIR`, else `data/` beside the package."""
+    """The folder downloads land in: `$TRANSFORMER_DATA_DIR`, else `data/` beside the
+    package."""
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV]).expanduser()
     checkout = Path(__file__).resolve().parent.parent
@@ -106,7 +116,8 @@ def sha256_of(path: Path) -> str:
 def _write_verified(
     dest: Path, payload: bytes, expected_sha256: str, source: str
 ) -> None:
-    """Check `payload` against its checksum, then write it to `dest` atomically (files.atomic_write)."""
+    """Check `payload` against its checksum, then write it to `dest` atomically
+    (files.atomic_write)."""
     got = hashlib.sha256(payload).hexdigest()
     if got != expected_sha256:
         raise DataUnavailableError(
@@ -123,7 +134,8 @@ def _write_verified(
 
 
 def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
-    """The file's bytes from its canonical URL (extracted from the zip when it comes in one)."""
+    """The file's bytes from its canonical URL (extracted from the zip when it comes in
+    one)."""
     request = urllib.request.Request(
         spec.url, headers={"User-Agent": "transformer-course/1.0"}
     )
@@ -143,7 +155,8 @@ def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
     got = hashlib.sha256(payload).hexdigest()
     if got != spec.archive_sha256:
         raise DataUnavailableError(
-            f"{spec.url} served an archive with sha256 {got}, expected {spec.archive_sha256} "
+            f"{spec.url} served an archive with sha256 {got}, expected "
+            f"{spec.archive_sha256} "
             f"(the publisher updates this file from time to time)."
         )
     with zipfile.ZipFile(io.BytesIO(payload)) as archive:
@@ -151,13 +164,15 @@ def _download(spec: DataFile, timeout: float = 60.0) -> bytes:
 
 
 def fetch(spec: DataFile) -> Path:
-    """Return the path of a verified local copy of `spec`, copying or downloading it if needed."""
+    """Return the path of a verified local copy of `spec`, copying or downloading it if
+    needed."""
     dest = data_dir() / spec.relpath
     if dest.exists():
         if sha256_of(dest) == spec.sha256:
             return dest
         print(
-            f"{dest} fails its sha256 check (truncated or edited?); fetching a fresh copy."
+            f"{dest} fails its sha256 check (truncated or edited?); fetching "
+            "a fresh copy."
         )
     problems = []
     mirror = os.environ.get(MIRROR_ENV)
@@ -202,9 +217,9 @@ def load_tiny_shakespeare() -> str:
 def load_tatoeba_pairs() -> list[tuple[str, str]]:
     """English-Chinese sentence pairs from Tatoeba via manythings.org, in file order.
 
-    The file's third column (the CC-BY 2.0 attribution of each pair) is dropped here; see
-    data/README.md for the licence, which asks that the attribution be kept when redistributing.
-    Zero-width spaces found in a few Chinese sentences are removed.
+    The file's third column (the CC-BY 2.0 attribution of each pair) is dropped here;
+    see data/README.md for the licence, which asks that the attribution be kept when
+    redistributing. Zero-width spaces found in a few Chinese sentences are removed.
     """
     pairs = []
     for line in fetch(TATOEBA_CMN_ENG).read_text(encoding="utf-8").splitlines():
@@ -214,10 +229,12 @@ def load_tatoeba_pairs() -> list[tuple[str, str]]:
 
 
 def load_tatoeba_test() -> list[tuple[str, str]]:
-    """The public English-Mandarin test pairs (Tatoeba Translation Challenge), in file order.
+    """The public English-Mandarin test pairs (Tatoeba Translation Challenge), in file
+    order.
 
-    Simplified and Traditional lines both, as upstream; one English sentence may have several lines
-    (several references). Zero-width spaces are removed, as in `load_tatoeba_pairs`.
+    Simplified and Traditional lines both, as upstream; one English sentence may have
+    several lines (several references). Zero-width spaces are removed, as in
+    `load_tatoeba_pairs`.
     """
     pairs = []
     for line in fetch(TATOEBA_TEST).read_text(encoding="utf-8").splitlines():
@@ -227,7 +244,8 @@ def load_tatoeba_test() -> list[tuple[str, str]]:
 
 
 def gpt2_encoding():
-    """tiktoken's GPT-2 encoding, its two files fetched like the corpora (so it works offline)."""
+    """tiktoken's GPT-2 encoding, its two files fetched like the corpora (so it works
+    offline)."""
     import tiktoken
 
     for spec in (GPT2_VOCAB_BPE, GPT2_ENCODER_JSON):

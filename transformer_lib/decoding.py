@@ -13,22 +13,33 @@ from .translation_data import group_references
 
 
 def new_token_limit(max_len: int | None, context_len: int) -> int:
-    """How many tokens a decoder may add: max_len (0 means none), never more than the context; None: the context."""
+    """How many tokens a decoder may add: max_len (0 means none), never more than the
+    context; None: the context."""
     if max_len is not None and max_len < 0:
         raise ValueError(f"max_len must be >= 0, got {max_len}")
     return context_len if max_len is None else min(max_len, context_len)
 
 
-def _decode_loop(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | None,
-                 next_token) -> list[list[int]]:
-    """Feed the decoder its own output, one token at a time, until every row has emitted <eos>.
+def _decode_loop(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None,
+    next_token,
+) -> list[list[int]]:
+    """Feed the decoder its own output, one token at a time, until every row has emitted
+    <eos>.
 
-    `next_token` turns the last position's logits (B, V) into ids (B,): argmax for greedy, a draw for sampling.
+    `next_token` turns the last position's logits (B, V) into ids (B,): argmax for
+    greedy, a draw for sampling.
     """
     model.eval()
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
-    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    ys = torch.full(
+        (src.shape[0], 1), bos_id, dtype=torch.long, device=src.device
+    )  # (B, 1)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         next_id = next_token(model.decode(ys, memory, src_mask)[:, -1])  # (B,)
@@ -41,10 +52,18 @@ def _decode_loop(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int
 
 
 @torch.no_grad()
-def greedy_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
-                  max_len: int | None = None) -> list[list[int]]:
-    """The most likely next token at each step, for a batch of sources (B, S); returns ids without <bos>/<eos>."""
-    return _decode_loop(model, src, bos_id, eos_id, max_len, lambda logits: logits.argmax(-1))
+def greedy_decode(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None = None,
+) -> list[list[int]]:
+    """The most likely next token at each step, for a batch of sources (B, S); returns
+    ids without <bos>/<eos>."""
+    return _decode_loop(
+        model, src, bos_id, eos_id, max_len, lambda logits: logits.argmax(-1)
+    )
 
 
 def _strip(ids: list[int], eos_id: int) -> list[int]:
@@ -53,17 +72,27 @@ def _strip(ids: list[int], eos_id: int) -> list[int]:
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b3
 def length_penalty_gnmt(length: int, alpha: float) -> float:
-    """((5 + length) / 6) ** alpha (Wu et al., 2016): dividing a log-probability by it favours longer outputs."""
+    """((5 + length) / 6) ** alpha (Wu et al., 2016): dividing a log-probability by it
+    favours longer outputs."""
     return ((5 + length) / 6) ** alpha
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
-                length_penalty: float = 0.6, max_len: int | None = None) -> list[list[int]]:
-    """Keep the `beam_size` best partial translations of each source (B, S); return the best finished one.
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_len: int | None = None,
+) -> list[list[int]]:
+    """Keep the `beam_size` best partial translations of each source (B, S); return the
+    best finished one.
 
-    A hypothesis's score is its log-probability divided by `length_penalty_gnmt(length, length_penalty)`.
-    A source stops searching once it has `beam_size` finished hypotheses (or at max_len).
+    A hypothesis's score is its log-probability divided by `length_penalty_gnmt(length,
+    length_penalty)`. A source stops searching once it has `beam_size` finished
+    hypotheses (or at max_len).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -71,15 +100,22 @@ def beam_search(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
     B, K = src.shape[0], beam_size
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
-    memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)  # (B*K, S, C)
+    memory, src_mask = (
+        memory.repeat_interleave(K, 0),
+        src_mask.repeat_interleave(K, 0),
+    )  # (B*K, S, C)
     ys = torch.full((B * K, 1), bos_id, dtype=torch.long, device=src.device)  # (B*K, t)
     scores = torch.full((B, K), float("-inf"))
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     for _ in range(max_len):
-        logp = torch.log_softmax(model.decode(ys, memory, src_mask)[:, -1].float(), -1).cpu()  # (B*K, V)
+        logp = torch.log_softmax(
+            model.decode(ys, memory, src_mask)[:, -1].float(), -1
+        ).cpu()  # (B*K, V)
         V = logp.shape[-1]
-        top_scores, top_idx = (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V).topk(2 * K, dim=-1)
+        top_scores, top_idx = (
+            (scores[:, :, None] + logp.view(B, K, V)).view(B, K * V).topk(2 * K, dim=-1)
+        )
         new_scores = torch.full((B, K), float("-inf"))
         new_beam = torch.zeros((B, K), dtype=torch.long)
         new_tok = torch.full((B, K), eos_id, dtype=torch.long)
@@ -91,53 +127,99 @@ def beam_search(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
                 beam, tok = divmod(idx, V)
                 if s == float("-inf") or j == K:
                     break
-                if tok == eos_id:  # a finished hypothesis: score it with the length penalty
+                if (
+                    tok == eos_id
+                ):  # a finished hypothesis: score it with the length penalty
                     hyp = ys[b * K + beam, 1:].tolist()
-                    finished[b].append((s / length_penalty_gnmt(len(hyp) + 1, length_penalty), hyp))
+                    finished[b].append(
+                        (s / length_penalty_gnmt(len(hyp) + 1, length_penalty), hyp)
+                    )
                 else:
                     new_scores[b, j], new_beam[b, j], new_tok[b, j] = s, beam, tok
                     j += 1
         if all(len(f) >= K for f in finished):
             break
-        rows = (torch.arange(B)[:, None] * K + new_beam).view(-1).to(src.device)  # (B*K,)
-        ys = torch.cat([ys[rows], new_tok.view(-1, 1).to(src.device)], dim=1)  # (B*K, t + 1)
+        rows = (
+            (torch.arange(B)[:, None] * K + new_beam).view(-1).to(src.device)
+        )  # (B*K,)
+        ys = torch.cat(
+            [ys[rows], new_tok.view(-1, 1).to(src.device)], dim=1
+        )  # (B*K, t + 1)
         scores = new_scores
-    for b in range(B):  # sources that reached max_len: their live beams count as finished
+    for b in range(
+        B
+    ):  # sources that reached max_len: their live beams count as finished
         for k in range(K):
             if len(finished[b]) < K and scores[b, k] > float("-inf"):
                 hyp = ys[b * K + k, 1:].tolist()
-                finished[b].append((scores[b, k].item() / length_penalty_gnmt(len(hyp), length_penalty), hyp))
+                finished[b].append(
+                    (
+                        scores[b, k].item()
+                        / length_penalty_gnmt(len(hyp), length_penalty),
+                        hyp,
+                    )
+                )
     return [max(f, key=lambda sh: sh[0])[1] if f else [] for f in finished]
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #c087e5e6
 @torch.no_grad()
-def sample_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, temperature: float = 1.0,
-                  top_k: int | None = None, top_p: float | None = None, max_len: int | None = None,
-                  generator: torch.Generator | None = None) -> list[list[int]]:
-    """Draw each next token from softmax(logits / temperature), restricted by top-k and/or top-p."""
+def sample_decode(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_len: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Draw each next token from softmax(logits / temperature), restricted by top-k
+    and/or top-p."""
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}; use greedy_decode for temperature 0")
-    sample_next(torch.zeros(1, 1), temperature, top_k, top_p)  # refuse bad settings before any decoding
+        raise ValueError(
+            f"temperature must be > 0, got {temperature}; use greedy_decode "
+            "for temperature 0"
+        )
+    sample_next(
+        torch.zeros(1, 1), temperature, top_k, top_p
+    )  # refuse bad settings before any decoding
 
-    def draw(logits: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,); the generator lives on the CPU
-        return sample_next(logits.cpu(), temperature, top_k, top_p, generator).view(-1).to(src.device)
+    def draw(
+        logits: torch.Tensor,
+    ) -> torch.Tensor:  # (B, V) -> (B,); the generator lives on the CPU
+        return (
+            sample_next(logits.cpu(), temperature, top_k, top_p, generator)
+            .view(-1)
+            .to(src.device)
+        )
 
     return _decode_loop(model, src, bos_id, eos_id, max_len, draw)
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #fb6ed8b1
 def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list[int]]:
-    """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are dropped, not an error)."""
+    """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are
+    dropped, not an error)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
 
 
 @torch.no_grad()
-def translate(model: Transformer, src_tok, tgt_tok, sentences: list[str], method: str = "greedy",
-              batch_size: int = 64, **kwargs) -> list[str]:
-    """Translate English sentences with method 'greedy', 'beam' or 'sample' (kwargs go to the decoder).
+def translate(
+    model: Transformer,
+    src_tok,
+    tgt_tok,
+    sentences: list[str],
+    method: str = "greedy",
+    batch_size: int = 64,
+    **kwargs,
+) -> list[str]:
+    """Translate English sentences with method 'greedy', 'beam' or 'sample' (kwargs go
+    to the decoder).
 
-    Sentences are sorted by length into batches (less padding) and returned in the input order. Unless
-    max_len is given, a batch stops at 2 S + 10 target tokens (S: its longest source), far above the
-    longest translation in the corpus, so that an undertrained model that never says <eos> stops early.
+    Sentences are sorted by length into batches (less padding) and returned in the input
+    order. Unless max_len is given, a batch stops at 2 S + 10 target tokens (S: its
+    longest source), far above the longest translation in the corpus, so that an
+    undertrained model that never says <eos> stops early.
     """
     decoders = {"greedy": greedy_decode, "beam": beam_search, "sample": sample_decode}
     if method not in decoders:
@@ -147,56 +229,102 @@ def translate(model: Transformer, src_tok, tgt_tok, sentences: list[str], method
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        src = torch.full((len(chunk), max(len(ids[i]) for i in chunk)), src_tok.pad_id, dtype=torch.long)
+        chunk = order[start : start + batch_size]
+        src = torch.full(
+            (len(chunk), max(len(ids[i]) for i in chunk)),
+            src_tok.pad_id,
+            dtype=torch.long,
+        )
         for row, i in enumerate(chunk):
             src[row, : len(ids[i])] = torch.tensor(ids[i])
         limits = {"max_len": 2 * src.shape[1] + 10} | kwargs
-        hyps = decoders[method](model, src.to(device), tgt_tok.bos_id, tgt_tok.eos_id, **limits)
+        hyps = decoders[method](
+            model, src.to(device), tgt_tok.bos_id, tgt_tok.eos_id, **limits
+        )
         for i, hyp in zip(chunk, hyps):
-            out[i] = tgt_tok.decode(hyp, skip_special=True)  # an <unk> becomes nothing, not "<unk>"
+            out[i] = tgt_tok.decode(
+                hyp, skip_special=True
+            )  # an <unk> becomes nothing, not "<unk>"
     return out
 
 
-def evaluate_translations(hypotheses: list[str], references: list[list[str]]) -> dict[str, float]:
-    """Corpus sacreBLEU with tokenize='zh' (each Chinese character a word) and chrF, against all references.
+def evaluate_translations(
+    hypotheses: list[str], references: list[list[str]]
+) -> dict[str, float]:
+    """Corpus sacreBLEU with tokenize='zh' (each Chinese character a word) and chrF,
+    against all references.
 
-    references[i] lists every reference translation of sentence i (they may differ in number).
+    references[i] lists every reference translation of sentence i (they may differ in
+    number).
     """
     import sacrebleu
 
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} reference lists"
+        )
     if not hypotheses:
         raise ValueError("no sentences to evaluate")
     n_refs = max(map(len, references))
-    streams = [[refs[j] if j < len(refs) else None for refs in references] for j in range(n_refs)]
+    streams = [
+        [refs[j] if j < len(refs) else None for refs in references]
+        for j in range(n_refs)
+    ]
     bleu = sacrebleu.corpus_bleu(hypotheses, streams, tokenize="zh")
     chrf = sacrebleu.corpus_chrf(hypotheses, streams)
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
 
 
-def evaluate_model(model: Transformer, src_tok, tgt_tok, pairs: list[tuple[str, str]], method: str = "greedy",
-                   **kwargs) -> tuple[dict[str, float], list[str], list[str], list[list[str]]]:
-    """Translate each distinct English sentence of `pairs` once and score it against all its translations.
+def evaluate_model(
+    model: Transformer,
+    src_tok,
+    tgt_tok,
+    pairs: list[tuple[str, str]],
+    method: str = "greedy",
+    **kwargs,
+) -> tuple[dict[str, float], list[str], list[str], list[list[str]]]:
+    """Translate each distinct English sentence of `pairs` once and score it against all
+    its translations.
 
     Returns (scores {'bleu', 'chrf'}, sources, hypotheses, references).
     """
     sources, references = group_references(pairs)
     hypotheses = translate(model, src_tok, tgt_tok, sources, method, **kwargs)
-    return evaluate_translations(hypotheses, references), sources, hypotheses, references
+    return (
+        evaluate_translations(hypotheses, references),
+        sources,
+        hypotheses,
+        references,
+    )
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #9d0e0020
 def average_weights(state_dicts: list[dict]) -> dict:
-    """The element-wise mean of several state dicts of one model (checkpoint averaging)."""
-    return {k: torch.stack([sd[k].float() for sd in state_dicts]).mean(0).to(state_dicts[0][k].dtype)
-            for k in state_dicts[0]}
+    """The element-wise mean of several state dicts of one model (checkpoint
+    averaging)."""
+    return {
+        k: torch.stack([sd[k].float() for sd in state_dicts])
+        .mean(0)
+        .to(state_dicts[0][k].dtype)
+        for k in state_dicts[0]
+    }
 
 
-def choose_decoding(model: Transformer, src_tok, tgt_tok, valid_pairs: list[tuple[str, str]],
-                    beam_sizes: tuple[int, ...] = (4, 8), alphas: tuple[float, ...] = (0.6, 1.0)) -> dict:
-    """The beam size and length penalty with the best BLEU on `valid_pairs`, and every score tried."""
-    scores = {(k, a): evaluate_model(model, src_tok, tgt_tok, valid_pairs, "beam", beam_size=k,
-                                     length_penalty=a)[0]["bleu"] for k in beam_sizes for a in alphas}
+def choose_decoding(
+    model: Transformer,
+    src_tok,
+    tgt_tok,
+    valid_pairs: list[tuple[str, str]],
+    beam_sizes: tuple[int, ...] = (4, 8),
+    alphas: tuple[float, ...] = (0.6, 1.0),
+) -> dict:
+    """The beam size and length penalty with the best BLEU on `valid_pairs`, and every
+    score tried."""
+    scores = {
+        (k, a): evaluate_model(
+            model, src_tok, tgt_tok, valid_pairs, "beam", beam_size=k, length_penalty=a
+        )[0]["bleu"]
+        for k in beam_sizes
+        for a in alphas
+    }
     beam_size, alpha = max(scores, key=scores.get)
     return {"beam_size": beam_size, "length_penalty": alpha, "scores": scores}

@@ -11,10 +11,12 @@ from torch import nn
 
 # %% ../notebooks/02_embeddings.ipynb #d6ea9ff5
 class TokenEmbedding(nn.Module):
-    """Token ids (B, T) -> vectors (B, T, C): a learned table, times sqrt(d_model) when `scale`.
+    """Token ids (B, T) -> vectors (B, T, C): a learned table, times sqrt(d_model) when
+    `scale`.
 
-    With `scale`, the table starts with std 1/sqrt(d_model), the paper's choice for a table shared with
-    the output layer, so the scaled output has unit variance; without it, std 1 (nn.Embedding's default).
+    With `scale`, the table starts with std 1/sqrt(d_model), the paper's choice for a
+    table shared with the output layer, so the scaled output has unit variance; without
+    it, std 1 (nn.Embedding's default).
     """
 
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
@@ -32,12 +34,19 @@ class TokenEmbedding(nn.Module):
         """Look up each id: (B, T) integer ids -> (B, T, C)."""
         if ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
-        checking = ids.numel() and not torch.compiler.is_compiling()  # reading ids would break a compiled graph
+        checking = (
+            ids.numel() and not torch.compiler.is_compiling()
+        )  # reading ids would break a compiled graph
         if checking and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = ids[(ids < 0) | (ids >= self.vocab_size)][0].item()
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.vocab_size}) (vocab_size={self.vocab_size})")
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary [0, "
+                f"{self.vocab_size}) (vocab_size={self.vocab_size})"
+            )
         x = self.embedding(ids)  # (B, T, C)
         return x * math.sqrt(self.d_model) if self.scale else x
 
     def extra_repr(self) -> str:
-        return f"vocab_size={self.vocab_size}, d_model={self.d_model}, scale={self.scale}"
+        return (
+            f"vocab_size={self.vocab_size}, d_model={self.d_model}, scale={self.scale}"
+        )

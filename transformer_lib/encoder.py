@@ -11,7 +11,8 @@ from .multi_head import MultiHeadAttention
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, the same at every position (the paper's equation 2)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, the same at every position (the paper's
+    equation 2)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
@@ -21,17 +22,28 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C) -> (B, T, C)."""
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))  # (B, T, F) in between
+        return self.linear2(
+            self.dropout(torch.relu(self.linear1(x)))
+        )  # (B, T, F) in between
 
 # %% ../notebooks/07_encoder.ipynb #38554f49
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network; each in a residual connection with a LayerNorm.
+    """Self-attention, then the feed-forward network; each in a residual connection with
+    a LayerNorm.
 
     norm_first=False: the paper's post-norm, x = LN(x + sublayer(x)).
-    norm_first=True: pre-norm, x = x + sublayer(LN(x)), which keeps an un-normalised path from input to output.
+    norm_first=True: pre-norm, x = x + sublayer(LN(x)), which keeps an un-normalised
+    path from input to output.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.ff = PositionwiseFeedForward(d_model, d_ff, dropout)
@@ -42,8 +54,11 @@ class EncoderLayer(nn.Module):
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return self.dropout(self.self_attn(x, mask=mask)[0])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, C), mask broadcastable to (B, H, T, T) with True = may attend -> (B, T, C)."""
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x (B, T, C), mask broadcastable to (B, H, T, T) with True = may attend -> (B,
+        T, C)."""
         if self.norm_first:
             x = x + self._attend(self.norm1(x), mask)
             return x + self.dropout(self.ff(self.norm2(x)))
@@ -52,15 +67,28 @@ class EncoderLayer(nn.Module):
 
 # %% ../notebooks/07_encoder.ipynb #e6aab352
 class Encoder(nn.Module):
-    """A stack of `n_layers` encoder layers; with pre-norm, a final LayerNorm (its layers leave x un-normalised)."""
+    """A stack of `n_layers` encoder layers; with pre-norm, a final LayerNorm (its
+    layers leave x un-normalised)."""
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False):
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ):
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, T, C) -> (B, T, C)."""
         for layer in self.layers:
             x = layer(x, mask)

@@ -7,10 +7,11 @@ __all__ = ['ExerciseError', 'compare', 'check_sha256', 'check_merge', 'check_emb
            'beam_search_reference', 'check_beam_search', 'check_get_batch', 'check_tiled_attention']
 
 # %% ../notebooks/00_introduction_and_setup.ipynb #e7e10000
-# transformer_lib/exercises.py: the checkers of the "build it" exercises, one part from each notebook
-# (this one starts the module). A checker runs the learner's function on fixed inputs and prints that it
-# passes, or raises ExerciseError saying exactly what is wrong: the shape, the dtype, or which entries
-# differ from the reference, with both values. The references are the library's own functions.
+# transformer_lib/exercises.py: the checkers of the "build it" exercises, one part from
+# each notebook (this one starts the module). A checker runs the learner's function on
+# fixed inputs and prints that it passes, or raises ExerciseError saying exactly what is
+# wrong: the shape, the dtype, or which entries differ from the reference, with both
+# values. The references are the library's own functions.
 import hashlib
 import math
 import tempfile
@@ -38,7 +39,8 @@ def _fmt(idx: tuple[int, ...]) -> str:
 def compare(
     name: str, got, want: Tensor, atol: float = 1e-5, rtol: float = 1e-4, show: int = 3
 ) -> None:
-    """Raise ExerciseError naming the first differing entries if `got` is not (close to) `want`."""
+    """Raise ExerciseError naming the first differing entries if `got` is not (close to)
+    `want`."""
     if not isinstance(got, Tensor):
         raise ExerciseError(
             f"{name}: expected a torch.Tensor, got {type(got).__name__}"
@@ -62,15 +64,17 @@ def compare(
     if bad.any():
         where = bad.nonzero()[:show].tolist()
         shown = "; ".join(
-            f"at {_fmt(i)} got {got[tuple(i)].item():.6g}, expected {want[tuple(i)].item():.6g}"
+            f"at {_fmt(i)} got {got[tuple(i)].item():.6g}, expected "
+            f"{want[tuple(i)].item():.6g}"
             for i in where
         )
         raise ExerciseError(
-            f"{name}: {int(bad.sum())} of {bad.numel()} entries differ from the reference: {shown}"
+            f"{name}: {int(bad.sum())} of {bad.numel()} entries differ from "
+            f"the reference: {shown}"
         )
 
 
-# 00 · a file's checksum -------------------------------------------------------------------------------
+# 00 · a file's checksum ---------------------------------------------------------------
 
 
 def check_sha256(fn: Callable[[Path], str]) -> bool:
@@ -88,7 +92,8 @@ def check_sha256(fn: Callable[[Path], str]) -> bool:
             got, want = fn(path), hashlib.sha256(path.read_bytes()).hexdigest()
             if not isinstance(got, str):
                 raise ExerciseError(
-                    f"sha256 of a {n}-byte file: expected a str, got {type(got).__name__} "
+                    f"sha256 of a {n}-byte file: expected a str, got "
+                    f"{type(got).__name__} "
                     "(hexdigest(), not digest())"
                 )
             if got != want:
@@ -98,7 +103,7 @@ def check_sha256(fn: Callable[[Path], str]) -> bool:
     return _passed("sha256", f"files of {', '.join(map(str, sizes))} bytes")
 
 
-# 01 · one BPE merge -----------------------------------------------------------------------------------
+# 01 · one BPE merge -------------------------------------------------------------------
 
 # %% ../notebooks/01_tokenization.ipynb #e7e10100
 # The checker of this notebook's exercise (transformer_lib.exercises).
@@ -113,7 +118,8 @@ _MERGE_CASES = [
 
 
 def check_merge(fn: Callable[[list, tuple, int], list]) -> bool:
-    """fn(ids, pair, new_id) -> ids with every occurrence of pair, left to right, replaced by new_id."""
+    """fn(ids, pair, new_id) -> ids with every occurrence of pair, left to right,
+    replaced by new_id."""
     for ids, pair, new_id, want in _MERGE_CASES:
         got = fn(list(ids), pair, new_id)
         if list(got) != want:
@@ -123,12 +129,13 @@ def check_merge(fn: Callable[[list, tuple, int], list]) -> bool:
     return _passed("merge", f"{len(_MERGE_CASES)} cases, overlapping runs included")
 
 
-# 02 · the embedding lookup as a matrix product --------------------------------------------------------
+# 02 · the embedding lookup as a matrix product ----------------------------------------
 
 # %% ../notebooks/02_embeddings.ipynb #e7e10200
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_embedding_lookup(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
-    """fn(ids (B, T), weight (V, C)) -> (B, T, C): one_hot(ids) @ weight, times sqrt(C)."""
+    """fn(ids (B, T), weight (V, C)) -> (B, T, C): one_hot(ids) @ weight, times
+    sqrt(C)."""
     g = torch.Generator().manual_seed(0)
     V, C = 11, 8
     weight = torch.randn(V, C, generator=g)
@@ -140,12 +147,13 @@ def check_embedding_lookup(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
     )
 
 
-# 03 · RoPE --------------------------------------------------------------------------------------------
+# 03 · RoPE ----------------------------------------------------------------------------
 
 # %% ../notebooks/03_positional_encoding.ipynb #e7e10300
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
-    """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle t * base**(-2i/C)."""
+    """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle t *
+    base**(-2i/C)."""
     T, C = x.shape[-2:]
     angle = torch.arange(T, dtype=x.dtype)[:, None] * base ** (
         -torch.arange(0, C, 2, dtype=x.dtype) / C
@@ -158,7 +166,8 @@ def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
 
 
 def check_rope(fn: Callable[[Tensor], Tensor]) -> bool:
-    """fn(x (B, T, C)) -> RoPE-rotated x; also checks that scores then depend only on the offset."""
+    """fn(x (B, T, C)) -> RoPE-rotated x; also checks that scores then depend only on
+    the offset."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 8, generator=g, dtype=torch.float64)
     compare("apply_rope", fn(x), rope_reference(x), atol=1e-9)
@@ -178,12 +187,13 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> bool:
     )
 
 
-# 04 · attention from scratch --------------------------------------------------------------------------
+# 04 · attention from scratch ----------------------------------------------------------
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #e7e10400
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_attention(fn: Callable[..., Tensor]) -> bool:
-    """fn(q, k, v, mask=None) -> softmax(q k^T / sqrt(d_k)) v, (..., T_q, D_v); mask bool, True = may attend."""
+    """fn(q, k, v, mask=None) -> softmax(q k^T / sqrt(d_k)) v, (..., T_q, D_v); mask
+    bool, True = may attend."""
     from transformer_lib.attention import scaled_dot_product_attention
 
     g = torch.Generator().manual_seed(0)
@@ -209,12 +219,13 @@ def check_attention(fn: Callable[..., Tensor]) -> bool:
     )
 
 
-# 05 · split and merge heads ---------------------------------------------------------------------------
+# 05 · split and merge heads -----------------------------------------------------------
 
 # %% ../notebooks/05_multi_head_attention.ipynb #e7e10500
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> bool:
-    """fn(x (B, T, C), n_heads) -> (B, H, T, C / H), head h holding columns h*D .. (h+1)*D - 1."""
+    """fn(x (B, T, C), n_heads) -> (B, H, T, C / H), head h holding columns h*D ..
+    (h+1)*D - 1."""
     from transformer_lib.multi_head import split_heads
 
     x = torch.arange(2 * 3 * 8, dtype=torch.float32).view(
@@ -233,7 +244,7 @@ def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> bool:
     return _passed("merge_heads", "(2, 4, 3, 2) -> (2, 3, 8)")
 
 
-# 06 · masks -------------------------------------------------------------------------------------------
+# 06 · masks ---------------------------------------------------------------------------
 
 # %% ../notebooks/06_masks.ipynb #e7e10600
 # The checker of this notebook's exercise (transformer_lib.exercises).
@@ -255,12 +266,13 @@ def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> bool:
     return _passed("padding_mask", "(3, 5) ids -> (3, 1, 1, 5)")
 
 
-# 07 · a post-norm encoder layer ----------------------------------------------------------------------
+# 07 · a post-norm encoder layer -------------------------------------------------------
 
 # %% ../notebooks/07_encoder.ipynb #e7e10700
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_post_norm_layer(fn: Callable) -> bool:
-    """fn(layer, x, mask) -> the post-norm forward pass using layer.self_attn, layer.ff, layer.norm1, layer.norm2."""
+    """fn(layer, x, mask) -> the post-norm forward pass using layer.self_attn, layer.ff,
+    layer.norm1, layer.norm2."""
     from transformer_lib.encoder import EncoderLayer
 
     torch.manual_seed(0)
@@ -279,7 +291,8 @@ def check_post_norm_layer(fn: Callable) -> bool:
         and torch.allclose(got, pre, atol=1e-5)
     ):
         raise ExerciseError(
-            "post-norm layer: this is the pre-norm order, x + sublayer(LN(x)); post-norm "
+            "post-norm layer: this is the pre-norm order, x + "
+            "sublayer(LN(x)); post-norm "
             "normalises after the residual sum, LN(x + sublayer(x))"
         )
     compare("post-norm layer", got, layer(x, mask))
@@ -289,12 +302,13 @@ def check_post_norm_layer(fn: Callable) -> bool:
     )
 
 
-# 08 · teacher forcing ---------------------------------------------------------------------------------
+# 08 · teacher forcing -----------------------------------------------------------------
 
 # %% ../notebooks/08_decoder_and_model.ipynb #e7e10800
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_shift_targets(fn: Callable) -> bool:
-    """fn(seqs, bos, eos, pad) -> tgt_in (B, T), tgt_out (B, T): <bos> y and y <eos>, padded with pad."""
+    """fn(seqs, bos, eos, pad) -> tgt_in (B, T), tgt_out (B, T): <bos> y and y <eos>,
+    padded with pad."""
     seqs, bos, eos, pad = [[5, 6, 7], [8], [9, 10]], 1, 2, 0
     want_in = torch.tensor([[1, 5, 6, 7], [1, 8, 0, 0], [1, 9, 10, 0]])
     want_out = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0], [9, 10, 2, 0]])
@@ -308,12 +322,13 @@ def check_shift_targets(fn: Callable) -> bool:
     )
 
 
-# 09 · label-smoothed cross-entropy --------------------------------------------------------------------
+# 09 · label-smoothed cross-entropy ----------------------------------------------------
 
 # %% ../notebooks/09_training_a_translator.ipynb #e7e10900
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_label_smoothing(fn: Callable) -> bool:
-    """fn(logits (N, V), targets (N,), eps, pad_id) -> mean smoothed loss over non-padding targets."""
+    """fn(logits (N, V), targets (N,), eps, pad_id) -> mean smoothed loss over
+    non-padding targets."""
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(6, 7, generator=g, dtype=torch.float64)
     targets = torch.tensor([3, 0, 5, 0, 1, 6])  # pad_id 0 twice
@@ -322,7 +337,8 @@ def check_label_smoothing(fn: Callable) -> bool:
         got = fn(logits, targets, eps, 0)
         if isinstance(got, Tensor) and got.shape != torch.Size([]):
             raise ExerciseError(
-                f"label smoothing: return one number (a 0-d tensor), got shape {tuple(got.shape)}"
+                "label smoothing: return one number (a 0-d tensor), got "
+                f"shape {tuple(got.shape)}"
             )
         got_f = float(got)
         if not math.isclose(got_f, want.item(), rel_tol=1e-6):
@@ -332,9 +348,13 @@ def check_label_smoothing(fn: Callable) -> bool:
                 F.cross_entropy(logits, targets, label_smoothing=eps).item(),
                 rel_tol=1e-6,
             ):
-                hint = " (padding targets were counted: leave them out of the sum and of the mean)"
+                hint = (
+                    " (padding targets were counted: leave them out of the sum "
+                    "and of the mean)"
+                )
             raise ExerciseError(
-                f"label smoothing with eps={eps}: got {got_f:.6f}, expected {want.item():.6f}{hint}"
+                f"label smoothing with eps={eps}: got {got_f:.6f}, expected "
+                f"{want.item():.6f}{hint}"
             )
     return _passed(
         "label smoothing",
@@ -342,12 +362,13 @@ def check_label_smoothing(fn: Callable) -> bool:
     )
 
 
-# 10 · top-p and beam search ---------------------------------------------------------------------------
+# 10 · top-p and beam search -----------------------------------------------------------
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #e7e11000
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_top_p(fn: Callable[[Tensor, float], Tensor]) -> bool:
-    """fn(logits (B, V), p) -> logits with -inf outside the smallest set of top tokens whose probability reaches p."""
+    """fn(logits (B, V), p) -> logits with -inf outside the smallest set of top tokens
+    whose probability reaches p."""
     from transformer_lib.sampling import filter_logits
 
     probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.6, 0.05, 0.2]])
@@ -371,14 +392,16 @@ _BEAM_TABLE = {
 
 
 def _toy_step(prefix: tuple[int, ...]) -> Tensor:
-    """Log-probabilities of tokens 0, 1 and 2 (= <eos>) after `prefix`: greedy picks 0, the best is 1 1."""
+    """Log-probabilities of tokens 0, 1 and 2 (= <eos>) after `prefix`: greedy picks 0,
+    the best is 1 1."""
     return torch.tensor(_BEAM_TABLE.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
 
 
 def beam_search_reference(
     step: Callable, beam: int, max_len: int, eos: int = 2
 ) -> tuple[list[int], float]:
-    """The best finished sequence (eos included) and its log-probability, keeping `beam` prefixes per step."""
+    """The best finished sequence (eos included) and its log-probability, keeping `beam`
+    prefixes per step."""
     alive, done = [((), 0.0)], []
     for _ in range(max_len):
         grown = [
@@ -398,31 +421,36 @@ def beam_search_reference(
 
 
 def check_beam_search(fn: Callable) -> bool:
-    """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and beam disagree."""
+    """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
+    beam disagree."""
     for beam, want in ((1, [0, 0, 2]), (2, [1, 1, 2])):
         got = fn(_toy_step, beam, 4, 2)
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens != want:
             raise ExerciseError(
-                f"beam={beam}: got tokens {tokens}, expected {want} (log-prob {want_score:.4f})"
+                f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
+                f"{want_score:.4f})"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
-                f"beam={beam}: tokens right, but log-prob {score:.4f}, expected {want_score:.4f}"
+                f"beam={beam}: tokens right, but log-prob {score:.4f}, "
+                f"expected {want_score:.4f}"
             )
     return _passed(
         "beam search",
-        "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)",
+        "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] "
+        "(p = 0.36)",
     )
 
 
-# 11 · random windows for a language model -------------------------------------------------------------
+# 11 · random windows for a language model ---------------------------------------------
 
 # %% ../notebooks/11_gpt_language_model.ipynb #e7e11100
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_get_batch(fn: Callable) -> bool:
-    """fn(ids (N,), batch_size, context_len, generator) -> x (B, T), y (B, T): random windows, y = x shifted by one."""
+    """fn(ids (N,), batch_size, context_len, generator) -> x (B, T), y (B, T): random
+    windows, y = x shifted by one."""
     ids = torch.arange(
         100, 160
     )  # position i holds 100 + i, so a window shows where it starts
@@ -439,7 +467,8 @@ def check_get_batch(fn: Callable) -> bool:
     if not contiguous.all():
         b = int((~contiguous.all(1)).nonzero()[0])
         raise ExerciseError(
-            f"get_batch: row {b} of x is not a window of consecutive tokens: {x[b].tolist()}"
+            f"get_batch: row {b} of x is not a window of consecutive tokens: "
+            f"{x[b].tolist()}"
         )
     if int(y.max()) > int(ids[-1]):
         raise ExerciseError("get_batch: a window runs past the end of the data")
@@ -452,12 +481,13 @@ def check_get_batch(fn: Callable) -> bool:
     )
 
 
-# 12 · attention in tiles with an online softmax ------------------------------------------------------
+# 12 · attention in tiles with an online softmax ---------------------------------------
 
 # %% ../notebooks/12_making_it_fast.ipynb #e7e11200
 # The checker of this notebook's exercise (transformer_lib.exercises).
 def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> bool:
-    """fn(q, k, v, block) -> softmax(q k^T / sqrt(D)) v computed over key blocks of `block`, never all T_k at once."""
+    """fn(q, k, v, block) -> softmax(q k^T / sqrt(D)) v computed over key blocks of
+    `block`, never all T_k at once."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)

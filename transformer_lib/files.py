@@ -12,10 +12,12 @@ from typing import BinaryIO
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write `path` through `write(file)` so that it is the old file or the whole new one, never a part.
+    """Write `path` through `write(file)` so that it is the old file or the whole new
+    one, never a part.
 
-    A temporary file beside `path` is filled, flushed to the disk, given the mode of any new file
-    (0666 minus the umask) and renamed over `path`. If anything fails, even Ctrl-C, it is removed.
+    A temporary file beside `path` is filled, flushed to the disk, given the mode of any
+    new file (0666 minus the umask) and renamed over `path`. If anything fails, even
+    Ctrl-C, it is removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,22 +45,31 @@ def current_umask() -> int:
 def stale_temporaries(path: str | os.PathLike) -> list[Path]:
     """Temporary files that killed writes of `path` left beside it (`.NAME.*.tmp`)."""
     path = Path(path)
-    return sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
+    return (
+        sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
+    )
 
 
 def check_writable(path: str | os.PathLike) -> Path:
-    """Make sure `path` can be written, before any work is spent: raise OSError saying why not.
+    """Make sure `path` can be written, before any work is spent: raise OSError saying
+    why not.
 
     The folder is created if needed and a probe file is written and removed in it.
     """
     path = Path(path)
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; give a file name, e.g. {path / 'model.pt'}")
+        raise IsADirectoryError(
+            f"{path} is a folder; give a file name, e.g. {path / 'model.pt'}"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, probe = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise PermissionError(f"cannot write {path}: {e.strerror or e} (choose another path)") from None
+        raise PermissionError(
+            f"cannot write {path}: {e.strerror or e} (choose another path)"
+        ) from None
     return path

@@ -20,7 +20,8 @@ from .sampling import sample_next
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm: x / sqrt(mean(x^2) + eps) * g, LayerNorm without the centring and the bias."""
+    """Root-mean-square norm: x / sqrt(mean(x^2) + eps) * g, LayerNorm without the
+    centring and the bias."""
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
@@ -28,28 +29,46 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # g, one gain per feature
 
     def forward(self, x: Tensor) -> Tensor:
-        xf = x.to(torch.promote_types(x.dtype, torch.float32))  # at least fp32, also under bf16 autocast
-        inv_rms = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (B, T, 1)
+        xf = x.to(
+            torch.promote_types(x.dtype, torch.float32)
+        )  # at least fp32, also under bf16 autocast
+        inv_rms = torch.rsqrt(
+            xf.pow(2).mean(dim=-1, keepdim=True) + self.eps
+        )  # (B, T, 1)
         return (xf * inv_rms).type_as(x) * self.weight  # (B, T, C)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #e71e78ef
-GELU_MODES = ("none", "tanh")  # exact (erf) and GPT-2's tanh approximation, as F.gelu names them
+GELU_MODES = (
+    "none",
+    "tanh",
+)  # exact (erf) and GPT-2's tanh approximation, as F.gelu names them
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    """GELU, x * Phi(x): exact with erf ("none") or GPT-2's tanh approximation ("tanh")."""
+    """GELU, x * Phi(x): exact with erf ("none") or GPT-2's tanh approximation
+    ("tanh")."""
     if approximate == "none":
         return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+        return (
+            0.5
+            * x
+            * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+        )
     raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 class MLP(nn.Module):
     """The feed-forward sublayer: Linear(C -> F), GELU, Linear(F -> C), dropout."""
 
-    def __init__(self, d_model: int, d_ff: int, approximate: str = "tanh", bias: bool = False,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        approximate: str = "tanh",
+        bias: bool = False,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.fc = nn.Linear(d_model, d_ff, bias=bias)
         self.proj = nn.Linear(d_ff, d_model, bias=bias)
@@ -57,39 +76,66 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.gelu(self.fc(x), approximate=self.approximate)  # (B, T, F); the same function as `gelu`, fused
+        h = F.gelu(
+            self.fc(x), approximate=self.approximate
+        )  # (B, T, F); the same function as `gelu`, fused
         return self.drop(self.proj(h))  # (B, T, C)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3447e2ea
 @dataclass
 class GPTConfig:
-    """Every size and switch of the GPT; `tiny()`, `cpu()`, `gpu()` and `nanogpt_cpu()` are named presets."""
+    """Every size and switch of the GPT; `tiny()`, `cpu()`, `gpu()` and `nanogpt_cpu()`
+    are named presets."""
 
-    vocab_size: int = 65  # V: Tiny Shakespeare has 65 distinct characters; set it from the tokenizer
-    context_len: int = 256  # N: the longest context the model reads (learned positions stop here)
+    vocab_size: int = (
+        65  # V: Tiny Shakespeare has 65 distinct characters; set it from the tokenizer
+    )
+    context_len: int = (
+        256  # N: the longest context the model reads (learned positions stop here)
+    )
     n_layers: int = 6  # L
     n_heads: int = 6  # H; d_head = d_model / n_heads
     d_model: int = 384  # C
     d_ff: int = 0  # F; 0 means 4 * d_model, the usual width
-    dropout: float = 0.2  # on attention weights, residual branches and embeddings; 0 for short runs
-    bias: bool = False  # biases in Linear and LayerNorm: not needed, and a little faster without (nanoGPT)
-    norm: str = "rms"  # "rms" (RMSNorm, as LLaMA) or "layer" (LayerNorm without bias, as nanoGPT)
-    gelu_approximate: str = "tanh"  # "tanh" (GPT-2's approximation) or "none" (exact erf)
-    attn_impl: str = "sdpa"  # "sdpa": F.scaled_dot_product_attention; "explicit": softmax path of notebook 04
-    tie_weights: bool = True  # output layer shares the token embedding matrix: fewer parameters, same quality
+    dropout: float = (
+        0.2  # on attention weights, residual branches and embeddings; 0 for short runs
+    )
+    # biases in Linear and LayerNorm: not needed, and a little faster without (nanoGPT)
+    bias: bool = False
+    # "rms" (RMSNorm, as LLaMA) or "layer" (LayerNorm without bias, as nanoGPT)
+    norm: str = "rms"
+    gelu_approximate: str = (
+        "tanh"  # "tanh" (GPT-2's approximation) or "none" (exact erf)
+    )
+    # "sdpa": F.scaled_dot_product_attention; "explicit": softmax path of notebook 04
+    attn_impl: str = "sdpa"
+    # output layer shares the token embedding matrix: fewer parameters, same quality
+    tie_weights: bool = True
 
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "n_layers", "n_heads", "d_model"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be a positive integer, got {getattr(self, name)!r}"
+                )
         if not 0 <= self.dropout < 1 or self.d_ff < 0:
-            raise ValueError(f"need 0 <= dropout < 1 and d_ff >= 0, got {self.dropout} and {self.d_ff}")
+            raise ValueError(
+                f"need 0 <= dropout < 1 and d_ff >= 0, got {self.dropout} and "
+                f"{self.d_ff}"
+            )
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        for name, allowed in (("norm", ("rms", "layer")), ("gelu_approximate", GELU_MODES),
-                              ("attn_impl", ("sdpa", "explicit"))):
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        for name, allowed in (
+            ("norm", ("rms", "layer")),
+            ("gelu_approximate", GELU_MODES),
+            ("attn_impl", ("sdpa", "explicit")),
+        ):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
         if self.d_ff == 0:
             self.d_ff = 4 * self.d_model
 
@@ -104,7 +150,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        """The config saved by `to_dict`; unknown keys are an error, not silently dropped."""
+        """The config saved by `to_dict`; unknown keys are an error, not silently
+        dropped."""
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown GPTConfig fields {sorted(unknown)}")
@@ -113,60 +160,119 @@ class GPTConfig:
     @classmethod
     def tiny(cls, **overrides) -> "GPTConfig":
         """For tests and quick mode: 2 layers of width 32, trains in seconds."""
-        return cls(**{**dict(context_len=32, n_layers=2, n_heads=2, d_model=32, dropout=0.0), **overrides})
+        return cls(
+            **{
+                **dict(context_len=32, n_layers=2, n_heads=2, d_model=32, dropout=0.0),
+                **overrides,
+            }
+        )
 
     @classmethod
     def cpu(cls, **overrides) -> "GPTConfig":
         """The CPU default: about 0.8M parameters, sized for minutes on two cores."""
-        return cls(**{**dict(context_len=128, n_layers=4, n_heads=4, d_model=128, dropout=0.0), **overrides})
+        return cls(
+            **{
+                **dict(
+                    context_len=128, n_layers=4, n_heads=4, d_model=128, dropout=0.0
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
     def gpu(cls, **overrides) -> "GPTConfig":
-        """nanoGPT's Shakespeare-char GPU model: 6 layers of width 384, 10.7M parameters, context 256."""
-        return cls(**{**dict(context_len=256, n_layers=6, n_heads=6, d_model=384, dropout=0.2), **overrides})
+        """nanoGPT's Shakespeare-char GPU model: 6 layers of width 384, 10.7M
+        parameters, context 256."""
+        return cls(
+            **{
+                **dict(
+                    context_len=256, n_layers=6, n_heads=6, d_model=384, dropout=0.2
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
     def nanogpt_cpu(cls, **overrides) -> "GPTConfig":
-        """nanoGPT's README CPU run, reproduced: 4 layers, width 128, context 64, LayerNorm, exact GELU."""
-        return cls(**{**dict(context_len=64, n_layers=4, n_heads=4, d_model=128, dropout=0.0, norm="layer",
-                             gelu_approximate="none"), **overrides})
+        """nanoGPT's README CPU run, reproduced: 4 layers, width 128, context 64,
+        LayerNorm, exact GELU."""
+        return cls(
+            **{
+                **dict(
+                    context_len=64,
+                    n_layers=4,
+                    n_heads=4,
+                    d_model=128,
+                    dropout=0.0,
+                    norm="layer",
+                    gelu_approximate="none",
+                ),
+                **overrides,
+            }
+        )
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3231422a
 class KVCache:
-    """Keys and values of every layer for the tokens seen so far, preallocated up to context_len."""
+    """Keys and values of every layer for the tokens seen so far, preallocated up to
+    context_len."""
 
     def __init__(self, config: GPTConfig, batch_size: int):
-        self.shape = (batch_size, config.n_heads, config.context_len, config.d_head)  # (B, H, N, D)
+        self.shape = (
+            batch_size,
+            config.n_heads,
+            config.context_len,
+            config.d_head,
+        )  # (B, H, N, D)
         self.n_layers = config.n_layers
         self.keys: list[Tensor] = []
         self.values: list[Tensor] = []
         self.length = 0  # tokens already stored; the next token's position
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the new k, v (B, H, T, D) at positions length..length+T; return all of them so far."""
+        """Store the new k, v (B, H, T, D) at positions length..length+T; return all of
+        them so far."""
         if k.size(0) != self.shape[0]:
-            raise ValueError(f"this cache holds a batch of {self.shape[0]}, got a batch of {k.size(0)}")
-        if not self.keys:  # allocate on first use, in the dtype and device the model computes in
+            raise ValueError(
+                f"this cache holds a batch of {self.shape[0]}, got a batch of "
+                f"{k.size(0)}"
+            )
+        if (
+            not self.keys
+        ):  # allocate on first use, in the dtype and device the model computes in
             self.keys = [k.new_zeros(self.shape) for _ in range(self.n_layers)]
             self.values = [v.new_zeros(self.shape) for _ in range(self.n_layers)]
         end = self.length + k.size(2)
-        self.keys[layer][:, :, self.length:end] = k
-        self.values[layer][:, :, self.length:end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]  # (B, H, length+T, D)
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][
+            :, :, :end
+        ]  # (B, H, length+T, D)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #e775d1cb
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention where position t sees positions <= t, with an optional KV cache."""
+    """Multi-head self-attention where position t sees positions <= t, with an optional
+    KV cache."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.n_heads, self.impl, self.dropout = config.n_heads, config.attn_impl, config.dropout
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)  # W_Q, W_K, W_V in one
+        self.n_heads, self.impl, self.dropout = (
+            config.n_heads,
+            config.attn_impl,
+            config.dropout,
+        )
+        self.qkv = nn.Linear(
+            config.d_model, 3 * config.d_model, bias=config.bias
+        )  # W_Q, W_K, W_V in one
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # W_O
         self.resid_drop = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) -> (y (B, T, C), weights (B, H, T, T_k) or None)."""
         # 1) project and split heads
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, C)
@@ -176,14 +282,25 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.update(layer, k, v)  # (B, H, T_k, D)
         t_q, t_k = q.size(2), k.size(2)
         p = self.dropout if self.training else 0.0
-        # 3) attention: the explicit softmax path (weights available) or PyTorch's fused kernel
+        # 3) attention: the explicit softmax path (weights available) or PyTorch's fused
+        # kernel
         if need_weights or self.impl == "explicit":
-            y, weights = scaled_dot_product_attention(q, k, v, causal_mask(t_q, x.device, t_k - t_q), p)
+            y, weights = scaled_dot_product_attention(
+                q, k, v, causal_mask(t_q, x.device, t_k - t_q), p
+            )
         elif t_q == t_k:
-            y, weights = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
-        else:  # new tokens after a cached prefix: a shifted causal mask (none for a single new token)
+            y, weights = (
+                F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True),
+                None,
+            )
+        # new tokens after a cached prefix: a shifted causal mask (none for a single new
+        # token)
+        else:
             mask = None if t_q == 1 else causal_mask(t_q, x.device, past=t_k - t_q)
-            y, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+            y, weights = (
+                F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p),
+                None,
+            )
         # 4) merge heads and project back
         return self.resid_drop(self.proj(merge_heads(y))), weights  # (B, T, C)
 
@@ -202,31 +319,52 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = make_norm(config), make_norm(config)
         self.attn = CausalSelfAttention(config)
-        self.mlp = MLP(config.d_model, config.d_ff, config.gelu_approximate, config.bias, config.dropout)
+        self.mlp = MLP(
+            config.d_model,
+            config.d_ff,
+            config.gelu_approximate,
+            config.bias,
+            config.dropout,
+        )
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attn(self.norm1(x), cache, layer, need_weights)
         x = x + a  # (B, T, C)
         return x + self.mlp(self.norm2(x)), weights  # (B, T, C)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #1d573902
 class GPT(nn.Module):
-    """A decoder-only Transformer language model: embeddings, L pre-norm blocks, final norm, tied output."""
+    """A decoder-only Transformer language model: embeddings, L pre-norm blocks, final
+    norm, tied output."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-        self.pos_emb = nn.Embedding(config.context_len, config.d_model)  # learned positions, as GPT-2
+        self.pos_emb = nn.Embedding(
+            config.context_len, config.d_model
+        )  # learned positions, as GPT-2
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm_f = make_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
-            self.lm_head.weight = self.tok_emb.weight  # one (V, C) matrix reads and writes tokens
+            self.lm_head.weight = (
+                self.tok_emb.weight
+            )  # one (V, C) matrix reads and writes tokens
         self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # GPT-2: residual projections scaled by 1/sqrt(2L)
+        for (
+            name,
+            p,
+        ) in (
+            self.named_parameters()
+        ):  # GPT-2: residual projections scaled by 1/sqrt(2L)
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
 
@@ -238,23 +376,37 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameters (shared ones once); without the position table by default, as GPT-2 counts."""
+        """Parameters (shared ones once); without the position table by default, as
+        GPT-2 counts."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.pos_emb.weight.numel() if non_embedding else n
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """ids (B, T) -> (logits (B, T, V), mean cross-entropy against targets (B, T) or None).
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """ids (B, T) -> (logits (B, T, V), mean cross-entropy against targets (B, T) or
+        None).
 
-        With a cache, idx holds only the new tokens and their positions continue after the cached ones.
-        With need_weights, the attention weights of every layer are kept in `self.last_weights`.
+        With a cache, idx holds only the new tokens and their positions continue after
+        the cached ones. With need_weights, the attention weights of every layer are
+        kept in `self.last_weights`.
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.context_len:
-            raise ValueError(f"sequence of {start + T} tokens is longer than context_len={self.config.context_len}")
-        if not torch.compiler.is_compiling() and (idx.device.type == "cpu" or not self.training):
-            # reading the ids makes a GPU wait: training there skips it (its ids come from the tokenizer)
+            raise ValueError(
+                f"sequence of {start + T} tokens is longer than "
+                f"context_len={self.config.context_len}"
+            )
+        if not torch.compiler.is_compiling() and (
+            idx.device.type == "cpu" or not self.training
+        ):
+            # reading the ids makes a GPU wait: training there skips it
+            # (its ids come from the tokenizer)
             check_token_ids(idx, self.config.vocab_size)
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
@@ -269,40 +421,65 @@ class GPT(nn.Module):
         logits = self.lm_head(self.norm_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)), targets.reshape(-1)
+            )
         return logits, loss
 
 
 def check_token_ids(idx: Tensor, vocab_size: int) -> None:
-    """Refuse ids outside [0, vocab_size) with the range, instead of an index error deep in the embedding."""
+    """Refuse ids outside [0, vocab_size) with the range, instead of an index error deep
+    in the embedding."""
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}); got min {int(idx.min())}, max {int(idx.max())}")
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}); got min "
+            f"{int(idx.min())}, max {int(idx.max())}"
+        )
 
 # %% ../notebooks/11_gpt_language_model.ipynb #14c891b4
 @torch.no_grad()
-def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, use_cache: bool = True, generator: torch.Generator | None = None) -> Tensor:
+def generate(
+    model: GPT,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Extend ids (B, T) by max_new_tokens -> (B, T + max_new_tokens).
 
-    Both paths read the last context_len tokens. With the cache, each step feeds one new token; once the
-    text outgrows the context, learned positions shift with the window, so the window is recomputed
-    from scratch every step, exactly as the uncached path does, and the two give the same tokens.
+    Both paths read the last context_len tokens. With the cache, each step feeds one new
+    token; once the text outgrows the context, learned positions shift with the window,
+    so the window is recomputed from scratch every step, exactly as the uncached path
+    does, and the two give the same tokens.
     """
     if idx.dim() != 2 or idx.size(1) == 0:
-        raise ValueError(f"need a non-empty prompt of shape (B, T), got {tuple(idx.shape)}")
+        raise ValueError(
+            f"need a non-empty prompt of shape (B, T), got {tuple(idx.shape)}"
+        )
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     check_token_ids(idx, model.config.vocab_size)
-    sample_next(idx.new_zeros(1, 1).float(), temperature, top_k, top_p)  # refuse bad settings up front
+    sample_next(
+        idx.new_zeros(1, 1).float(), temperature, top_k, top_p
+    )  # refuse bad settings up front
     was_training = model.training
     model.eval()
     N, cache = model.config.context_len, None
     for _ in range(max_new_tokens):
         if cache is not None and cache.length == idx.size(1) - 1 < N:
-            logits, _ = model(idx[:, -1:], cache=cache)  # one token; the cache holds the rest
-        else:  # first step, no cache, or the window moved: (re)compute the last N tokens
+            logits, _ = model(
+                idx[:, -1:], cache=cache
+            )  # one token; the cache holds the rest
+        # first step, no cache, or the window moved: (re)compute the last N tokens
+        else:
             cache = KVCache(model.config, idx.size(0)) if use_cache else None
             logits, _ = model(idx[:, -N:], cache=cache)
-        idx = torch.cat([idx, sample_next(logits[:, -1], temperature, top_k, top_p, generator)], dim=1)
+        idx = torch.cat(
+            [idx, sample_next(logits[:, -1], temperature, top_k, top_p, generator)],
+            dim=1,
+        )
     model.train(was_training)
     return idx

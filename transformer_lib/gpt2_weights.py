@@ -8,57 +8,124 @@ import torch.nn as nn
 
 from .gpt import GPT, GPTConfig
 
-HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}  # HF's names -> F.gelu's
+HF_GELU = {
+    "gelu_new": "tanh",
+    "gelu_pytorch_tanh": "tanh",
+    "gelu": "none",
+}  # HF's names -> F.gelu's
 
 
 def gpt_config_from_hf(hf_config, **overrides) -> GPTConfig:
-    """Our GPTConfig for a Hugging Face GPT2Config: our GPT with LayerNorm, biases and GPT-2's sizes."""
+    """Our GPTConfig for a Hugging Face GPT2Config: our GPT with LayerNorm, biases and
+    GPT-2's sizes."""
     if hf_config.activation_function not in HF_GELU:
-        raise ValueError(f"no GELU of ours matches activation_function={hf_config.activation_function!r}")
-    if (hf_config.scale_attn_by_inverse_layer_idx or not hf_config.scale_attn_weights
-            or hf_config.add_cross_attention):
-        raise ValueError("only GPT-2's plain attention (scaled by 1/sqrt(d_head), no cross-attention) maps onto ours")
-    return GPTConfig(**{**dict(
-        vocab_size=hf_config.vocab_size, context_len=hf_config.n_positions, n_layers=hf_config.n_layer,
-        n_heads=hf_config.n_head, d_model=hf_config.n_embd, d_ff=hf_config.n_inner or 0,  # 0: 4 * d_model
-        dropout=hf_config.resid_pdrop, bias=True, norm="layer",
-        gelu_approximate=HF_GELU[hf_config.activation_function], tie_weights=hf_config.tie_word_embeddings,
-    ), **overrides})
+        raise ValueError(
+            "no GELU of ours matches "
+            f"activation_function={hf_config.activation_function!r}"
+        )
+    if (
+        hf_config.scale_attn_by_inverse_layer_idx
+        or not hf_config.scale_attn_weights
+        or hf_config.add_cross_attention
+    ):
+        raise ValueError(
+            "only GPT-2's plain attention (scaled by 1/sqrt(d_head), no "
+            "cross-attention) maps onto ours"
+        )
+    return GPTConfig(
+        **{
+            **dict(
+                vocab_size=hf_config.vocab_size,
+                context_len=hf_config.n_positions,
+                n_layers=hf_config.n_layer,
+                n_heads=hf_config.n_head,
+                d_model=hf_config.n_embd,
+                d_ff=hf_config.n_inner or 0,  # 0: 4 * d_model
+                dropout=hf_config.resid_pdrop,
+                bias=True,
+                norm="layer",
+                gelu_approximate=HF_GELU[hf_config.activation_function],
+                tie_weights=hf_config.tie_word_embeddings,
+            ),
+            **overrides,
+        }
+    )
 
 # %% ../notebooks/11_gpt_language_model.ipynb #ef66f247
-HF_BLOCK_NAMES = {"norm1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "norm2": "ln_2",
-                  "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}  # our module in a block -> GPT-2's
-HF_CONV1D = ("c_attn.weight", "c_proj.weight", "c_fc.weight")  # stored (in, out): transpose for nn.Linear
+HF_BLOCK_NAMES = {
+    "norm1": "ln_1",
+    "attn.qkv": "attn.c_attn",
+    "attn.proj": "attn.c_proj",
+    "norm2": "ln_2",
+    "mlp.fc": "mlp.c_fc",
+    "mlp.proj": "mlp.c_proj",
+}  # our module in a block -> GPT-2's
+HF_CONV1D = (
+    "c_attn.weight",
+    "c_proj.weight",
+    "c_fc.weight",
+)  # stored (in, out): transpose for nn.Linear
 
 
 def hf_gpt2_name(name: str, tied: bool = True) -> str:
-    """GPT-2's (Hugging Face) name for one of our parameters: blocks.3.attn.qkv.weight -> h.3.attn.c_attn.weight."""
+    """GPT-2's (Hugging Face) name for one of our parameters: blocks.3.attn.qkv.weight
+    -> h.3.attn.c_attn.weight."""
     if name.startswith("blocks."):
         _, i, rest = name.split(".", 2)
         module, param = rest.rsplit(".", 1)
         return f"h.{i}.{HF_BLOCK_NAMES[module]}.{param}"
-    outside = {"tok_emb.weight": "wte.weight", "pos_emb.weight": "wpe.weight", "norm_f.weight": "ln_f.weight",
-               "norm_f.bias": "ln_f.bias", "lm_head.weight": "wte.weight" if tied else "lm_head.weight"}
+    outside = {
+        "tok_emb.weight": "wte.weight",
+        "pos_emb.weight": "wpe.weight",
+        "norm_f.weight": "ln_f.weight",
+        "norm_f.bias": "ln_f.bias",
+        "lm_head.weight": "wte.weight" if tied else "lm_head.weight",
+    }
     return outside[name]
 
 
-def gpt_from_hf_gpt2(hf_model_or_state_dict, config: GPTConfig | None = None,
-                     layer_norm_eps: float = 1e-5) -> GPT:
-    """Our GPT, in eval mode, holding a Hugging Face GPT-2's weights (a GPT2LMHeadModel, or its state dict
-    with our `config`); every weight of GPT-2 must find its place, and every one of ours must be filled."""
+def gpt_from_hf_gpt2(
+    hf_model_or_state_dict,
+    config: GPTConfig | None = None,
+    layer_norm_eps: float = 1e-5,
+) -> GPT:
+    """Our GPT, in eval mode, holding a Hugging Face GPT-2's weights (a GPT2LMHeadModel,
+    or its state dict with our `config`); every weight of GPT-2 must find its place, and
+    every one of ours must be filled."""
     if isinstance(hf_model_or_state_dict, nn.Module):
         hf_config = hf_model_or_state_dict.config
         config = config or gpt_config_from_hf(hf_config)
-        layer_norm_eps, hf_model_or_state_dict = hf_config.layer_norm_epsilon, hf_model_or_state_dict.state_dict()
-    sd = {k.removeprefix("transformer."): v for k, v in hf_model_or_state_dict.items()
-          if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # causal-mask buffers, not weights
+        layer_norm_eps, hf_model_or_state_dict = (
+            hf_config.layer_norm_epsilon,
+            hf_model_or_state_dict.state_dict(),
+        )
+    sd = {
+        k.removeprefix("transformer."): v
+        for k, v in hf_model_or_state_dict.items()
+        if not k.endswith((".attn.bias", ".attn.masked_bias"))
+    }  # causal-mask buffers, not weights
     model = GPT(config)
-    names = {name: hf_gpt2_name(name, config.tie_weights) for name in model.state_dict()}
-    unused = set(sd) - set(names.values()) - ({"lm_head.weight"} if config.tie_weights else set())
+    names = {
+        name: hf_gpt2_name(name, config.tie_weights) for name in model.state_dict()
+    }
+    unused = (
+        set(sd)
+        - set(names.values())
+        - ({"lm_head.weight"} if config.tie_weights else set())
+    )
     if unused:
-        raise ValueError(f"weights of GPT-2 with no place in our GPT: {sorted(unused)[:5]}")
-    model.load_state_dict({ours: sd[hf].t() if hf.endswith(HF_CONV1D) else sd[hf] for ours, hf in names.items()})
+        raise ValueError(
+            f"weights of GPT-2 with no place in our GPT: {sorted(unused)[:5]}"
+        )
+    model.load_state_dict(
+        {
+            ours: sd[hf].t() if hf.endswith(HF_CONV1D) else sd[hf]
+            for ours, hf in names.items()
+        }
+    )
     for m in model.modules():
         if isinstance(m, nn.LayerNorm):
-            m.eps = layer_norm_eps  # nn.LayerNorm's default and GPT-2's agree (1e-5), unless a config says otherwise
+            # nn.LayerNorm's default and GPT-2's agree (1e-5), unless a config says
+            # otherwise
+            m.eps = layer_norm_eps
     return model.eval()

@@ -1,13 +1,15 @@
 """Command line of Part III (the language model): flags in, calls to the library out.
 
     python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt
-    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt --resume    # continue, or extend
-    torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset tiny --max-iters 20  # DistributedDataParallel
-    python -m transformer_lib generate --checkpoint runs/lm/char.pt --prompt "ROMEO:"
+    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt --resume    #
+    continue, or extend torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset
+    tiny --max-iters 20  # DistributedDataParallel python -m transformer_lib generate
+    --checkpoint runs/lm/char.pt --prompt "ROMEO:"
 
-The training is `transformer_lib.lm_train` (notebook 11); this file only turns flags into its
-`TrainSettings`. An existing checkpoint is never replaced by accident: `train-lm` refuses to start
-unless `--resume` or `--restart` says what to do with it.
+The training is `transformer_lib.lm_train` (notebook 11); this file only turns flags
+into its
+`TrainSettings`. An existing checkpoint is never replaced by accident: `train-lm`
+refuses to start unless `--resume` or `--restart` says what to do with it.
 """
 
 from __future__ import annotations
@@ -34,21 +36,25 @@ from transformer_lib.cli_args import (
 
 MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
 
-TRAIN_HELP = """Train the GPT on Tiny Shakespeare (first 90% of the characters; the last 10% validate).
+TRAIN_HELP = """Train the GPT on Tiny Shakespeare (first 90% of the characters; the last
+10% validate).
 
-The defaults are the CPU recipe: preset cpu, batch 16, 700 steps, lr 5e-3 with 50 warm-up steps and a
-cosine to 5e-4, bf16 autocast where the device multiplies bf16 natively. The checkpoint (--out) is
-written atomically at every evaluation. If --out already holds a checkpoint, say what to do with it:
---resume continues it exactly (a larger --max-iters extends a finished run), --restart trains a new one
-in its place (the old file stays until the new run's first save). Ctrl-C stops after the current step
-and saves. Under torchrun every process trains on its own batches (DistributedDataParallel, gloo on CPU,
-nccl on GPU); only rank 0 prints and writes. nanoGPT's GPU model: --preset gpu --batch-size 64
---max-iters 5000 --lr 1e-3 --min-lr 1e-4 --warmup-steps 100 --eval-interval 250.
+The defaults are the CPU recipe: preset cpu, batch 16, 700 steps, lr 5e-3 with 50
+warm-up steps and a cosine to 5e-4, bf16 autocast where the device multiplies bf16
+natively. The checkpoint (--out) is written atomically at every evaluation. If --out
+already holds a checkpoint, say what to do with it: --resume continues it exactly (a
+larger --max-iters extends a finished run), --restart trains a new one in its place (the
+old file stays until the new run's first save). Ctrl-C stops after the current step and
+saves. Under torchrun every process trains on its own batches (DistributedDataParallel,
+gloo on CPU, nccl on GPU); only rank 0 prints and writes. nanoGPT's GPU model: --preset
+gpu --batch-size 64 --max-iters 5000 --lr 1e-3 --min-lr 1e-4 --warmup-steps 100
+--eval-interval 250.
 """
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """`train-lm`: build TrainSettings from the flags, train, report the final figures."""
+    """`train-lm`: build TrainSettings from the flags, train, report the final
+    figures."""
     from transformer_lib.gpt import GPTConfig
     from transformer_lib.lm_train import TrainSettings, train_lm
     from transformer_lib.training import TrainingInterrupted
@@ -89,12 +95,14 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def generate_command(args: argparse.Namespace) -> int:
-    """`generate`: print a continuation of the prompt (from --prompt, or a file with --prompt-file)."""
+    """`generate`: print a continuation of the prompt (from --prompt, or a file with
+    --prompt-file)."""
     from transformer_lib.lm_train import generate_text
 
     if args.max_new_tokens > MAX_NEW_TOKENS:
         print(
-            f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,}); for a "
+            f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got "
+            f"{args.max_new_tokens:,}); for a "
             f"longer text, generate again from the end of this one",
             file=sys.stderr,
         )

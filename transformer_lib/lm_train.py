@@ -6,8 +6,9 @@ __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'LMData', 'load_lm_data', 'get_batch'
            'generate_text']
 
 # %% ../notebooks/11_gpt_language_model.ipynb #bb2cdb66
-# transformer_lib/lm_train.py, the language model's trainer, is written in the cells marked
-# `#| export lm_train` of this notebook; the command line `train-lm` only parses flags and calls it.
+# transformer_lib/lm_train.py, the language model's trainer, is written in the cells
+# marked `#| export lm_train` of this notebook; the command line `train-lm` only parses
+# flags and calls it.
 import contextlib
 import dataclasses
 import math
@@ -19,13 +20,25 @@ import torch
 import torch.nn as nn
 
 from transformer_lib.checkpoints import (
-    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, load_weights, save_checkpoint,
+    CheckpointError,
+    CheckpointMismatchError,
+    changed_settings,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
     start_run,
 )
 from .gpt import GPT, GPTConfig, generate
 from transformer_lib.training import (
-    StopRequest, TrainingInterrupted, bf16_supported, check_finite, clip_gradients, make_adamw, set_lr,
-    tensorboard_writer, warmup_cosine,
+    StopRequest,
+    TrainingInterrupted,
+    bf16_supported,
+    check_finite,
+    clip_gradients,
+    make_adamw,
+    set_lr,
+    tensorboard_writer,
+    warmup_cosine,
 )
 
 CHECKPOINT_FORMAT = "transformer_lib.lm/1"
@@ -42,7 +55,8 @@ class LMData:
 
 
 def load_lm_data(tokenizer: str = "char", bpe_vocab: int = 512) -> LMData:
-    """Tiny Shakespeare, first 90% of characters to train and last 10% to validate (nanoGPT's split)."""
+    """Tiny Shakespeare, first 90% of characters to train and last 10% to validate
+    (nanoGPT's split)."""
     from transformer_lib.data import load_tiny_shakespeare
     from transformer_lib.tokenization import CharTokenizer, train_hf_bpe
 
@@ -53,89 +67,155 @@ def load_lm_data(tokenizer: str = "char", bpe_vocab: int = 512) -> LMData:
         tok = CharTokenizer(text)  # the 65 characters of the whole corpus, as nanoGPT
     elif tokenizer == "bpe":
         if bpe_vocab <= 256:
-            raise ValueError(f"bpe_vocab must be above 256 (the single bytes come first), got {bpe_vocab}")
-        tok = train_hf_bpe(train_text, bpe_vocab, specials=())  # trained on the training split only
+            raise ValueError(
+                "bpe_vocab must be above 256 (the single bytes come first), "
+                f"got {bpe_vocab}"
+            )
+        tok = train_hf_bpe(
+            train_text, bpe_vocab, specials=()
+        )  # trained on the training split only
     else:
         raise ValueError(f"tokenizer must be 'char' or 'bpe', got {tokenizer!r}")
     as_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)  # noqa: E731
     return LMData(tok, as_ids(train_text), as_ids(val_text), val_text)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0003
-def get_batch(ids: torch.Tensor, batch_size: int, context_len: int,
-              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows: inputs x (B, T) and targets y (B, T), y shifted one token to the right."""
-    starts = torch.randint(len(ids) - context_len, (batch_size,), generator=generator)  # (B,)
-    x = torch.stack([ids[s:s + context_len] for s in starts.tolist()])  # (B, T)
-    y = torch.stack([ids[s + 1:s + 1 + context_len] for s in starts.tolist()])  # (B, T)
+def get_batch(
+    ids: torch.Tensor, batch_size: int, context_len: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: inputs x (B, T) and targets y (B, T), y shifted one token to the
+    right."""
+    starts = torch.randint(
+        len(ids) - context_len, (batch_size,), generator=generator
+    )  # (B,)
+    x = torch.stack([ids[s : s + context_len] for s in starts.tolist()])  # (B, T)
+    y = torch.stack(
+        [ids[s + 1 : s + 1 + context_len] for s in starts.tolist()]
+    )  # (B, T)
     return x, y
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0005
-PRESETS = {"tiny": GPTConfig.tiny, "cpu": GPTConfig.cpu, "gpu": GPTConfig.gpu, "nanogpt_cpu": GPTConfig.nanogpt_cpu}
+PRESETS = {
+    "tiny": GPTConfig.tiny,
+    "cpu": GPTConfig.cpu,
+    "gpu": GPTConfig.gpu,
+    "nanogpt_cpu": GPTConfig.nanogpt_cpu,
+}
 
 
 @dataclass
 class TrainSettings:
-    """Everything a language-model run needs besides the data; `train-lm`'s flags set each field."""
+    """Everything a language-model run needs besides the data; `train-lm`'s flags set
+    each field."""
 
     preset: str = "cpu"  # a GPTConfig preset: tiny, cpu, gpu, nanogpt_cpu
-    model: dict = field(default_factory=dict)  # overrides of the preset's fields, e.g. {"dropout": 0.1}
-    tokenizer: str = "char"  # char, or bpe (a byte-level BPE trained on the training split)
+    model: dict = field(
+        default_factory=dict
+    )  # overrides of the preset's fields, e.g. {"dropout": 0.1}
+    tokenizer: str = (
+        "char"  # char, or bpe (a byte-level BPE trained on the training split)
+    )
     bpe_vocab: int = 512  # vocabulary size of the BPE tokenizer
     batch_size: int = 16  # B, sequences per step (per process under torchrun)
-    max_iters: int = 700  # optimizer steps (700: about a minute on 2 cores); the cosine ends here
-    stop_at: int | None = None  # stop early at this step (and save), as an interruption would
-    time_budget_s: float | None = None  # stop when training (evaluation excluded) has run this long
-    lr: float = 5e-3  # peak learning rate: high, for the small CPU model (nanoGPT's GPU model uses 1e-3)
+    max_iters: int = (
+        700  # optimizer steps (700: about a minute on 2 cores); the cosine ends here
+    )
+    stop_at: int | None = (
+        None  # stop early at this step (and save), as an interruption would
+    )
+    time_budget_s: float | None = (
+        None  # stop when training (evaluation excluded) has run this long
+    )
+    # peak learning rate: high, for the small CPU model (nanoGPT's GPU model uses 1e-3)
+    lr: float = 5e-3
     min_lr: float = 5e-4  # learning rate at the end of the cosine, a tenth of the peak
     warmup_steps: int = 50  # steps of linear warm-up
     weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.99)  # beta2 0.99, not 0.95: small batches give noisy gradients
+    betas: tuple[float, float] = (
+        0.9,
+        0.99,
+    )  # beta2 0.99, not 0.95: small batches give noisy gradients
     grad_clip: float = 1.0  # global gradient norm; 0 turns clipping off
-    decay_embeddings: bool = False  # nanoGPT decays embeddings too; we do not (see training.param_groups)
+    decay_embeddings: bool = (
+        False  # nanoGPT decays embeddings too; we do not (see training.param_groups)
+    )
     eval_interval: int = 100  # evaluate (and save) every this many steps
-    eval_windows: int = 64  # validation windows for the periodic estimate; the final one reads all of it
+    # validation windows for the periodic estimate; the final one reads all of it
+    eval_windows: int = 64
     out: str | None = None  # checkpoint path; None saves nothing
     resume: bool = False  # continue the run saved at `out`
     restart: bool = False  # train a new run in place of the one at `out`
     device: str | None = None  # default: runtime.get_device()
-    dtype: str = "auto"  # fp32, bf16 (autocast), or auto (bf16 where the device multiplies it natively)
+    # fp32, bf16 (autocast), or auto (bf16 where the device multiplies it natively)
+    dtype: str = "auto"
     compile: bool = False  # torch.compile the model
     seed: int = 0
     log_dir: str | None = None  # write TensorBoard curves here
     progress: bool = True  # a tqdm progress bar
     verbose: bool = True  # print a line at each evaluation
 
-    # May differ when a run is resumed: they decide when it stops and how it is watched, not what it computes.
-    RESUMABLE = ("max_iters", "stop_at", "time_budget_s", "eval_interval", "eval_windows", "out", "resume",
-                 "restart", "device", "compile", "log_dir", "progress", "verbose")
+    # May differ when a run is resumed: they decide when it stops and how it is watched,
+    # not what it computes.
+    RESUMABLE = (
+        "max_iters",
+        "stop_at",
+        "time_budget_s",
+        "eval_interval",
+        "eval_windows",
+        "out",
+        "resume",
+        "restart",
+        "device",
+        "compile",
+        "log_dir",
+        "progress",
+        "verbose",
+    )
 
     def plain(self) -> dict:
         """The settings as a plain dict (stored in the checkpoint)."""
-        return {k: (dict(v) if isinstance(v, dict) else v) for k, v in dataclasses.asdict(self).items()}
+        return {
+            k: (dict(v) if isinstance(v, dict) else v)
+            for k, v in dataclasses.asdict(self).items()
+        }
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0007
 @torch.no_grad()
-def evaluate(model: GPT, ids: torch.Tensor, batch_size: int = 32, max_windows: int | None = None,
-             autocast: contextlib.AbstractContextManager | None = None) -> tuple[float, int]:
-    """Mean next-token loss (nats) over non-overlapping windows of `ids`, and how many tokens it predicted.
+def evaluate(
+    model: GPT,
+    ids: torch.Tensor,
+    batch_size: int = 32,
+    max_windows: int | None = None,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> tuple[float, int]:
+    """Mean next-token loss (nats) over non-overlapping windows of `ids`, and how many
+    tokens it predicted.
 
-    Windows start at 0, N, 2N, ...; every token but the first is predicted once when max_windows is None.
-    With max_windows, an evenly spaced subset of the windows (a cheaper estimate).
+    Windows start at 0, N, 2N, ...; every token but the first is predicted once when
+    max_windows is None. With max_windows, an evenly spaced subset of the windows (a
+    cheaper estimate).
     """
     N = model.config.context_len
     starts = list(range(0, len(ids) - 1, N))
     if max_windows is not None and max_windows < len(starts):
-        starts = [starts[round(i * (len(starts) - 1) / (max_windows - 1 or 1))] for i in range(max_windows)]
+        starts = [
+            starts[round(i * (len(starts) - 1) / (max_windows - 1 or 1))]
+            for i in range(max_windows)
+        ]
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for length in sorted({min(N, len(ids) - 1 - s) for s in starts}):  # full windows, then the last one
+    for length in sorted(
+        {min(N, len(ids) - 1 - s) for s in starts}
+    ):  # full windows, then the last one
         group = [s for s in starts if min(N, len(ids) - 1 - s) == length]
         for i in range(0, len(group), batch_size):
-            chunk = group[i:i + batch_size]
-            x = torch.stack([ids[s:s + length] for s in chunk]).to(device)  # (B, T)
-            y = torch.stack([ids[s + 1:s + 1 + length] for s in chunk]).to(device)  # (B, T)
+            chunk = group[i : i + batch_size]
+            x = torch.stack([ids[s : s + length] for s in chunk]).to(device)  # (B, T)
+            y = torch.stack([ids[s + 1 : s + 1 + length] for s in chunk]).to(
+                device
+            )  # (B, T)
             with autocast or contextlib.nullcontext():
                 _, loss = model(x, y)
             total += float(loss) * y.numel()
@@ -145,7 +225,8 @@ def evaluate(model: GPT, ids: torch.Tensor, batch_size: int = 32, max_windows: i
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0009
 def init_distributed(device: str | None) -> tuple[int, int, int, torch.device]:
-    """(rank, world_size, local_rank, device): from torchrun's environment, or (0, 1, 0, device) alone."""
+    """(rank, world_size, local_rank, device): from torchrun's environment, or (0, 1, 0,
+    device) alone."""
     import torch.distributed as dist
 
     from transformer_lib.runtime import get_device
@@ -162,7 +243,8 @@ def init_distributed(device: str | None) -> tuple[int, int, int, torch.device]:
 
 
 def any_rank(flag: bool, world: int, device: torch.device) -> bool:
-    """True on every process if `flag` is True on any one (so that all stop at the same step)."""
+    """True on every process if `flag` is True on any one (so that all stop at the same
+    step)."""
     if world == 1:
         return flag
     import torch.distributed as dist
@@ -173,21 +255,30 @@ def any_rank(flag: bool, world: int, device: torch.device) -> bool:
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0010
 def model_config(s: TrainSettings, data: LMData) -> GPTConfig:
-    """The preset with the settings' overrides, for this data; refuses names and sizes that cannot work."""
+    """The preset with the settings' overrides, for this data; refuses names and sizes
+    that cannot work."""
     if s.preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {s.preset!r}")
     known = {f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size"}
     unknown = sorted(set(s.model) - known)
     if unknown:
-        raise ValueError(f"unknown model setting {', '.join(unknown)}; the settings are: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"unknown model setting {', '.join(unknown)}; the settings are: "
+            f"{', '.join(sorted(known))}"
+        )
     try:
-        config = PRESETS[s.preset](**{"vocab_size": data.tokenizer.vocab_size, **s.model})
+        config = PRESETS[s.preset](
+            **{"vocab_size": data.tokenizer.vocab_size, **s.model}
+        )
     except (TypeError, ZeroDivisionError) as e:
         raise ValueError(f"these model settings do not make a model: {e}") from None
     shortest = min(len(data.train_ids), len(data.val_ids) + 1)
     if config.context_len >= shortest:
-        raise ValueError(f"context_len {config.context_len} needs more text than the data has ({shortest - 1} "
-                         f"tokens in the shorter split); use a smaller context_len")
+        raise ValueError(
+            f"context_len {config.context_len} needs more text than the data "
+            f"has ({shortest - 1} "
+            f"tokens in the shorter split); use a smaller context_len"
+        )
     return config
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0012
@@ -195,43 +286,80 @@ def model_config(s: TrainSettings, data: LMData) -> GPTConfig:
 class LMRun:
     """Where a language-model run stands; saved in its checkpoints."""
 
-    schedule_steps: int  # the cosine ends here; a run extended past it goes on at min_lr
+    schedule_steps: (
+        int  # the cosine ends here; a run extended past it goes on at min_lr
+    )
     step: int = 0
     train_time_s: float = 0.0  # training time, evaluation excluded
     history: list = field(default_factory=list)  # one dict per evaluation
 
 
-def save_lm(path: str, s: TrainSettings, model: GPT, optimizer: torch.optim.Optimizer, data: LMData,
-            run: LMRun, batches: torch.Generator) -> None:
+def save_lm(
+    path: str,
+    s: TrainSettings,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    data: LMData,
+    run: LMRun,
+    batches: torch.Generator,
+) -> None:
     """Write the run to `path` (atomically) with everything an exact resume needs."""
-    save_checkpoint(path, model, optimizer, config=model.config.to_dict(), tokenizer=data.tokenizer.to_dict(),
-                    format=CHECKPOINT_FORMAT, settings=s.plain(), torch_rng=torch.get_rng_state(),
-                    batch_rng=batches.get_state(), **dataclasses.asdict(run))
+    save_checkpoint(
+        path,
+        model,
+        optimizer,
+        config=model.config.to_dict(),
+        tokenizer=data.tokenizer.to_dict(),
+        format=CHECKPOINT_FORMAT,
+        settings=s.plain(),
+        torch_rng=torch.get_rng_state(),
+        batch_rng=batches.get_state(),
+        **dataclasses.asdict(run),
+    )
 
 
-def resume_lm(s: TrainSettings, model: GPT, optimizer: torch.optim.Optimizer, data: LMData,
-              batches: torch.Generator, device: torch.device, say=print) -> LMRun:
-    """Load the run saved at s.out into model, optimizer and sampler; refuse one with other settings."""
-    state = load_checkpoint(s.out, kind=CHECKPOINT_FORMAT, expected_config=model.config.to_dict(),
-                            expected_tokenizer=data.tokenizer.to_dict(), map_location=device)
+def resume_lm(
+    s: TrainSettings,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    data: LMData,
+    batches: torch.Generator,
+    device: torch.device,
+    say=print,
+) -> LMRun:
+    """Load the run saved at s.out into model, optimizer and sampler; refuse one with
+    other settings."""
+    state = load_checkpoint(
+        s.out,
+        kind=CHECKPOINT_FORMAT,
+        expected_config=model.config.to_dict(),
+        expected_tokenizer=data.tokenizer.to_dict(),
+        map_location=device,
+    )
     changed = changed_settings(state["settings"], s.plain(), TrainSettings.RESUMABLE)
     if changed:
-        raise CheckpointMismatchError(f"{s.out} was trained with other settings ({'; '.join(changed)}); resume "
-                                      f"with the same ones, or use --restart or another path for a new run")
+        raise CheckpointMismatchError(
+            f"{s.out} was trained with other settings ({'; '.join(changed)}); resume "
+            f"with the same ones, or use --restart or another path for a new run"
+        )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     batches.set_state(state["batch_rng"])
     run = LMRun(**{k: state[k] for k in LMRun.__dataclass_fields__})
     if s.max_iters > run.schedule_steps:
-        say(f"extending the run to {s.max_iters} steps; its cosine ended at step {run.schedule_steps}, so the "
-            f"learning rate stays at {s.min_lr:g} from there")
+        say(
+            f"extending the run to {s.max_iters} steps; its cosine ended at "
+            f"step {run.schedule_steps}, so the "
+            f"learning rate stays at {s.min_lr:g} from there"
+        )
     say(f"resumed from {os.path.basename(s.out)} at step {run.step}")
     return run
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0014
 def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
-    """Train a GPT on Tiny Shakespeare as `s` says; returns the model, its history and the final figures."""
+    """Train a GPT on Tiny Shakespeare as `s` says; returns the model, its history and
+    the final figures."""
     from transformer_lib.runtime import set_seed
 
     rank, world, local_rank, device = init_distributed(s.device)
@@ -246,33 +374,82 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     config = model_config(s, data)
     model = GPT(config).to(device)
     optimizer = make_adamw(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)
-    batches = torch.Generator().manual_seed(s.seed + rank)  # each process draws its own batches
-    run = resume_lm(s, model, optimizer, data, batches, device, say) if resume else LMRun(s.max_iters)
-    if resume and world > 1:  # the checkpoint holds rank 0's sampler: give the others their own streams
+    batches = torch.Generator().manual_seed(
+        s.seed + rank
+    )  # each process draws its own batches
+    run = (
+        resume_lm(s, model, optimizer, data, batches, device, say)
+        if resume
+        else LMRun(s.max_iters)
+    )
+    if (
+        resume and world > 1
+    ):  # the checkpoint holds rank 0's sampler: give the others their own streams
         batches.manual_seed(s.seed + rank + 7919 * run.step)
     use_bf16 = s.dtype == "bf16" or (s.dtype == "auto" and bf16_supported(device))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
     fwd: nn.Module = torch.compile(model) if s.compile else model
     if world > 1:
-        fwd = nn.parallel.DistributedDataParallel(fwd, device_ids=[local_rank] if device.type == "cuda" else None)
-    say(f"{config.n_layers} layers, d_model {config.d_model}, context {config.context_len}, vocab "
-        f"{config.vocab_size}: {model.num_params():,} parameters | {s.tokenizer} tokens | {device} "
-        f"{'bf16' if use_bf16 else 'fp32'} | {world} process(es) x batch {s.batch_size}")
+        fwd = nn.parallel.DistributedDataParallel(
+            fwd, device_ids=[local_rank] if device.type == "cuda" else None
+        )
+    say(
+        f"{config.n_layers} layers, d_model {config.d_model}, context "
+        f"{config.context_len}, vocab "
+        f"{config.vocab_size}: {model.num_params():,} parameters | "
+        f"{s.tokenizer} tokens | {device} "
+        f"{'bf16' if use_bf16 else 'fp32'} | {world} process(es) x batch {s.batch_size}"
+    )
     writer = tensorboard_writer(s.log_dir) if main else None
     with StopRequest() as stop:
-        run_steps(s, model, fwd, optimizer, data, run, batches, autocast, stop, device, world, main, writer, say)
+        run_steps(
+            s,
+            model,
+            fwd,
+            optimizer,
+            data,
+            run,
+            batches,
+            autocast,
+            stop,
+            device,
+            world,
+            main,
+            writer,
+            say,
+        )
         if main and s.out:
             save_lm(s.out, s, model, optimizer, data, run, batches)
         if stop.requested:
-            raise TrainingInterrupted(f"stopped at step {run.step}" + (f"; saved {s.out}: run again with "
-                                                                       f"--resume to continue" if s.out else ""))
+            raise TrainingInterrupted(
+                f"stopped at step {run.step}"
+                + (
+                    f"; saved {s.out}: run again with --resume to continue"
+                    if s.out
+                    else ""
+                )
+            )
     return finish_lm(s, model, data, run, autocast, world, use_bf16, say)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0015
-def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.optim.Optimizer, data: LMData,
-              run: LMRun, batches: torch.Generator, autocast, stop: StopRequest, device: torch.device,
-              world: int = 1, main: bool = True, writer=None, say=print) -> None:
-    """The training steps, from run.step until max_iters, stop_at, the time budget or Ctrl-C.
+def run_steps(
+    s: TrainSettings,
+    model: GPT,
+    fwd: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: LMData,
+    run: LMRun,
+    batches: torch.Generator,
+    autocast,
+    stop: StopRequest,
+    device: torch.device,
+    world: int = 1,
+    main: bool = True,
+    writer=None,
+    say=print,
+) -> None:
+    """The training steps, from run.step until max_iters, stop_at, the time budget or
+    Ctrl-C.
 
     Only the main process (rank 0) evaluates, logs and saves.
     """
@@ -281,7 +458,14 @@ def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.opt
     bar = None
     if main and s.progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=s.max_iters, initial=run.step, desc="train-lm", unit="step", dynamic_ncols=True)
+
+        bar = tqdm(
+            total=s.max_iters,
+            initial=run.step,
+            desc="train-lm",
+            unit="step",
+            dynamic_ncols=True,
+        )
     model.train()
     while run.step < s.max_iters and (s.stop_at is None or run.step < s.stop_at):
         over = s.time_budget_s is not None and run.train_time_s >= s.time_budget_s
@@ -290,7 +474,9 @@ def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.opt
         t0 = time.perf_counter()
         lr = warmup_cosine(run.step, s.lr, s.warmup_steps, run.schedule_steps, s.min_lr)
         set_lr(optimizer, lr)
-        x, y = (t.to(device) for t in get_batch(data.train_ids, s.batch_size, N, batches))
+        x, y = (
+            t.to(device) for t in get_batch(data.train_ids, s.batch_size, N, batches)
+        )
         with autocast:
             _, loss = fwd(x, y)
         optimizer.zero_grad(set_to_none=True)
@@ -298,9 +484,13 @@ def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.opt
         clip_gradients(model, s.grad_clip)
         optimizer.step()
         run.step += 1
-        evaluating = main and (run.step % s.eval_interval == 0 or run.step == s.max_iters)
+        evaluating = main and (
+            run.step % s.eval_interval == 0 or run.step == s.max_iters
+        )
         if run.step % 10 == 0 or run.step == s.max_iters or evaluating:
-            last_loss = float(loss.detach())  # reading the loss waits for the device: only now and then
+            last_loss = float(
+                loss.detach()
+            )  # reading the loss waits for the device: only now and then
             check_finite(last_loss, run.step, lr)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -309,14 +499,31 @@ def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.opt
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
         if evaluating:
-            val, _ = evaluate(model, data.val_ids, max_windows=s.eval_windows, autocast=autocast)
+            val, _ = evaluate(
+                model, data.val_ids, max_windows=s.eval_windows, autocast=autocast
+            )
             check_finite(val, run.step, lr)
-            run.history.append({"step": run.step, "train_time_s": round(run.train_time_s, 3),
-                                "train_loss": last_loss, "val_loss": val, "lr": lr})
-            say(f"step {run.step:>5}/{s.max_iters} | train {last_loss:.3f} | val {val:.3f} | lr {lr:.1e} | "
-                f"{run.train_time_s:6.1f} s | {run.step * tokens_per_step / max(run.train_time_s, 1e-9):,.0f} tok/s")
+            run.history.append(
+                {
+                    "step": run.step,
+                    "train_time_s": round(run.train_time_s, 3),
+                    "train_loss": last_loss,
+                    "val_loss": val,
+                    "lr": lr,
+                }
+            )
+            say(
+                f"step {run.step:>5}/{s.max_iters} | train {last_loss:.3f} | "
+                f"val {val:.3f} | lr {lr:.1e} | "
+                f"{run.train_time_s:6.1f} s | "
+                f"{run.step * tokens_per_step / max(run.train_time_s, 1e-9):,.0f} tok/s"
+            )
             if writer is not None:
-                for name, value in (("train/loss", last_loss), ("valid/loss", val), ("train/lr", lr)):
+                for name, value in (
+                    ("train/loss", last_loss),
+                    ("valid/loss", val),
+                    ("train/lr", lr),
+                ):
                     writer.add_scalar(name, value, run.step)
                 writer.flush()
             if s.out:
@@ -325,40 +532,76 @@ def run_steps(s: TrainSettings, model: GPT, fwd: nn.Module, optimizer: torch.opt
         bar.close()
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0016
-def finish_lm(s: TrainSettings, model: GPT, data: LMData, run: LMRun, autocast, world: int, bf16: bool,
-              say=print) -> dict:
-    """The final figures: the loss over every validation token and bits per character (rank 0), and
-    under torchrun a checksum of the weights on every rank, which must agree."""
+def finish_lm(
+    s: TrainSettings,
+    model: GPT,
+    data: LMData,
+    run: LMRun,
+    autocast,
+    world: int,
+    bf16: bool,
+    say=print,
+) -> dict:
+    """The final figures: the loss over every validation token and bits per character
+    (rank 0), and under torchrun a checksum of the weights on every rank, which must
+    agree."""
     import torch.distributed as dist
 
     tokens = run.step * s.batch_size * model.config.context_len * world
-    result = {"model": model, "tokenizer": data.tokenizer, "step": run.step, "train_time_s": run.train_time_s,
-              "history": run.history, "config": model.config.to_dict(), "params": model.num_params(),
-              "bf16": bf16, "world_size": world, "tokens_per_s": tokens / max(run.train_time_s, 1e-9)}
+    result = {
+        "model": model,
+        "tokenizer": data.tokenizer,
+        "step": run.step,
+        "train_time_s": run.train_time_s,
+        "history": run.history,
+        "config": model.config.to_dict(),
+        "params": model.num_params(),
+        "bf16": bf16,
+        "world_size": world,
+        "tokens_per_s": tokens / max(run.train_time_s, 1e-9),
+    }
     if not dist.is_initialized() or dist.get_rank() == 0:
         val_loss, n_tokens = evaluate(model, data.val_ids, autocast=autocast)
-        n_chars = len(data.val_text) - len(data.tokenizer.decode(data.val_ids[:1].tolist()))
-        result.update(val_loss=val_loss, bits_per_char=val_loss * n_tokens / n_chars / math.log(2))
-        say(f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
-            f"{result['bits_per_char']:.3f} bits per character | {run.train_time_s:.1f} s of training")
+        n_chars = len(data.val_text) - len(
+            data.tokenizer.decode(data.val_ids[:1].tolist())
+        )
+        result.update(
+            val_loss=val_loss, bits_per_char=val_loss * n_tokens / n_chars / math.log(2)
+        )
+        say(
+            f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
+            f"{result['bits_per_char']:.3f} bits per character | "
+            f"{run.train_time_s:.1f} s of training"
+        )
     if world > 1:
         checksums = [None] * world
-        dist.all_gather_object(checksums, round(sum(float(p.double().sum()) for p in model.parameters()), 6))
+        dist.all_gather_object(
+            checksums,
+            round(sum(float(p.double().sum()) for p in model.parameters()), 6),
+        )
         result["rank_checksums"] = checksums
-        say(f"parameter checksum on each rank: {checksums} -> ranks agree: {len(set(checksums)) == 1}")
+        say(
+            f"parameter checksum on each rank: {checksums} -> ranks agree: "
+            f"{len(set(checksums)) == 1}"
+        )
         dist.destroy_process_group()
     return result
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0018
-def load_lm(checkpoint: str, device: str | torch.device | None = None) -> tuple[GPT, object]:
-    """(model in eval mode, tokenizer) from a train-lm checkpoint, read with weights_only=True."""
+def load_lm(
+    checkpoint: str, device: str | torch.device | None = None
+) -> tuple[GPT, object]:
+    """(model in eval mode, tokenizer) from a train-lm checkpoint, read with
+    weights_only=True."""
     from transformer_lib.runtime import get_device
     from transformer_lib.tokenization import tokenizer_from_dict
 
     dev = torch.device(device) if device else get_device()
     state = load_checkpoint(checkpoint, kind=CHECKPOINT_FORMAT, map_location=dev)
     if not isinstance(state.get("tokenizer"), dict):
-        raise CheckpointError(f"{checkpoint} has no tokenizer in it: a damaged language-model checkpoint")
+        raise CheckpointError(
+            f"{checkpoint} has no tokenizer in it: a damaged language-model checkpoint"
+        )
     try:
         tok = tokenizer_from_dict(state["tokenizer"])
         model = GPT(GPTConfig.from_dict(state["config"])).to(dev)
@@ -366,22 +609,35 @@ def load_lm(checkpoint: str, device: str | torch.device | None = None) -> tuple[
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-        raise CheckpointError(f"{checkpoint} is a damaged language-model checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:120]})") from None
+        raise CheckpointError(
+            f"{checkpoint} is a damaged language-model checkpoint ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:120]})"
+        ) from None
     if tok.vocab_size != model.config.vocab_size:
-        raise CheckpointError(f"{checkpoint}: its tokenizer has {tok.vocab_size} tokens, its model "
-                              f"{model.config.vocab_size}")
+        raise CheckpointError(
+            f"{checkpoint}: its tokenizer has {tok.vocab_size} tokens, its model "
+            f"{model.config.vocab_size}"
+        )
     return model.eval(), tok
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0019
-def generate_text(checkpoint: str, prompt: str, max_new_tokens: int = 500, temperature: float = 0.8,
-                  top_k: int | None = 200, top_p: float | None = None, seed: int = 0, use_cache: bool = True,
-                  device: str | None = None, notes=print) -> str:
+def generate_text(
+    checkpoint: str,
+    prompt: str,
+    max_new_tokens: int = 500,
+    temperature: float = 0.8,
+    top_k: int | None = 200,
+    top_p: float | None = None,
+    seed: int = 0,
+    use_cache: bool = True,
+    device: str | None = None,
+    notes=print,
+) -> str:
     """Load a checkpoint and continue `prompt`; returns prompt + continuation as text.
 
-    Raises ValueError, with a message for a person, for characters the vocabulary lacks. An empty prompt
-    starts from a newline; a prompt longer than the context keeps its last context_len tokens; both
-    are reported through `notes`.
+    Raises ValueError, with a message for a person, for characters the vocabulary lacks.
+    An empty prompt starts from a newline; a prompt longer than the context keeps its
+    last context_len tokens; both are reported through `notes`.
     """
     model, tok = load_lm(checkpoint, device)
     dev = next(model.parameters()).device
@@ -392,12 +648,17 @@ def generate_text(checkpoint: str, prompt: str, max_new_tokens: int = 500, tempe
         ids = tok.encode(prompt)
     except ValueError as e:
         known = "".join(getattr(tok, "chars", []))
-        raise ValueError(f"the prompt cannot be encoded by this checkpoint's tokenizer: {e}"
-                         + (f"; known characters: {known!r}" if known else "")) from None
+        raise ValueError(
+            f"the prompt cannot be encoded by this checkpoint's tokenizer: {e}"
+            + (f"; known characters: {known!r}" if known else "")
+        ) from None
     N = model.config.context_len
     if len(ids) > N:
-        notes(f"note: the prompt has {len(ids)} tokens but the context holds {N}; only its last {N} are read")
+        notes(
+            f"note: the prompt has {len(ids)} tokens but the context holds "
+            f"{N}; only its last {N} are read"
+        )
     g = torch.Generator(device=dev).manual_seed(seed)
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     out = generate(model, x, max_new_tokens, temperature, top_k, top_p, use_cache, g)
-    return prompt + tok.decode(out[0, len(ids):].tolist())
+    return prompt + tok.decode(out[0, len(ids) :].tolist())

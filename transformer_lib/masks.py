@@ -9,19 +9,26 @@ from torch import Tensor
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
-    """(B, T) token ids -> (B, 1, 1, T) bool mask, True at real tokens (True = may attend).
+    """(B, T) token ids -> (B, 1, 1, T) bool mask, True at real tokens (True = may
+    attend).
 
-    The singleton dimensions broadcast over heads and queries: every query sees every real key.
+    The singleton dimensions broadcast over heads and queries: every query sees every
+    real key.
     """
     if ids.dim() != 2:
         raise ValueError(f"ids must be (B, T), got shape {tuple(ids.shape)}")
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
 
 # %% ../notebooks/06_masks.ipynb #5b7b65b0
-def causal_mask(T: int, device: torch.device | str | None = None, past: int = 0) -> Tensor:
+def causal_mask(
+    T: int, device: torch.device | str | None = None, past: int = 0
+) -> Tensor:
     """(T, past + T) bool mask, True = may attend: query i sees keys j <= past + i.
 
-    past = 0 gives the square lower triangle. Notebook 11 generates text with `past` keys kept from
-    earlier steps and T new queries after them: each new query still sees everything up to itself.
+    past = 0 gives the square lower triangle. Notebook 11 generates text with `past`
+    keys kept from earlier steps and T new queries after them: each new query still sees
+    everything up to itself.
     """
-    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)  # (T, past + T)
+    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(
+        diagonal=past
+    )  # (T, past + T)

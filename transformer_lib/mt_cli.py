@@ -1,13 +1,15 @@
 """Command line of Part II (the translator): flags in, calls to the library out.
 
-    python -m transformer_lib train-mt                      # notebook 09's full-mode run -> runs/translator.pt
-    python -m transformer_lib train-mt --resume             # continue it (after a kill or Ctrl-C), or extend it
-    python -m transformer_lib train-mt --quick --out runs/quick.pt   # a few dozen steps, to check it runs
-    python -m transformer_lib translate "Where is the station?"
-    python -m transformer_lib translate --input sentences.txt       # one sentence a line; "-" reads stdin
+    python -m transformer_lib train-mt                      # notebook 09's full-mode
+    run -> runs/translator.pt python -m transformer_lib train-mt --resume             #
+    continue it (after a kill or Ctrl-C), or extend it python -m transformer_lib
+    train-mt --quick --out runs/quick.pt   # a few dozen steps, to check it runs python
+    -m transformer_lib translate "Where is the station?" python -m transformer_lib
+    translate --input sentences.txt       # one sentence a line; "-" reads stdin
 
-The training is `transformer_lib.mt_train` (notebook 09), the decoding `transformer_lib.decoding`
-(notebook 10). An existing checkpoint is never replaced by accident: `train-mt` refuses to start unless
+The training is `transformer_lib.mt_train` (notebook 09), the decoding
+`transformer_lib.decoding` (notebook 10). An existing checkpoint is never replaced by
+accident: `train-mt` refuses to start unless
 `--resume` or `--restart` says what to do with it.
 """
 
@@ -34,7 +36,8 @@ DEFAULT_CHECKPOINT = "runs/translator.pt"
 
 
 def train_mt(args: argparse.Namespace) -> int:
-    """Train the translator with notebook 09's settings (or --quick), checkpointing each epoch."""
+    """Train the translator with notebook 09's settings (or --quick), checkpointing each
+    epoch."""
     from transformer_lib.mt_train import TrainConfig, train_translator
     from transformer_lib.runtime import describe_machine, get_device
     from transformer_lib.training import TrainingInterrupted
@@ -93,7 +96,8 @@ def train_mt(args: argparse.Namespace) -> int:
 
 
 def translate_cmd(args: argparse.Namespace) -> int:
-    """Translate English sentences (arguments, a file, or standard input) with a trained checkpoint."""
+    """Translate English sentences (arguments, a file, or standard input) with a trained
+    checkpoint."""
     try:
         sentences = read_texts(args.sentences, args.input)
     except (OSError, ValueError) as e:
@@ -101,7 +105,8 @@ def translate_cmd(args: argparse.Namespace) -> int:
         return 2
     if not sentences:
         print(
-            "translate: nothing to translate: give English sentences as arguments or with --input",
+            "translate: nothing to translate: give English sentences as "
+            "arguments or with --input",
             file=sys.stderr,
         )
         return 2
@@ -121,14 +126,16 @@ def translate_cmd(args: argparse.Namespace) -> int:
         unseen = sorted({ch for ch in s if ch not in known}) if known else []
         if unseen:
             print(
-                f"note: {''.join(unseen)[:20]!r} never appeared in the training English; expect a poor "
+                f"note: {''.join(unseen)[:20]!r} never appeared in the "
+                "training English; expect a poor "
                 f"translation of {_short(s)!r}",
                 file=sys.stderr,
             )
         n = len(src_tok.encode(s))
         if n > limit:
             print(
-                f"note: {_short(s)!r} has {n} tokens; only the first {limit} are translated "
+                f"note: {_short(s)!r} has {n} tokens; only the first {limit} "
+                "are translated "
                 f"(the model's context is {model.config.context_len})",
                 file=sys.stderr,
             )
@@ -154,7 +161,8 @@ def translate_cmd(args: argparse.Namespace) -> int:
         from transformer_lib.translation_data import to_traditional
 
         print(
-            "note: the model writes Simplified Chinese; this is its answer converted to Traditional "
+            "note: the model writes Simplified Chinese; this is its answer "
+            "converted to Traditional "
             "characters by OpenCC (s2t), not a second model",
             file=sys.stderr,
         )
@@ -175,7 +183,8 @@ def _short(text: str, n: int = 60) -> str:
 
 
 def register(commands) -> None:
-    """Add `train-mt` and `translate` to the subparsers of `python -m transformer_lib`."""
+    """Add `train-mt` and `translate` to the subparsers of `python -m
+    transformer_lib`."""
     t = commands.add_parser(
         "train-mt",
         help="train the English-Chinese translator (notebook 09's defaults)",

@@ -5,7 +5,8 @@ __all__ = ['CHECKPOINT_FORMAT', 'TrainConfig', 'lr_at', 'prepare_data', 'RunStat
            'resume_run', 'fit', 'train_translator', 'load_translator', 'held_out_split']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b09
-# transformer_lib/mt_train.py, the translator's trainer, is written in the cells marked `#| export mt_train`.
+# transformer_lib/mt_train.py, the translator's trainer, is written in the cells marked
+# `#| export mt_train`.
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -14,18 +15,35 @@ from pathlib import Path
 import torch
 
 from transformer_lib.checkpoints import (
-    CheckpointError, CheckpointMismatchError, changed_settings, load_checkpoint, load_weights, save_checkpoint,
+    CheckpointError,
+    CheckpointMismatchError,
+    changed_settings,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
     start_run,
 )
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
 from transformer_lib.training import (
-    StopRequest, TrainingInterrupted, check_finite, clip_gradients, make_adamw, mixed_precision, set_lr,
+    StopRequest,
+    TrainingInterrupted,
+    check_finite,
+    clip_gradients,
+    make_adamw,
+    mixed_precision,
+    set_lr,
     tensorboard_writer,
-    warmup_cosine, warmup_inverse_sqrt,
+    warmup_cosine,
+    warmup_inverse_sqrt,
 )
 from transformer_lib.translation_data import (
-    build_tokenizers, collate, course_pairs, encode_pair, label_smoothed_cross_entropy, length_bucketed_batches,
+    build_tokenizers,
+    collate,
+    course_pairs,
+    encode_pair,
+    label_smoothed_cross_entropy,
+    length_bucketed_batches,
     split_by_english,
 )
 
@@ -34,18 +52,28 @@ CHECKPOINT_FORMAT = "transformer_lib.translator/1"
 # %% ../notebooks/09_training_a_translator.ipynb #f1df03ee
 @dataclass
 class TrainConfig:
-    """Everything that decides a translator's training run. Defaults: notebook 09's full-mode run."""
+    """Everything that decides a translator's training run. Defaults: notebook 09's
+    full-mode run."""
 
     seed: int = 0
     n_valid: int = 1000  # distinct English sentences held out for early stopping
-    n_test: int = 2000  # distinct English sentences held out for the final BLEU (never trained on)
+    # distinct English sentences held out for the final BLEU (never trained on)
+    n_test: int = 2000
     train_limit: int | None = None  # use only the first N training pairs (quick mode)
-    src_vocab_size: int = 4000  # English BPE: ~8k distinct words in training, most frequent whole
+    src_vocab_size: int = (
+        4000  # English BPE: ~8k distinct words in training, most frequent whole
+    )
     model: dict = field(default_factory=dict)  # overrides of Seq2SeqConfig's defaults
-    max_tokens: int = 2500  # padded tokens per batch (source or target side, whichever is longer)
+    max_tokens: int = (
+        2500  # padded tokens per batch (source or target side, whichever is longer)
+    )
     epochs: int = 20  # at most; a finished run can be extended by resuming with more
-    max_minutes: float | None = 24.0  # stop after the epoch that would overrun this (wall clock)
-    schedule: str = "cosine"  # "cosine" (warm-up + cosine) or "inverse_sqrt" (the paper's)
+    max_minutes: float | None = (
+        24.0  # stop after the epoch that would overrun this (wall clock)
+    )
+    schedule: str = (
+        "cosine"  # "cosine" (warm-up + cosine) or "inverse_sqrt" (the paper's)
+    )
     lr: float = 1e-3  # peak learning rate
     min_lr: float = 2e-5  # where the cosine ends
     warmup_steps: int = 200
@@ -54,53 +82,91 @@ class TrainConfig:
     label_smoothing: float = 0.1  # the paper's epsilon_ls
     grad_clip: float = 1.0  # largest global gradient norm; 0 turns clipping off
     patience: int = 3  # early stopping: epochs without a better validation loss
-    dtype: str = "auto"  # fp32, bf16 (autocast), or auto: bf16 where the processor multiplies it natively
-    keep_last: int = 3  # the weights of the last epochs kept in the checkpoint, for averaging
+    # fp32, bf16 (autocast), or auto: bf16 where the processor multiplies it natively
+    dtype: str = "auto"
+    keep_last: int = (
+        3  # the weights of the last epochs kept in the checkpoint, for averaging
+    )
 
     # May differ when a run is resumed: they decide when it stops, not what it computes.
     RESUMABLE = ("epochs", "max_minutes", "dtype")
 
     @classmethod
     def quick(cls) -> "TrainConfig":
-        """A few dozen steps on a slice with a tiny model: checks that everything runs, in seconds."""
-        return cls(train_limit=2000, src_vocab_size=500, epochs=2, max_minutes=None, warmup_steps=20,
-                   model=dict(d_model=64, n_heads=2, n_layers=2, d_ff=128), max_tokens=2000)
+        """A few dozen steps on a slice with a tiny model: checks that everything runs,
+        in seconds."""
+        return cls(
+            train_limit=2000,
+            src_vocab_size=500,
+            epochs=2,
+            max_minutes=None,
+            warmup_steps=20,
+            model=dict(d_model=64, n_heads=2, n_layers=2, d_ff=128),
+            max_tokens=2000,
+        )
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b12
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Learning rate at optimizer step `step` (from 0): warm-up, then inverse square root or cosine."""
+    """Learning rate at optimizer step `step` (from 0): warm-up, then inverse square
+    root or cosine."""
     if cfg.schedule == "inverse_sqrt":
         return warmup_inverse_sqrt(step, cfg.lr, cfg.warmup_steps)
     if cfg.schedule == "cosine":
         return warmup_cosine(step, cfg.lr, cfg.warmup_steps, total_steps, cfg.min_lr)
-    raise ValueError(f"schedule must be 'cosine' or 'inverse_sqrt', got {cfg.schedule!r}")
+    raise ValueError(
+        f"schedule must be 'cosine' or 'inverse_sqrt', got {cfg.schedule!r}"
+    )
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b16
 def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
-    """Splits, tokenizers (learnt on train) and encoded examples for `cfg`: what training needs."""
+    """Splits, tokenizers (learnt on train) and encoded examples for `cfg`: what
+    training needs."""
     pairs = pairs if pairs is not None else course_pairs()
     splits = split_by_english(pairs, cfg.n_valid, cfg.n_test, cfg.seed)
     if cfg.train_limit is not None:
         splits["train"] = splits["train"][: cfg.train_limit]
     src_tok, tgt_tok = build_tokenizers(splits["train"], cfg.src_vocab_size)
-    model_config = Seq2SeqConfig(src_tok.vocab_size, tgt_tok.vocab_size, src_pad_id=src_tok.pad_id,
-                                 tgt_pad_id=tgt_tok.pad_id, **cfg.model)
-    encode = lambda ps: [encode_pair(en, zh, src_tok, tgt_tok, model_config.context_len) for en, zh in ps]  # noqa: E731
+    model_config = Seq2SeqConfig(
+        src_tok.vocab_size,
+        tgt_tok.vocab_size,
+        src_pad_id=src_tok.pad_id,
+        tgt_pad_id=tgt_tok.pad_id,
+        **cfg.model,
+    )
+    encode = lambda ps: [
+        encode_pair(en, zh, src_tok, tgt_tok, model_config.context_len) for en, zh in ps
+    ]  # noqa: E731
     tokenizers = {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()}
-    src_chars = "".join(sorted({ch for en, _ in splits["train"] for ch in en}))  # for translate's warning
-    return {"splits": splits, "src_tok": src_tok, "tgt_tok": tgt_tok, "model_config": model_config,
-            "tokenizers": tokenizers, "src_chars": src_chars,
-            "train": encode(splits["train"]), "valid": encode(splits["valid"])}
+    src_chars = "".join(
+        sorted({ch for en, _ in splits["train"] for ch in en})
+    )  # for translate's warning
+    return {
+        "splits": splits,
+        "src_tok": src_tok,
+        "tgt_tok": tgt_tok,
+        "model_config": model_config,
+        "tokenizers": tokenizers,
+        "src_chars": src_chars,
+        "train": encode(splits["train"]),
+        "valid": encode(splits["valid"]),
+    }
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0013
 @dataclass
 class RunState:
-    """Where a translator's run stands; saved in every checkpoint, so a resumed run continues exactly."""
+    """Where a translator's run stands; saved in every checkpoint, so a resumed run
+    continues exactly."""
 
-    planned_epochs: int  # the cosine ends with the last of them (planned from epoch 1's time)
-    stop_after: int  # epochs this run trains: the plan, or more when a finished run is extended
+    planned_epochs: (
+        int  # the cosine ends with the last of them (planned from epoch 1's time)
+    )
+    stop_after: (
+        int  # epochs this run trains: the plan, or more when a finished run is extended
+    )
     epoch: int = 0  # epochs finished
-    batch: int = 0  # batches of the current epoch already trained (non-zero after Ctrl-C)
+    batch: int = (
+        0  # batches of the current epoch already trained (non-zero after Ctrl-C)
+    )
     step: int = 0  # optimizer steps so far
     epoch_loss: float = 0.0  # sum of token losses of the current epoch so far
     epoch_tokens: int = 0
@@ -120,38 +186,70 @@ def _batches(examples: list, max_tokens: int, seed: int | None) -> list[list[int
 
 
 @torch.no_grad()
-def validation_loss(model: Transformer, examples: list, max_tokens: int = 8000) -> float:
-    """Mean cross-entropy per target token (no smoothing), teacher forced; exp() of it is the perplexity."""
+def validation_loss(
+    model: Transformer, examples: list, max_tokens: int = 8000
+) -> float:
+    """Mean cross-entropy per target token (no smoothing), teacher forced; exp() of it
+    is the perplexity."""
     model.eval()
     device, c = next(model.parameters()).device, model.config
     total, count = 0.0, 0
     for idx in _batches(examples, max_tokens, seed=None):
-        src, tgt_in, tgt_out = (x.to(device) for x in collate([examples[i] for i in idx], c.src_pad_id, c.tgt_pad_id))
+        src, tgt_in, tgt_out = (
+            x.to(device)
+            for x in collate([examples[i] for i in idx], c.src_pad_id, c.tgt_pad_id)
+        )
         n = int((tgt_out != c.tgt_pad_id).sum())
-        total += label_smoothed_cross_entropy(model(src, tgt_in), tgt_out, 0.0, c.tgt_pad_id).item() * n
+        total += (
+            label_smoothed_cross_entropy(
+                model(src, tgt_in), tgt_out, 0.0, c.tgt_pad_id
+            ).item()
+            * n
+        )
         count += n
     return total / max(count, 1)
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0015
-def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: list, cfg: TrainConfig,
-                run: RunState, steps_per_epoch: int, stop: StopRequest, progress: bool = True,
-                writer=None, autocast=None) -> None:
-    """Train the remaining batches of epoch `run.epoch` (from batch `run.batch`), updating `run`."""
+def train_epoch(
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    examples: list,
+    cfg: TrainConfig,
+    run: RunState,
+    steps_per_epoch: int,
+    stop: StopRequest,
+    progress: bool = True,
+    writer=None,
+    autocast=None,
+) -> None:
+    """Train the remaining batches of epoch `run.epoch` (from batch `run.batch`),
+    updating `run`."""
     from tqdm.auto import tqdm
 
     device, c = next(model.parameters()).device, model.config
-    batches = _batches(examples, cfg.max_tokens, cfg.seed + run.epoch)[run.batch:]
-    bar = tqdm(batches, desc=f"epoch {run.epoch + 1}/{cfg.epochs}", disable=not progress, leave=False, mininterval=5)
+    batches = _batches(examples, cfg.max_tokens, cfg.seed + run.epoch)[run.batch :]
+    bar = tqdm(
+        batches,
+        desc=f"epoch {run.epoch + 1}/{cfg.epochs}",
+        disable=not progress,
+        leave=False,
+        mininterval=5,
+    )
     model.train()
     for idx in bar:
         t0 = time.perf_counter()
-        src, tgt_in, tgt_out = (x.to(device) for x in collate([examples[i] for i in idx], c.src_pad_id, c.tgt_pad_id))
+        src, tgt_in, tgt_out = (
+            x.to(device)
+            for x in collate([examples[i] for i in idx], c.src_pad_id, c.tgt_pad_id)
+        )
         lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
         set_lr(optimizer, lr)
         run.lr = lr
         with autocast or contextlib.nullcontext():
             logits = model(src, tgt_in)  # (B, T, V)
-        loss = label_smoothed_cross_entropy(logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id)
+        loss = label_smoothed_cross_entropy(
+            logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id
+        )
         value, n = loss.item(), int((tgt_out != c.tgt_pad_id).sum())
         check_finite(value, run.step, lr)  # before the update: the weights stay good
         optimizer.zero_grad(set_to_none=True)
@@ -159,7 +257,10 @@ def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
         clip_gradients(model, cfg.grad_clip)
         optimizer.step()
         run.step, run.batch = run.step + 1, run.batch + 1
-        run.epoch_loss, run.epoch_tokens = run.epoch_loss + value * n, run.epoch_tokens + n
+        run.epoch_loss, run.epoch_tokens = (
+            run.epoch_loss + value * n,
+            run.epoch_tokens + n,
+        )
         run.epoch_seconds += time.perf_counter() - t0
         bar.set_postfix(loss=f"{value:.3f}", lr=f"{lr:.2e}")
         if run.step % 10 == 0:
@@ -171,10 +272,21 @@ def train_epoch(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
             return
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0017
-def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: RunState, best: dict,
-              recent: list, log=print, writer=None, valid_bleu=None) -> None:
-    """Validate, keep the best weights in `best` and the last ones in `recent`, record the epoch in
-    `run.history`, re-plan the epochs that fit the budget, and decide whether to stop."""
+def end_epoch(
+    model: Transformer,
+    valid_examples: list,
+    cfg: TrainConfig,
+    run: RunState,
+    best: dict,
+    recent: list,
+    log=print,
+    writer=None,
+    valid_bleu=None,
+) -> None:
+    """Validate, keep the best weights in `best` and the last ones in `recent`, record
+    the epoch in
+    `run.history`, re-plan the epochs that fit the budget, and decide whether to
+    stop."""
     t0 = time.perf_counter()
     valid = validation_loss(model, valid_examples)
     seconds = run.epoch_seconds + time.perf_counter() - t0  # training and validation
@@ -184,23 +296,43 @@ def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: R
         best.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     else:
         run.bad_epochs += 1
-    recent[:] = (recent + [{k: v.detach().clone() for k, v in model.state_dict().items()}])[-cfg.keep_last:]
+    recent[:] = (
+        recent + [{k: v.detach().clone() for k, v in model.state_dict().items()}]
+    )[-cfg.keep_last :]
     train_loss = run.epoch_loss / max(run.epoch_tokens, 1)
-    run.history.append({"epoch": run.epoch + 1, "step": run.step, "train_loss": train_loss, "valid_loss": valid,
-                        "lr": run.lr, "seconds": seconds})
-    log(f"epoch {run.epoch + 1:>2}  step {run.step:>5}  train loss {train_loss:.3f}  valid loss {valid:.3f}  "
-        f"lr {run.history[-1]['lr']:.2e}  {seconds:.0f} s")
+    run.history.append(
+        {
+            "epoch": run.epoch + 1,
+            "step": run.step,
+            "train_loss": train_loss,
+            "valid_loss": valid,
+            "lr": run.lr,
+            "seconds": seconds,
+        }
+    )
+    log(
+        f"epoch {run.epoch + 1:>2}  step {run.step:>5}  train loss "
+        f"{train_loss:.3f}  valid loss {valid:.3f}  "
+        f"lr {run.history[-1]['lr']:.2e}  {seconds:.0f} s"
+    )
     if writer is not None:
         writer.add_scalar("valid/loss", valid, run.step)
         if valid_bleu is not None:
             writer.add_scalar("valid/bleu", valid_bleu(model), run.step)
         writer.flush()
     run.epoch, run.batch, run.seconds = run.epoch + 1, 0, run.seconds + seconds
-    if cfg.max_minutes is not None and run.stop_after == run.planned_epochs:  # re-plan, unless extended
-        fit = run.epoch + int((60 * cfg.max_minutes - run.seconds) // (run.seconds / run.epoch))
+    if (
+        cfg.max_minutes is not None and run.stop_after == run.planned_epochs
+    ):  # re-plan, unless extended
+        fit = run.epoch + int(
+            (60 * cfg.max_minutes - run.seconds) // (run.seconds / run.epoch)
+        )
         planned = max(run.epoch, min(cfg.epochs, fit))
         if planned != run.planned_epochs:
-            log(f"{run.seconds / run.epoch:.0f} s an epoch so far: {planned} epochs fit in {cfg.max_minutes} minutes")
+            log(
+                f"{run.seconds / run.epoch:.0f} s an epoch so far: {planned} "
+                f"epochs fit in {cfg.max_minutes} minutes"
+            )
         run.planned_epochs = run.stop_after = planned
     run.epoch_loss, run.epoch_tokens, run.epoch_seconds = 0.0, 0, 0.0
     run.finished = run.bad_epochs >= cfg.patience or run.epoch >= run.stop_after
@@ -209,41 +341,78 @@ def end_epoch(model: Transformer, valid_examples: list, cfg: TrainConfig, run: R
         run.finished = True
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0019
-def resume_run(path: Path, model: Transformer, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-               tokenizers: dict | None, log=print) -> tuple[RunState, dict, list]:
-    """Load the run saved at `path` into model and optimizer; returns its RunState, best and last weights."""
-    payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT, expected_config=model.config.to_dict(),
-                              expected_tokenizer=tokenizers)
-    changed = changed_settings(payload["train_config"], asdict(cfg), TrainConfig.RESUMABLE)
+def resume_run(
+    path: Path,
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    tokenizers: dict | None,
+    log=print,
+) -> tuple[RunState, dict, list]:
+    """Load the run saved at `path` into model and optimizer; returns its RunState, best
+    and last weights."""
+    payload = load_checkpoint(
+        path,
+        kind=CHECKPOINT_FORMAT,
+        expected_config=model.config.to_dict(),
+        expected_tokenizer=tokenizers,
+    )
+    changed = changed_settings(
+        payload["train_config"], asdict(cfg), TrainConfig.RESUMABLE
+    )
     if changed:
-        raise CheckpointMismatchError(f"{path} was trained with other settings ({'; '.join(changed)}); resume "
-                                      f"with the same ones, or use --restart or another path for a new run")
+        raise CheckpointMismatchError(
+            f"{path} was trained with other settings ({'; '.join(changed)}); resume "
+            f"with the same ones, or use --restart or another path for a new run"
+        )
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     torch.set_rng_state(payload["rng"])
     run = RunState(**{k: payload[k] for k in RunState.__dataclass_fields__})
     if cfg.epochs > run.epoch and cfg.epochs != payload["train_config"]["epochs"]:
         run.stop_after, run.finished, run.bad_epochs = cfg.epochs, False, 0
-        log(f"extending the run to {cfg.epochs} epochs (after epoch {run.planned_epochs} the learning rate "
-            f"stays at its floor)")
-    log(f"resumed from {path.name} at epoch {run.epoch + 1}, batch {run.batch} (step {run.step})"
-        + (": the run had finished" if run.finished else ""))
+        log(
+            f"extending the run to {cfg.epochs} epochs (after epoch "
+            f"{run.planned_epochs} the learning rate "
+            f"stays at its floor)"
+        )
+    log(
+        f"resumed from {path.name} at epoch {run.epoch + 1}, batch "
+        f"{run.batch} (step {run.step})"
+        + (": the run had finished" if run.finished else "")
+    )
     return run, payload["best_model"], payload["recent_models"]
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0021
-def fit(model: Transformer, train_examples: list, valid_examples: list, cfg: TrainConfig,
-        checkpoint_path: str | Path | None = None, tokenizers: dict | None = None, existing: str = "refuse",
-        progress: bool = True, log=print, extra: dict | None = None, log_dir: str | None = None,
-        valid_bleu=None) -> list[dict]:
-    """Train with teacher forcing, one checkpoint per epoch; returns the history, one dict per epoch.
+def fit(
+    model: Transformer,
+    train_examples: list,
+    valid_examples: list,
+    cfg: TrainConfig,
+    checkpoint_path: str | Path | None = None,
+    tokenizers: dict | None = None,
+    existing: str = "refuse",
+    progress: bool = True,
+    log=print,
+    extra: dict | None = None,
+    log_dir: str | None = None,
+    valid_bleu=None,
+) -> list[dict]:
+    """Train with teacher forcing, one checkpoint per epoch; returns the history, one
+    dict per epoch.
 
-    `existing` says what to do when `checkpoint_path` already holds a run: "refuse", "resume" or
-    "restart". `extra` (plain data) is stored in the checkpoint as it is. With `log_dir`, TensorBoard
-    curves are written there (and `valid_bleu(model)` per epoch, when given).
+    `existing` says what to do when `checkpoint_path` already holds a run: "refuse",
+    "resume" or "restart". `extra` (plain data) is stored in the checkpoint as it is.
+    With `log_dir`, TensorBoard curves are written there (and `valid_bleu(model)` per
+    epoch, when given).
     """
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
     steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
-    run, best, recent = RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs), {}, []
+    run, best, recent = (
+        RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs),
+        {},
+        [],
+    )
     best.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     path = Path(checkpoint_path) if checkpoint_path else None
     if path and start_run(path, existing, log):
@@ -252,29 +421,64 @@ def fit(model: Transformer, train_examples: list, valid_examples: list, cfg: Tra
 
     def save() -> None:
         if path:
-            save_checkpoint(path, model, optimizer, config=model.config.to_dict(), tokenizer=tokenizers,
-                            format=CHECKPOINT_FORMAT, train_config=asdict(cfg), best_model=best, recent_models=recent,
-                            rng=torch.get_rng_state(), **(extra or {}), **asdict(run))
+            save_checkpoint(
+                path,
+                model,
+                optimizer,
+                config=model.config.to_dict(),
+                tokenizer=tokenizers,
+                format=CHECKPOINT_FORMAT,
+                train_config=asdict(cfg),
+                best_model=best,
+                recent_models=recent,
+                rng=torch.get_rng_state(),
+                **(extra or {}),
+                **asdict(run),
+            )
 
     writer = tensorboard_writer(log_dir)
     with StopRequest() as stop:
         while not run.finished and run.epoch < run.stop_after:
-            train_epoch(model, optimizer, train_examples, cfg, run, steps_per_epoch, stop, progress, writer, autocast)
+            train_epoch(
+                model,
+                optimizer,
+                train_examples,
+                cfg,
+                run,
+                steps_per_epoch,
+                stop,
+                progress,
+                writer,
+                autocast,
+            )
             if stop.requested:
                 save()
-                raise TrainingInterrupted(f"stopped at step {run.step}, in epoch {run.epoch + 1}" +
-                                          (f"; saved {path}: resume to continue" if path else ""))
-            end_epoch(model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu)
+                raise TrainingInterrupted(
+                    f"stopped at step {run.step}, in epoch {run.epoch + 1}"
+                    + (f"; saved {path}: resume to continue" if path else "")
+                )
+            end_epoch(
+                model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu
+            )
             save()
     model.load_state_dict(best)
     return run.history
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0023
-def train_translator(cfg: TrainConfig, checkpoint_path: str | Path, existing: str = "refuse", progress: bool = True,
-                     device: torch.device | str = "cpu", log=print,
-                     log_dir: str | None = None) -> tuple[Transformer, dict, list[dict]]:
-    """Prepare the data, build the model and `fit` it; returns (best model, data, history)."""
-    start_run(checkpoint_path, existing, log)  # a bad path or an existing run fails now, not after the data work
+def train_translator(
+    cfg: TrainConfig,
+    checkpoint_path: str | Path,
+    existing: str = "refuse",
+    progress: bool = True,
+    device: torch.device | str = "cpu",
+    log=print,
+    log_dir: str | None = None,
+) -> tuple[Transformer, dict, list[dict]]:
+    """Prepare the data, build the model and `fit` it; returns (best model, data,
+    history)."""
+    start_run(
+        checkpoint_path, existing, log
+    )  # a bad path or an existing run fails now, not after the data work
     torch.manual_seed(cfg.seed)
     data = prepare_data(cfg)
     model = Transformer(data["model_config"]).to(device)
@@ -283,36 +487,64 @@ def train_translator(cfg: TrainConfig, checkpoint_path: str | Path, existing: st
         from transformer_lib.decoding import evaluate_model
 
         valid_pairs = data["splits"]["valid"][:300]
-        valid_bleu = lambda m: evaluate_model(m, data["src_tok"], data["tgt_tok"], valid_pairs)[0]["bleu"]  # noqa: E731
-    history = fit(model, data["train"], data["valid"], cfg, checkpoint_path, data["tokenizers"], existing,
-                  progress, log, extra={"src_chars": data["src_chars"]}, log_dir=log_dir, valid_bleu=valid_bleu)
+        valid_bleu = lambda m: evaluate_model(
+            m, data["src_tok"], data["tgt_tok"], valid_pairs
+        )[0]["bleu"]  # noqa: E731
+    history = fit(
+        model,
+        data["train"],
+        data["valid"],
+        cfg,
+        checkpoint_path,
+        data["tokenizers"],
+        existing,
+        progress,
+        log,
+        extra={"src_chars": data["src_chars"]},
+        log_dir=log_dir,
+        valid_bleu=valid_bleu,
+    )
     return model, data, history
 
 
-def load_translator(path: str | Path, device: torch.device | str = "cpu",
-                    best: bool = True) -> tuple[Transformer, object, object, dict]:
-    """(model, src_tok, tgt_tok, payload) from a checkpoint, read with weights_only=True (no code runs).
+def load_translator(
+    path: str | Path, device: torch.device | str = "cpu", best: bool = True
+) -> tuple[Transformer, object, object, dict]:
+    """(model, src_tok, tgt_tok, payload) from a checkpoint, read with weights_only=True
+    (no code runs).
 
-    best=True loads the weights with the best validation loss, best=False the last epoch's. Raises
-    FileNotFoundError or CheckpointError with a message for a person.
+    best=True loads the weights with the best validation loss, best=False the last
+    epoch's. Raises FileNotFoundError or CheckpointError with a message for a person.
     """
     payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT)
     try:
         model = Transformer(Seq2SeqConfig(**payload["config"]))
         load_weights(model, payload["best_model" if best else "model"], path)
-        src_tok, tgt_tok = (tokenizer_from_dict(payload["tokenizer"][s]) for s in ("src", "tgt"))
+        src_tok, tgt_tok = (
+            tokenizer_from_dict(payload["tokenizer"][s]) for s in ("src", "tgt")
+        )
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-        raise CheckpointError(f"{path} is a damaged translator checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:120]})") from None
-    if (src_tok.vocab_size, tgt_tok.vocab_size) != (model.config.src_vocab_size, model.config.tgt_vocab_size):
-        raise CheckpointError(f"{path}: its tokenizers do not match its model's vocabulary sizes")
+        raise CheckpointError(
+            f"{path} is a damaged translator checkpoint ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:120]})"
+        ) from None
+    if (src_tok.vocab_size, tgt_tok.vocab_size) != (
+        model.config.src_vocab_size,
+        model.config.tgt_vocab_size,
+    ):
+        raise CheckpointError(
+            f"{path}: its tokenizers do not match its model's vocabulary sizes"
+        )
     return model.to(device).eval(), src_tok, tgt_tok, payload
 
 
-def held_out_split(payload: dict, part: str = "test", pairs: list | None = None) -> list:
-    """The "test" (or "valid") pairs of the run that wrote `payload`, rebuilt from its seed and sizes."""
+def held_out_split(
+    payload: dict, part: str = "test", pairs: list | None = None
+) -> list:
+    """The "test" (or "valid") pairs of the run that wrote `payload`, rebuilt from its
+    seed and sizes."""
     t = payload["train_config"]
     pairs = pairs if pairs is not None else course_pairs()
     return split_by_english(pairs, t["n_valid"], t["n_test"], t["seed"])[part]

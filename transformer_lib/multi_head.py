@@ -7,11 +7,15 @@ __all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention']
 import torch
 from torch import Tensor, nn
 
-from .attention import fast_scaled_dot_product_attention, scaled_dot_product_attention
+from transformer_lib.attention import (
+    fast_scaled_dot_product_attention,
+    scaled_dot_product_attention,
+)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(B, T, C) -> (B, H, T, D): cut the width into n_heads slices, heads becoming a batch dimension."""
+    """(B, T, C) -> (B, H, T, D): cut the width into n_heads slices, heads becoming a
+    batch dimension."""
     B, T, C = x.shape
     if C % n_heads:
         raise ValueError(f"width C={C} is not divisible by n_heads={n_heads}")
@@ -19,53 +23,84 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 
 # %% ../notebooks/05_multi_head_attention.ipynb #6d24f149
 def merge_heads(x: Tensor) -> Tensor:
-    """(B, H, T, D) -> (B, T, C): concatenate the heads back along the width (the inverse of split_heads)."""
+    """(B, H, T, D) -> (B, T, C): concatenate the heads back along the width (the
+    inverse of split_heads)."""
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
 
 # %% ../notebooks/05_multi_head_attention.ipynb #68dc3fe5
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: H scaled dot-product attentions on projections of width D = d_model / H."""
+    """Multi-head attention: H scaled dot-product attentions on projections of width D =
+    d_model / H."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True
+    ):
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}: "
-                             f"each head needs a width d_head = d_model / n_heads")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}: "
+                f"each head needs a width d_head = d_model / n_heads"
+            )
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout  # on the attention weights, in training only
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q of all heads side by side
+        self.q_proj = nn.Linear(
+            d_model, d_model, bias=bias
+        )  # W_Q of all heads side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W_K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W_V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
 
-    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
-                mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """query (B, T_q, C), key/value (B, T_k, C) -> (out (B, T_q, C), weights (B, H, T_q, T_k) or None).
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """query (B, T_q, C), key/value (B, T_k, C) -> (out (B, T_q, C), weights (B, H,
+        T_q, T_k) or None).
 
-        key defaults to query and value to key. mask: bool, True = may attend, broadcastable to
-        (B, H, T_q, T_k). need_weights=False runs F.scaled_dot_product_attention and returns None weights.
+        key defaults to query and value to key. mask: bool, True = may attend,
+        broadcastable to (B, H, T_q, T_k). need_weights=False runs
+        F.scaled_dot_product_attention and returns None weights.
         """
         key = query if key is None else key
         value = key if value is None else value
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3 or t.size(-1) != self.d_model:
-                raise ValueError(f"{name} must be (B, T, d_model={self.d_model}), got {tuple(t.shape)}")
+                raise ValueError(
+                    f"{name} must be (B, T, d_model={self.d_model}), got "
+                    f"{tuple(t.shape)}"
+                )
         if not query.size(0) == key.size(0) == value.size(0):
-            raise ValueError(f"query, key and value need the same batch size B, got {query.size(0)}, "
-                             f"{key.size(0)} and {value.size(0)}")
+            raise ValueError(
+                "query, key and value need the same batch size B, got "
+                f"{query.size(0)}, "
+                f"{key.size(0)} and {value.size(0)}"
+            )
         if key.size(1) != value.size(1):
-            raise ValueError(f"key and value need the same length T_k (one value per key), got {key.size(1)} "
-                             f"and {value.size(1)}")
+            raise ValueError(
+                "key and value need the same length T_k (one value per key), "
+                f"got {key.size(1)} "
+                f"and {value.size(1)}"
+            )
         # 1) project, all heads at once, and split into heads
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, D)
         k = split_heads(self.k_proj(key), self.n_heads)  # (B, H, T_k, D)
         v = split_heads(self.v_proj(value), self.n_heads)  # (B, H, T_k, D)
-        # 2) attend in every head, by the explicit path (weights wanted) or the fused one
+        # 2) attend in every head, by the explicit path (weights wanted) or the fused
+        # one
         p = self.dropout if self.training else 0.0
         if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, p)  # (B, H, T_q, D), (B, H, T_q, T_k)
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, p
+            )  # (B, H, T_q, D), (B, H, T_q, T_k)
         else:
-            out, weights = fast_scaled_dot_product_attention(q, k, v, mask, p), None  # (B, H, T_q, D)
+            out, weights = (
+                fast_scaled_dot_product_attention(q, k, v, mask, p),
+                None,
+            )  # (B, H, T_q, D)
         # 3) concatenate the heads and mix them
         return self.out_proj(merge_heads(out)), weights  # (B, T_q, C)

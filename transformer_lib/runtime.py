@@ -12,7 +12,8 @@ import time
 import numpy as np
 import torch
 
-QUICK_ENV = "TRANSFORMER_QUICK"  # set to 1 for quick mode (CI); unset or 0 for full mode (the book)
+# set to 1 for quick mode (CI); unset or 0 for full mode (the book)
+QUICK_ENV = "TRANSFORMER_QUICK"
 DEVICE_ENV = "TRANSFORMER_DEVICE"  # optional override: cpu, cuda, cuda:1, mps
 
 
@@ -22,17 +23,22 @@ def is_quick() -> bool:
 
 
 def pick(full, quick):
-    """`full` normally and `quick` in quick mode, so each setting that shrinks for CI reads as one line."""
+    """`full` normally and `quick` in quick mode, so each setting that shrinks for CI
+    reads as one line."""
     return quick if is_quick() else full
 
 # %% ../notebooks/00_introduction_and_setup.ipynb #15d0e076
 def get_device() -> torch.device:
-    """The device to run on: $TRANSFORMER_DEVICE if set, else cuda, then mps, then cpu."""
+    """The device to run on: $TRANSFORMER_DEVICE if set, else cuda, then mps, then
+    cpu."""
     if os.environ.get(DEVICE_ENV):
         return torch.device(os.environ[DEVICE_ENV])
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if (
+        getattr(torch.backends, "mps", None) is not None
+        and torch.backends.mps.is_available()
+    ):
         return torch.device("mps")
     return torch.device("cpu")
 
@@ -48,7 +54,11 @@ def _cpu_name() -> str:
     """The CPU's model name where the OS tells it (Linux), else the architecture."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip()
+                for line in f
+                if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
@@ -60,9 +70,13 @@ def describe_machine(device: torch.device | None = None) -> str:
         where = torch.cuda.get_device_name(device)
     else:
         where = f"{_cpu_name()}, {torch.get_num_threads()} CPU threads"
-    return f"{where} | {platform.system()} | Python {platform.python_version()} | torch {torch.__version__}"
+    return (
+        f"{where} | {platform.system()} | Python {platform.python_version()} | "
+        f"torch {torch.__version__}"
+    )
 
 
 def elapsed_since(start: float) -> str:
-    """'executed in 12.3 s on <machine>', from a `time.perf_counter()` taken at the top of a notebook."""
+    """'executed in 12.3 s on <machine>', from a `time.perf_counter()` taken at the top
+    of a notebook."""
     return f"executed in {time.perf_counter() - start:.1f} s on {describe_machine()}"

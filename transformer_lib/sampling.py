@@ -4,18 +4,23 @@
 __all__ = ['filter_logits', 'sample_next']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #839bfb06
-# transformer_lib/sampling.py: turning a model's logits into the next token. It imports only torch, so the
-# translator (decoding) and the GPT of notebook 11 share it without depending on each other.
+# transformer_lib/sampling.py: turning a model's logits into the next token. It imports
+# only torch, so the translator (decoding) and the GPT of notebook 11 share it without
+# depending on each other.
 import math
 
 import torch
 from torch import Tensor
 
 
-def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
-    """Set to -inf every logit outside the top k, and outside the smallest set whose probability reaches top_p.
+def filter_logits(
+    logits: Tensor, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """Set to -inf every logit outside the top k, and outside the smallest set whose
+    probability reaches top_p.
 
-    logits (B, V) -> (B, V). The most likely token always survives, so sampling never sees an empty set.
+    logits (B, V) -> (B, V). The most likely token always survives, so sampling never
+    sees an empty set.
     """
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
@@ -23,25 +28,40 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     if top_p is not None:
         sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
         cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # mass before this token already reaches top_p
+        drop = (
+            cum - sorted_logits.softmax(-1) >= top_p
+        )  # mass before this token already reaches top_p
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #5a3e0c02
-def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
-    """Pick the next token from logits (B, V) -> (B, 1): greedy when temperature is 0, else a draw.
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Pick the next token from logits (B, V) -> (B, 1): greedy when temperature is 0,
+    else a draw.
 
-    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability reaches p.
+    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability
+    reaches p.
     """
     if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 (or None for no top-k filter), got {top_k}")
+        raise ValueError(
+            f"top_k must be >= 1 (or None for no top-k filter), got {top_k}"
+        )
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-    top_p = top_p if top_p is not None and top_p < 1 else None  # p = 1 keeps every token
+    top_p = (
+        top_p if top_p is not None and top_p < 1 else None
+    )  # p = 1 keeps every token
     logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)

@@ -17,28 +17,53 @@ from .positional import SinusoidalPositionalEncoding
 
 # %% ../notebooks/08_decoder_and_model.ipynb #fbec8437
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention to the encoder's output, feed-forward; each with residual + LayerNorm."""
+    """Masked self-attention, cross-attention to the encoder's output, feed-forward;
+    each with residual + LayerNorm."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.ff = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.norm1, self.norm2, self.norm3 = (
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+        )
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
-        self.cross_weights = None  # (B, H, T, S) from the last forward with need_weights=True
+        self.cross_weights = (
+            None  # (B, H, T, S) from the last forward with need_weights=True
+        )
 
     def _self(self, x, mask):
         return self.dropout(self.self_attn(x, mask=mask)[0])
 
     def _cross(self, x, memory, memory_mask, need_weights):
-        out, self.cross_weights = self.cross_attn(x, memory, memory, mask=memory_mask, need_weights=need_weights)
-        return self.dropout(out)  # queries from the decoder, keys and values from the encoder
+        out, self.cross_weights = self.cross_attn(
+            x, memory, memory, mask=memory_mask, need_weights=need_weights
+        )
+        return self.dropout(
+            out
+        )  # queries from the decoder, keys and values from the encoder
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, need_weights: bool = False) -> torch.Tensor:
-        """x (B, T, C), memory (B, S, C); tgt_mask broadcastable to (B, H, T, T), memory_mask to (B, H, T, S)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> torch.Tensor:
+        """x (B, T, C), memory (B, S, C); tgt_mask broadcastable to (B, H, T, T),
+        memory_mask to (B, H, T, S)."""
         if self.norm_first:
             x = x + self._self(self.norm1(x), tgt_mask)
             x = x + self._cross(self.norm2(x), memory, memory_mask, need_weights)
@@ -51,14 +76,30 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
     """A stack of `n_layers` decoder layers (plus a final LayerNorm with pre-norm)."""
 
-    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False):
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ):
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, need_weights: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> torch.Tensor:
         """(B, T, C) and memory (B, S, C) -> (B, T, C)."""
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask, need_weights)
@@ -67,25 +108,36 @@ class Decoder(nn.Module):
 # %% ../notebooks/08_decoder_and_model.ipynb #fb4c9832
 @dataclass
 class Seq2SeqConfig:
-    """Sizes of the encoder-decoder Transformer. Defaults: the CPU translator of notebook 09."""
+    """Sizes of the encoder-decoder Transformer. Defaults: the CPU translator of
+    notebook 09."""
 
     src_vocab_size: int  # English BPE tokens
     tgt_vocab_size: int  # Chinese characters + special tokens
-    d_model: int = 192  # the paper's base model: 512; 192 fits notebook 09's CPU time budget
+    d_model: int = (
+        192  # the paper's base model: 512; 192 fits notebook 09's CPU time budget
+    )
     n_heads: int = 4  # D = C / H = 48 (the paper: 64)
     n_layers: int = 3  # encoder layers = decoder layers (the paper: 6)
     d_ff: int = 768  # 4 * d_model, as in the paper
     dropout: float = 0.1  # the paper's P_drop
     context_len: int = 64  # longest source or target, in tokens (incl. <bos>/<eos>)
-    norm_first: bool = True  # pre-norm: trains reliably without careful warm-up (notebook 07)
-    share_embeddings: bool = True  # tie the target embedding and the output projection (paper, sec. 3.4)
+    norm_first: bool = (
+        True  # pre-norm: trains reliably without careful warm-up (notebook 07)
+    )
+    share_embeddings: bool = (
+        True  # tie the target embedding and the output projection (paper, sec. 3.4)
+    )
     src_pad_id: int = 0
     tgt_pad_id: int = 0
 
     @classmethod
-    def tiny(cls, src_vocab_size: int = 20, tgt_vocab_size: int = 20, **kw) -> "Seq2SeqConfig":
+    def tiny(
+        cls, src_vocab_size: int = 20, tgt_vocab_size: int = 20, **kw
+    ) -> "Seq2SeqConfig":
         """A model small enough for unit tests and the copy task: trains in seconds."""
-        sizes = dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0, context_len=32)
+        sizes = dict(
+            d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0, context_len=32
+        )
         return cls(src_vocab_size, tgt_vocab_size, **{**sizes, **kw})
 
     def to_dict(self) -> dict:
@@ -94,31 +146,47 @@ class Seq2SeqConfig:
 
 # %% ../notebooks/08_decoder_and_model.ipynb #917d9f7b
 class Transformer(nn.Module):
-    """The encoder-decoder model of "Attention Is All You Need": source ids in, next-target-token logits out."""
+    """The encoder-decoder model of "Attention Is All You Need": source ids in,
+    next-target-token logits out."""
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         c = self.config = config
         if c.d_model % c.n_heads:
-            raise ValueError(f"d_model={c.d_model} must be divisible by n_heads={c.n_heads}")
+            raise ValueError(
+                f"d_model={c.d_model} must be divisible by n_heads={c.n_heads}"
+            )
         self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
         self.tgt_embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
         self.src_pos = SinusoidalPositionalEncoding(c.d_model, c.context_len, c.dropout)
         self.tgt_pos = SinusoidalPositionalEncoding(c.d_model, c.context_len, c.dropout)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
-        self.decoder = Decoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+        self.encoder = Encoder(
+            c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first
+        )
+        self.decoder = Decoder(
+            c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first
+        )
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         embeddings = {id(self.src_embed.weight), id(self.tgt_embed.weight)}
         for p in self.parameters():
-            if p.dim() > 1 and id(p) not in embeddings:  # embeddings keep their N(0, 1/C) (notebook 02)
-                nn.init.xavier_uniform_(p)  # the initialisation of the paper's reference code
+            if (
+                p.dim() > 1 and id(p) not in embeddings
+            ):  # embeddings keep their N(0, 1/C) (notebook 02)
+                nn.init.xavier_uniform_(
+                    p
+                )  # the initialisation of the paper's reference code
         if c.share_embeddings:
-            self.output.weight = self.tgt_embed.weight  # one (V, C) table reads and writes Chinese characters
+            self.output.weight = (
+                self.tgt_embed.weight
+            )  # one (V, C) table reads and writes Chinese characters
 
     def _check_len(self, ids: torch.Tensor, side: str) -> None:
         if ids.shape[1] > self.config.context_len:
-            raise ValueError(f"{side} has {ids.shape[1]} tokens but context_len={self.config.context_len}; "
-                             f"truncate it first")
+            raise ValueError(
+                f"{side} has {ids.shape[1]} tokens but "
+                f"context_len={self.config.context_len}; "
+                f"truncate it first"
+            )
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src ids (B, S) -> (memory (B, S, C), src_mask (B, 1, 1, S))."""
@@ -126,22 +194,38 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.config.src_pad_id)  # (B, 1, 1, S)
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask), src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               need_weights: bool = False) -> torch.Tensor:
-        """Target ids so far (B, T), encoder output (B, S, C) -> logits (B, T, V) for the next token at each t."""
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        need_weights: bool = False,
+    ) -> torch.Tensor:
+        """Target ids so far (B, T), encoder output (B, S, C) -> logits (B, T, V) for
+        the next token at each t."""
         self._check_len(tgt_in, "the target")
         T = tgt_in.shape[1]
-        tgt_mask = causal_mask(T, tgt_in.device) & padding_mask(tgt_in, self.config.tgt_pad_id)  # (B, 1, T, T)
-        x = self.decoder(self.tgt_pos(self.tgt_embed(tgt_in)), memory, tgt_mask, src_mask, need_weights)
+        tgt_mask = causal_mask(T, tgt_in.device) & padding_mask(
+            tgt_in, self.config.tgt_pad_id
+        )  # (B, 1, T, T)
+        x = self.decoder(
+            self.tgt_pos(self.tgt_embed(tgt_in)),
+            memory,
+            tgt_mask,
+            src_mask,
+            need_weights,
+        )
         return self.output(x)  # (B, T, V)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: src (B, S), tgt_in = <bos> y_1 ... y_{T-1} (B, T) -> logits (B, T, V)."""
+        """Teacher forcing: src (B, S), tgt_in = <bos> y_1 ... y_{T-1} (B, T) -> logits
+        (B, T, V)."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
     def cross_attention(self) -> list[torch.Tensor]:
-        """Cross-attention weights (B, H, T, S) of each decoder layer, from the last decode(need_weights=True)."""
+        """Cross-attention weights (B, H, T, S) of each decoder layer, from the last
+        decode(need_weights=True)."""
         return [layer.cross_weights for layer in self.decoder.layers]
 
     def num_parameters(self) -> int:

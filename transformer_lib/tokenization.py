@@ -9,14 +9,21 @@ __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'SPECIAL_TOKENS', 'CHUNK_PATTERN', 'Token
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-import regex  # Python's `re` plus Unicode classes such as \p{L}, which GPT-2's chunk pattern needs
+# Python's `re` plus Unicode classes such as \p{L}, which GPT-2's chunk pattern needs
+import regex
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # the usual set, in this order (PAD gets id 0 where they come first)
+SPECIAL_TOKENS = (
+    PAD,
+    BOS,
+    EOS,
+    UNK,
+)  # the usual set, in this order (PAD gets id 0 where they come first)
 
 
 def _check_specials(specials: Sequence[str]) -> list[str]:
-    """The special tokens as a list, refusing duplicates (two ids for one token would be ambiguous)."""
+    """The special tokens as a list, refusing duplicates (two ids for one token would be
+    ambiguous)."""
     specials = list(specials)
     if len(set(specials)) != len(specials):
         raise ValueError(f"special tokens must be distinct, got {specials}")
@@ -24,7 +31,8 @@ def _check_specials(specials: Sequence[str]) -> list[str]:
 
 
 def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
-    """`ids` as a list of ints (a tensor works too), refusing any outside [0, vocab_size)."""
+    """`ids` as a list of ints (a tensor works too), refusing any outside [0,
+    vocab_size)."""
     ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):
         bad = next(i for i in ids if not 0 <= i < vocab_size)
@@ -33,31 +41,49 @@ def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
 
 # %% ../notebooks/01_tokenization.ipynb #81f5b791
 class Tokenizer:
-    """The interface shared by the tokenizers here: special-token ids, BOS/EOS framing, vocab_size."""
+    """The interface shared by the tokenizers here: special-token ids, BOS/EOS framing,
+    vocab_size."""
 
     special_ids: dict[str, int]  # special token -> id, set by each subclass
     vocab_size: int
 
-    pad_id = property(lambda self: self.special_ids.get(PAD), doc="id of <pad>, or None")
-    bos_id = property(lambda self: self.special_ids.get(BOS), doc="id of <bos>, or None")
-    eos_id = property(lambda self: self.special_ids.get(EOS), doc="id of <eos>, or None")
-    unk_id = property(lambda self: self.special_ids.get(UNK), doc="id of <unk>, or None")
+    pad_id = property(
+        lambda self: self.special_ids.get(PAD), doc="id of <pad>, or None"
+    )
+    bos_id = property(
+        lambda self: self.special_ids.get(BOS), doc="id of <bos>, or None"
+    )
+    eos_id = property(
+        lambda self: self.special_ids.get(EOS), doc="id of <eos>, or None"
+    )
+    unk_id = property(
+        lambda self: self.special_ids.get(UNK), doc="id of <unk>, or None"
+    )
 
     def _frame(self, ids: list[int], bos: bool, eos: bool) -> list[int]:
-        """`ids` with <bos> in front and/or <eos> at the end, refusing if the tokenizer lacks them."""
+        """`ids` with <bos> in front and/or <eos> at the end, refusing if the tokenizer
+        lacks them."""
         for wanted, name, i in ((bos, BOS, self.bos_id), (eos, EOS, self.eos_id)):
             if wanted and i is None:
-                raise ValueError(f"this tokenizer has no {name} token; build it with specials including {name}")
+                raise ValueError(
+                    f"this tokenizer has no {name} token; build it with "
+                    f"specials including {name}"
+                )
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vocab_size={self.vocab_size}, specials={list(self.special_ids)})"
+        return (
+            f"{type(self).__name__}(vocab_size={self.vocab_size}, "
+            f"specials={list(self.special_ids)})"
+        )
 
 # %% ../notebooks/01_tokenization.ipynb #9c971463
 class CharTokenizer(Tokenizer):
-    """One token per character: the special tokens first (ids 0, 1, ...), then the sorted characters.
+    """One token per character: the special tokens first (ids 0, 1, ...), then the
+    sorted characters.
 
-    >>> tok = CharTokenizer("hello", specials=[PAD, UNK]); tok.encode("hole")  # <pad> 0, <unk> 1, e 2, h 3, l 4, o 5
+    >>> tok = CharTokenizer("hello", specials=[PAD, UNK])
+    >>> tok.encode("hole")  # <pad> 0, <unk> 1, e 2, h 3, l 4, o 5
     [3, 5, 4, 2]
     """
 
@@ -68,12 +94,15 @@ class CharTokenizer(Tokenizer):
         self.specials = _check_specials(specials)
         self.chars = sorted(chars - set(self.specials))
         self.itos = self.specials + self.chars  # id -> string
-        self.stoi = {c: i for i, c in enumerate(self.chars, start=len(self.specials))}  # char -> id
+        self.stoi = {
+            c: i for i, c in enumerate(self.chars, start=len(self.specials))
+        }  # char -> id
         self.special_ids = {s: i for i, s in enumerate(self.specials)}
         self.vocab_size = len(self.itos)
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """Ids of the characters of `text` (unknown ones -> <unk>, or ValueError without one), framed by BOS/EOS if asked."""
+        """Ids of the characters of `text` (unknown ones -> <unk>, or ValueError without
+        one), framed by BOS/EOS if asked."""
         if self.unk_id is not None:
             get, unk = self.stoi.get, self.unk_id
             return self._frame([get(c, unk) for c in text], bos, eos)
@@ -81,19 +110,28 @@ class CharTokenizer(Tokenizer):
             return self._frame([self.stoi[c] for c in text], bos, eos)
         except KeyError:
             unknown = sorted(set(text) - set(self.stoi))
-            raise ValueError(f"{len(unknown)} character(s) not in the vocabulary of {self.vocab_size} and no "
-                             f"{UNK} token to map them to: {''.join(unknown[:20])!r}") from None
+            raise ValueError(
+                f"{len(unknown)} character(s) not in the vocabulary of "
+                f"{self.vocab_size} and no "
+                f"{UNK} token to map them to: {''.join(unknown[:20])!r}"
+            ) from None
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless `skip_special`."""
+        """The text of `ids`; special tokens appear as their names unless
+        `skip_special`."""
         ids = _check_ids(ids, self.vocab_size)
         if skip_special:
             ids = [i for i in ids if i >= len(self.specials)]
         return "".join([self.itos[i] for i in ids])
 
     def to_dict(self) -> dict:
-        """A plain, JSON-able description, from which `from_dict` rebuilds the same tokenizer."""
-        return {"type": "char", "specials": list(self.specials), "chars": "".join(self.chars)}
+        """A plain, JSON-able description, from which `from_dict` rebuilds the same
+        tokenizer."""
+        return {
+            "type": "char",
+            "specials": list(self.specials),
+            "chars": "".join(self.chars),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
@@ -101,8 +139,11 @@ class CharTokenizer(Tokenizer):
         return cls(d["chars"], specials=d["specials"])
 
 # %% ../notebooks/01_tokenization.ipynb #fdbc268c
-def pair_counts(ids: Sequence[int], counts: Counter | None = None, weight: int = 1) -> Counter:
-    """How often each neighbouring pair occurs: [1, 2, 3, 1, 2] -> {(1, 2): 2, (2, 3): 1, (3, 1): 1}."""
+def pair_counts(
+    ids: Sequence[int], counts: Counter | None = None, weight: int = 1
+) -> Counter:
+    """How often each neighbouring pair occurs: [1, 2, 3, 1, 2] -> {(1, 2): 2, (2, 3):
+    1, (3, 1): 1}."""
     counts = Counter() if counts is None else counts
     for pair in zip(ids, ids[1:]):
         counts[pair] += weight
@@ -110,7 +151,8 @@ def pair_counts(ids: Sequence[int], counts: Counter | None = None, weight: int =
 
 
 def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace each occurrence of `pair` by `new_id`: merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4]."""
+    """Replace each occurrence of `pair` by `new_id`: merge([1, 2, 3, 1, 2], (1, 2), 4)
+    -> [4, 3, 4]."""
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
@@ -122,53 +164,78 @@ def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 # %% ../notebooks/01_tokenization.ipynb #a826fc26
-# A chunk: a contraction, a word with its leading space, a number, punctuation, or whitespace.
-# GPT-2's pattern, character for character; every character falls in exactly one chunk.
-CHUNK_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+# A chunk: a contraction, a word with its leading space, a number, punctuation, or
+# whitespace. GPT-2's pattern, character for character; every character falls in exactly
+# one chunk.
+CHUNK_PATTERN = regex.compile(
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
 
 
 def most_frequent_pair(counts: Counter) -> tuple[int, int]:
-    """The pair with the highest count; on a tie, the smallest pair, so training never depends on order."""
+    """The pair with the highest count; on a tie, the smallest pair, so training never
+    depends on order."""
     best = max(counts.values())
     return min(p for p, c in counts.items() if c == best)
 
 # %% ../notebooks/01_tokenization.ipynb #cd1f5502
 def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
-    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if it runs out of pairs)."""
+    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if
+    it runs out of pairs)."""
     chunks = Counter(CHUNK_PATTERN.findall(text))
-    words, freqs = [list(c.encode("utf-8")) for c in chunks], list(chunks.values())  # distinct chunks, as bytes
-    counts, where = Counter(), defaultdict(set)  # pair -> count, pair -> the chunks that contain it
+    words, freqs = (
+        [list(c.encode("utf-8")) for c in chunks],
+        list(chunks.values()),
+    )  # distinct chunks, as bytes
+    counts, where = (
+        Counter(),
+        defaultdict(set),
+    )  # pair -> count, pair -> the chunks that contain it
     for w, ids in enumerate(words):
         pair_counts(ids, counts, freqs[w])
         for pair in zip(ids, ids[1:]):
             where[pair].add(w)
     merges, vocab = [], [bytes([i]) for i in range(256)]
     while len(merges) < n_merges and counts:
-        pair, new_id = most_frequent_pair(counts), 256 + len(merges)  # 1) the most frequent pair
+        pair, new_id = (
+            most_frequent_pair(counts),
+            256 + len(merges),
+        )  # 1) the most frequent pair
         merges.append(pair)
         vocab.append(vocab[pair[0]] + vocab[pair[1]])
         if verbose:
-            print(f"merge {new_id - 256}: {vocab[pair[0]]!r} + {vocab[pair[1]]!r} -> {new_id} {vocab[-1]!r} "
-                  f"({counts[pair]}x)")
+            print(
+                f"merge {new_id - 256}: {vocab[pair[0]]!r} + "
+                f"{vocab[pair[1]]!r} -> {new_id} {vocab[-1]!r} "
+                f"({counts[pair]}x)"
+            )
         for w in sorted(where.pop(pair)):  # 2) re-merge only the chunks that contain it
             new = merge(words[w], pair, new_id)
-            pair_counts(words[w], counts, -freqs[w])  # 3) swap the chunk's old pair counts for its new ones
+            pair_counts(
+                words[w], counts, -freqs[w]
+            )  # 3) swap the chunk's old pair counts for its new ones
             pair_counts(new, counts, freqs[w])
             for p in zip(new, new[1:]):
                 where[p].add(w)
             words[w] = new
-        for p in [p for p, c in counts.items() if c <= 0]:  # forget pairs that no longer occur
+        for p in [
+            p for p, c in counts.items() if c <= 0
+        ]:  # forget pairs that no longer occur
             del counts[p]
     return merges
 
 # %% ../notebooks/01_tokenization.ipynb #71b54900
 def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]:
-    """Merge one chunk's `ids`, the earliest-learned pair first, until no learned pair is left.
+    """Merge one chunk's `ids`, the earliest-learned pair first, until no learned pair
+    is left.
 
-    With ranks {(108, 111): 256, (256, 119): 257}: list(b"low") = [108, 111, 119] -> [256, 119] -> [257].
+    With ranks {(108, 111): 256, (256, 119): 257}: list(b"low") = [108, 111, 119] ->
+    [256, 119] -> [257].
     """
     while len(ids) >= 2:
-        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))  # the earliest learned
+        pair = min(
+            zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf"))
+        )  # the earliest learned
         if pair not in ranks:
             break
         ids = merge(ids, pair, ranks[pair])
@@ -176,51 +243,84 @@ def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]
 
 # %% ../notebooks/01_tokenization.ipynb #b4a66116
 class BPETokenizer(Tokenizer):
-    """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the special tokens."""
+    """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the
+    special tokens."""
 
-    def __init__(self, merges: Sequence[tuple[int, int]] = (), specials: Sequence[str] = ()):
+    def __init__(
+        self, merges: Sequence[tuple[int, int]] = (), specials: Sequence[str] = ()
+    ):
         self.specials = _check_specials(specials)
         self._set_merges([tuple(m) for m in merges])
 
     def _set_merges(self, merges: list[tuple[int, int]]) -> None:
-        """Rebuild the tables that follow from the merges: pair -> id, id -> bytes, special ids."""
+        """Rebuild the tables that follow from the merges: pair -> id, id -> bytes,
+        special ids."""
         self.merges = merges
-        self.ranks = {pair: 256 + k for k, pair in enumerate(merges)}  # pair -> the id it merges into
+        self.ranks = {
+            pair: 256 + k for k, pair in enumerate(merges)
+        }  # pair -> the id it merges into
         self.vocab = [bytes([i]) for i in range(256)]  # id -> the bytes it stands for
         for a, b in merges:
             self.vocab.append(self.vocab[a] + self.vocab[b])
         self.special_ids = {s: len(self.vocab) + k for k, s in enumerate(self.specials)}
-        self.vocab_size = len(self.vocab) + len(self.specials)  # bytes + merges + special tokens
-        self._cache: dict[str, list[int]] = {}  # chunk -> ids: words repeat, so merge each once
+        self.vocab_size = len(self.vocab) + len(
+            self.specials
+        )  # bytes + merges + special tokens
+        self._cache: dict[
+            str, list[int]
+        ] = {}  # chunk -> ids: words repeat, so merge each once
 
-    def train(self, text: str, vocab_size: int, verbose: bool = False) -> "BPETokenizer":
-        """Learn `vocab_size - 256 - len(specials)` merges from `text` (fewer if the text runs out of pairs)."""
+    def train(
+        self, text: str, vocab_size: int, verbose: bool = False
+    ) -> "BPETokenizer":
+        """Learn `vocab_size - 256 - len(specials)` merges from `text` (fewer if the
+        text runs out of pairs)."""
         n_merges = vocab_size - 256 - len(self.specials)
         if n_merges < 0:
-            raise ValueError(f"vocab_size {vocab_size} is below 256 bytes + {len(self.specials)} special tokens")
+            raise ValueError(
+                f"vocab_size {vocab_size} is below 256 bytes + "
+                f"{len(self.specials)} special tokens"
+            )
         self._set_merges(train_bpe(text, n_merges, verbose))
         return self
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """The ids of `text`, framed by BOS/EOS if asked. Never fails: any string is a sequence of bytes."""
+        """The ids of `text`, framed by BOS/EOS if asked. Never fails: any string is a
+        sequence of bytes."""
         ids = []
         for chunk in CHUNK_PATTERN.findall(text):
             if chunk not in self._cache:
-                self._cache[chunk] = apply_merges(list(chunk.encode("utf-8")), self.ranks)
+                self._cache[chunk] = apply_merges(
+                    list(chunk.encode("utf-8")), self.ranks
+                )
             ids.extend(self._cache[chunk])
         return self._frame(ids, bos, eos)
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless `skip_special`."""
+        """The text of `ids`; special tokens appear as their names unless
+        `skip_special`."""
         ids = _check_ids(ids, self.vocab_size)
         first = 256 + len(self.merges)
-        parts = [self.vocab[i] if i < first else b"" if skip_special else self.specials[i - first].encode()
-                 for i in ids]
-        return b"".join(parts).decode("utf-8", errors="replace")  # a cut inside a character shows as U+FFFD
+        parts = [
+            self.vocab[i]
+            if i < first
+            else b""
+            if skip_special
+            else self.specials[i - first].encode()
+            for i in ids
+        ]
+        return b"".join(parts).decode(
+            "utf-8", errors="replace"
+        )  # a cut inside a character shows as U+FFFD
 
     def to_dict(self) -> dict:
-        """A plain, JSON-able description, from which `from_dict` rebuilds the same tokenizer."""
-        return {"type": "bpe", "merges": [list(m) for m in self.merges], "specials": list(self.specials)}
+        """A plain, JSON-able description, from which `from_dict` rebuilds the same
+        tokenizer."""
+        return {
+            "type": "bpe",
+            "merges": [list(m) for m in self.merges],
+            "specials": list(self.specials),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "BPETokenizer":
@@ -229,20 +329,28 @@ class BPETokenizer(Tokenizer):
 
 # %% ../notebooks/01_tokenization.ipynb #3cba94e6
 class HFBPETokenizer(Tokenizer):
-    """A Hugging Face `tokenizers` byte-level BPE behind the interface of the tokenizers above."""
+    """A Hugging Face `tokenizers` byte-level BPE behind the interface of the tokenizers
+    above."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer  # a tokenizers.Tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
-        self.special_ids = {s: tokenizer.token_to_id(s) for s in SPECIAL_TOKENS if tokenizer.token_to_id(s) is not None}
+        self.special_ids = {
+            s: tokenizer.token_to_id(s)
+            for s in SPECIAL_TOKENS
+            if tokenizer.token_to_id(s) is not None
+        }
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
         """The ids of `text`, framed by BOS/EOS if asked."""
         return self._frame(self.tokenizer.encode(text).ids, bos, eos)
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless `skip_special`."""
-        return self.tokenizer.decode(_check_ids(ids, self.vocab_size), skip_special_tokens=skip_special)
+        """The text of `ids`; special tokens appear as their names unless
+        `skip_special`."""
+        return self.tokenizer.decode(
+            _check_ids(ids, self.vocab_size), skip_special_tokens=skip_special
+        )
 
     def to_dict(self) -> dict:
         """A plain, JSON-able description (the library's own JSON, as a string)."""
@@ -256,39 +364,68 @@ class HFBPETokenizer(Tokenizer):
         return cls(HFTokenizer.from_str(d["json"]))
 
 # %% ../notebooks/01_tokenization.ipynb #04587f4c
-def train_hf_bpe(texts: str | Iterable[str], vocab_size: int,
-                 specials: Sequence[str] = SPECIAL_TOKENS) -> HFBPETokenizer:
-    """Train a byte-level BPE with Hugging Face `tokenizers` (fast, in Rust) on a text or texts."""
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+def train_hf_bpe(
+    texts: str | Iterable[str],
+    vocab_size: int,
+    specials: Sequence[str] = SPECIAL_TOKENS,
+) -> HFBPETokenizer:
+    """Train a byte-level BPE with Hugging Face `tokenizers` (fast, in Rust) on a text
+    or texts."""
+    from tokenizers import (
+        Tokenizer as HFTokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
 
     tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's chunks, bytes as symbols
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False
+    )  # GPT-2's chunks, bytes as symbols
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_check_specials(specials),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=_check_specials(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator([texts] if isinstance(texts, str) else texts, trainer)
     return HFBPETokenizer(tok)
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
-    """Rebuild any tokenizer of this module from its `to_dict()` (as stored in a checkpoint)."""
+    """Rebuild any tokenizer of this module from its `to_dict()` (as stored in a
+    checkpoint)."""
     kinds = {"char": CharTokenizer, "bpe": BPETokenizer, "hf_bpe": HFBPETokenizer}
     if d.get("type") not in kinds:
-        raise ValueError(f"unknown tokenizer type {d.get('type')!r}; expected one of {sorted(kinds)}")
+        raise ValueError(
+            f"unknown tokenizer type {d.get('type')!r}; expected one of {sorted(kinds)}"
+        )
     return kinds[d["type"]].from_dict(d)
 
 # %% ../notebooks/01_tokenization.ipynb #8cd9002c
 def gpt2_merges() -> list[tuple[int, int]]:
-    """GPT-2's 50,000 merges as pairs of our ids, read from its `vocab.bpe` (pinned in transformer_lib.data)."""
+    """GPT-2's 50,000 merges as pairs of our ids, read from its `vocab.bpe` (pinned in
+    transformer_lib.data)."""
     from transformer_lib.data import GPT2_VOCAB_BPE, fetch
 
-    # GPT-2's byte -> character table: printable bytes stand for themselves, the other 68 for chr(256 + k)
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    # GPT-2's byte -> character table: printable bytes stand for themselves, the other
+    # 68 for chr(256 + k)
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     others = [b for b in range(256) if b not in printable]
-    byte_of = {chr(b): b for b in printable} | {chr(256 + k): b for k, b in enumerate(others)}
+    byte_of = {chr(b): b for b in printable} | {
+        chr(256 + k): b for k, b in enumerate(others)
+    }
     ids = {bytes([b]): b for b in range(256)}  # bytes -> our id
     merges = []
-    for line in fetch(GPT2_VOCAB_BPE).read_text(encoding="utf-8").splitlines()[1:]:  # line 0: a version
+    for line in (
+        fetch(GPT2_VOCAB_BPE).read_text(encoding="utf-8").splitlines()[1:]
+    ):  # line 0: a version
         a, b = (bytes(byte_of[ch] for ch in part) for part in line.split(" "))
         merges.append((ids[a], ids[b]))
         ids[a + b] = 256 + len(merges) - 1

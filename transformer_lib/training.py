@@ -6,8 +6,9 @@ __all__ = ['warmup_cosine', 'warmup_inverse_sqrt', 'param_groups', 'make_adamw',
            'mixed_precision']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b10
-# transformer_lib/training.py, the kit both trainers share, is written in the cells marked
-# `#| export training`: schedules, AdamW groups, clipping, and the guards of the training loops.
+# transformer_lib/training.py, the kit both trainers share, is written in the cells
+# marked `#| export training`: schedules, AdamW groups, clipping, and the guards of the
+# training loops.
 import math
 import os
 import signal
@@ -17,11 +18,15 @@ import torch
 import torch.nn as nn
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b11
-def warmup_cosine(step: int, max_lr: float, warmup_steps: int, decay_steps: int, min_lr: float = 0.0) -> float:
-    """Learning rate at `step` (from 0): linear warm-up to max_lr, cosine decay to min_lr at decay_steps.
+def warmup_cosine(
+    step: int, max_lr: float, warmup_steps: int, decay_steps: int, min_lr: float = 0.0
+) -> float:
+    """Learning rate at `step` (from 0): linear warm-up to max_lr, cosine decay to
+    min_lr at decay_steps.
 
-    The warm-up is nanoGPT's: max_lr * (step + 1) / (warmup_steps + 1), so step 0 is not 0. After
-    decay_steps the rate stays at min_lr (a run extended past its plan goes on at the floor).
+    The warm-up is nanoGPT's: max_lr * (step + 1) / (warmup_steps + 1), so step 0 is not
+    0. After decay_steps the rate stays at min_lr (a run extended past its plan goes on
+    at the floor).
     """
     if step < warmup_steps:
         return max_lr * (step + 1) / (warmup_steps + 1)
@@ -32,10 +37,12 @@ def warmup_cosine(step: int, max_lr: float, warmup_steps: int, decay_steps: int,
 
 
 def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
-    """Learning rate at `step` (from 0): linear warm-up to max_lr, then max_lr * sqrt(warmup / step).
+    """Learning rate at `step` (from 0): linear warm-up to max_lr, then max_lr *
+    sqrt(warmup / step).
 
-    The schedule of Attention Is All You Need, d_model^-0.5 * min(s^-0.5, s * w^-1.5) with s = step + 1,
-    written with its peak: it equals that formula when max_lr = (d_model * warmup_steps)^-0.5.
+    The schedule of Attention Is All You Need, d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    with s = step + 1, written with its peak: it equals that formula when max_lr =
+    (d_model * warmup_steps)^-0.5.
     """
     if warmup_steps < 1:
         raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
@@ -43,66 +50,97 @@ def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
     return max_lr * min(s / warmup_steps, math.sqrt(warmup_steps / s))
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b13
-def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
-    """Two AdamW groups: decay on the weight matrices of Linear layers, none on everything else.
+def param_groups(
+    model: nn.Module, weight_decay: float, decay_embeddings: bool = False
+) -> list[dict]:
+    """Two AdamW groups: decay on the weight matrices of Linear layers, none on
+    everything else.
 
-    Norm gains and biases are not decayed, nor are embeddings (a row is updated only when its token
-    appears); nanoGPT decays embeddings, which decay_embeddings=True reproduces. A weight tied between
-    the embedding and the output layer counts as an embedding.
+    Norm gains and biases are not decayed, nor are embeddings (a row is updated only
+    when its token appears); nanoGPT decays embeddings, which decay_embeddings=True
+    reproduces. A weight tied between the embedding and the output layer counts as an
+    embedding.
     """
-    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    embedding_ids = {
+        id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)
+    }
     decay, no_decay = [], []
     for p in model.parameters():  # each shared parameter once
         if not p.requires_grad:
             continue
         matrix = p.dim() >= 2 and (decay_embeddings or id(p) not in embedding_ids)
         (decay if matrix else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
-def make_adamw(model: nn.Module, lr: float, weight_decay: float = 0.1,
-               betas: tuple[float, float] = (0.9, 0.99), decay_embeddings: bool = False) -> torch.optim.AdamW:
+def make_adamw(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.99),
+    decay_embeddings: bool = False,
+) -> torch.optim.AdamW:
     """AdamW over `param_groups(model, weight_decay)`; the fused kernel on CUDA."""
     fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(param_groups(model, weight_decay, decay_embeddings), lr=lr, betas=tuple(betas),
-                             fused=fused or None)
+    return torch.optim.AdamW(
+        param_groups(model, weight_decay, decay_embeddings),
+        lr=lr,
+        betas=tuple(betas),
+        fused=fused or None,
+    )
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Give every parameter group the learning rate of this step (the schedule's value)."""
+    """Give every parameter group the learning rate of this step (the schedule's
+    value)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
 
 
 def clip_gradients(model: nn.Module, max_norm: float) -> float:
-    """Scale all gradients together so their global L2 norm is at most max_norm; the norm before.
+    """Scale all gradients together so their global L2 norm is at most max_norm; the
+    norm before.
 
     max_norm <= 0 turns clipping off (the norm is still returned, for logging).
     """
     params = [p for p in model.parameters() if p.grad is not None]
-    return float(nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf")))
+    return float(
+        nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    )
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0010
 class NonFiniteLossError(RuntimeError):
-    """The loss became inf or NaN: the run diverged (usually the learning rate is too high)."""
+    """The loss became inf or NaN: the run diverged (usually the learning rate is too
+    high)."""
 
 
 class TrainingInterrupted(Exception):
-    """The user asked the run to stop (Ctrl-C); it stopped after a step and saved where it could."""
+    """The user asked the run to stop (Ctrl-C); it stopped after a step and saved where
+    it could."""
 
 
 def check_finite(loss: float, step: int, lr: float) -> None:
-    """Raise NonFiniteLossError, naming the step and learning rate, when `loss` is not finite."""
+    """Raise NonFiniteLossError, naming the step and learning rate, when `loss` is not
+    finite."""
     if not math.isfinite(loss):
-        raise NonFiniteLossError(f"the loss is {loss} at step {step} (learning rate {lr:.3g}): the run diverged "
-                                 f"and was stopped; try a lower learning rate. The last good checkpoint is kept.")
+        raise NonFiniteLossError(
+            f"the loss is {loss} at step {step} (learning rate {lr:.3g}): the "
+            "run diverged "
+            f"and was stopped; try a lower learning rate. The last good "
+            f"checkpoint is kept."
+        )
 
 
 class StopRequest:
-    """`with StopRequest() as stop:` turns the first Ctrl-C (SIGINT) into `stop.requested = True`.
+    """`with StopRequest() as stop:` turns the first Ctrl-C (SIGINT) into
+    `stop.requested = True`.
 
-    The loop checks the flag after each step, saves and stops cleanly; a second Ctrl-C raises
-    KeyboardInterrupt at once. Outside the main thread (where signals cannot be caught) it does nothing.
+    The loop checks the flag after each step, saves and stops cleanly; a second Ctrl-C
+    raises KeyboardInterrupt at once. Outside the main thread (where signals cannot be
+    caught) it does nothing.
     """
 
     def __enter__(self) -> "StopRequest":
@@ -122,19 +160,24 @@ class StopRequest:
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0011
 def tensorboard_writer(log_dir: str | os.PathLike | None):
-    """A TensorBoard SummaryWriter writing event files to `log_dir`; None when log_dir is None."""
+    """A TensorBoard SummaryWriter writing event files to `log_dir`; None when log_dir
+    is None."""
     if log_dir is None:
         return None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise ImportError("writing TensorBoard curves needs the tensorboard package: pip install tensorboard") from None
+        raise ImportError(
+            "writing TensorBoard curves needs the tensorboard package: pip "
+            "install tensorboard"
+        ) from None
     return SummaryWriter(str(log_dir))
 
 # %% ../notebooks/09_training_a_translator.ipynb #9d0e0011
 def bf16_supported(device: torch.device) -> bool:
-    """True if this device computes bf16 matmuls natively: CUDA compute capability >= 8.0 (Ampere), or
-    a CPU with AVX512-BF16 or AMX (oneDNN's check). Older GPUs such as Colab's T4 only emulate bf16."""
+    """True if this device computes bf16 matmuls natively: CUDA compute capability >=
+    8.0 (Ampere), or a CPU with AVX512-BF16 or AMX (oneDNN's check). Older GPUs such as
+    Colab's T4 only emulate bf16."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
@@ -146,7 +189,8 @@ def bf16_supported(device: torch.device) -> bool:
 
 
 def mixed_precision(dtype: str, device: torch.device) -> torch.autocast:
-    """An autocast context: bf16 for "bf16", or for "auto" where bf16 is native; otherwise a disabled one."""
+    """An autocast context: bf16 for "bf16", or for "auto" where bf16 is native;
+    otherwise a disabled one."""
     if dtype not in ("fp32", "bf16", "auto"):
         raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype!r}")
     use_bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported(device))

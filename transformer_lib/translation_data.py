@@ -21,24 +21,28 @@ Pair = tuple[str, str]
 # %% ../notebooks/09_training_a_translator.ipynb #9d0e0004
 @functools.lru_cache(maxsize=None)
 def opencc_converter(config: str):
-    """An OpenCC converter ("t2s": Traditional to Simplified characters, "s2t": back), made once."""
+    """An OpenCC converter ("t2s": Traditional to Simplified characters, "s2t": back),
+    made once."""
     import opencc
 
     return opencc.OpenCC(config)
 
 
 def to_simplified(text: str) -> str:
-    """Chinese text in Simplified characters (OpenCC t2s: the characters change, the words do not)."""
+    """Chinese text in Simplified characters (OpenCC t2s: the characters change, the
+    words do not)."""
     return opencc_converter("t2s").convert(text)
 
 
 def to_traditional(text: str) -> str:
-    """Chinese text in Traditional characters (OpenCC s2t), for readers who want them."""
+    """Chinese text in Traditional characters (OpenCC s2t), for readers who want
+    them."""
     return opencc_converter("s2t").convert(text)
 
 
 def simplify_pairs(pairs: list[Pair]) -> list[Pair]:
-    """Every Chinese side in Simplified characters; pairs that became identical are kept once, in order."""
+    """Every Chinese side in Simplified characters; pairs that became identical are kept
+    once, in order."""
     seen, out = set(), []
     for en, zh in pairs:
         pair = (en, to_simplified(zh))
@@ -49,91 +53,121 @@ def simplify_pairs(pairs: list[Pair]) -> list[Pair]:
 
 # %% ../notebooks/09_training_a_translator.ipynb #9d0e0006
 def english_key(sentence: str) -> str:
-    """An English sentence with case and spacing normalised: 'Hi  there.' and 'hi there.' match."""
+    """An English sentence with case and spacing normalised: 'Hi  there.' and 'hi
+    there.' match."""
     return " ".join(sentence.lower().split())
 
 
 def drop_test_sentences(pairs: list[Pair], test_pairs: list[Pair]) -> list[Pair]:
-    """The pairs whose English sentence (case and spacing normalised) is not in `test_pairs`."""
+    """The pairs whose English sentence (case and spacing normalised) is not in
+    `test_pairs`."""
     test = {english_key(en) for en, _ in test_pairs}
     return [(en, zh) for en, zh in pairs if english_key(en) not in test]
 
 
 def public_test_pairs() -> list[Pair]:
-    """The Tatoeba Challenge's English-Mandarin test pairs, references in Simplified characters."""
+    """The Tatoeba Challenge's English-Mandarin test pairs, references in Simplified
+    characters."""
     from transformer_lib.data import load_tatoeba_test
 
     return [(en, to_simplified(zh)) for en, zh in load_tatoeba_test()]
 
 
 def course_pairs(pairs: list[Pair] | None = None) -> list[Pair]:
-    """The corpus the course trains on: Tatoeba's pairs in Simplified, without the public test's sentences."""
+    """The corpus the course trains on: Tatoeba's pairs in Simplified, without the
+    public test's sentences."""
     from transformer_lib.data import load_tatoeba_pairs
 
-    return drop_test_sentences(simplify_pairs(load_tatoeba_pairs() if pairs is None else pairs),
-                               public_test_pairs())
+    return drop_test_sentences(
+        simplify_pairs(load_tatoeba_pairs() if pairs is None else pairs),
+        public_test_pairs(),
+    )
 
 # %% ../notebooks/09_training_a_translator.ipynb #355efab8
-def split_by_english(pairs: list[Pair], n_valid: int = 1000, n_test: int = 2000,
-                     seed: int = 0) -> dict[str, list[Pair]]:
-    """Split pairs into train/valid/test by English sentence, so that no sentence straddles two splits.
+def split_by_english(
+    pairs: list[Pair], n_valid: int = 1000, n_test: int = 2000, seed: int = 0
+) -> dict[str, list[Pair]]:
+    """Split pairs into train/valid/test by English sentence, so that no sentence
+    straddles two splits.
 
-    The distinct English sentences are sorted, shuffled with `random.Random(seed)` (the same on every
-    platform and Python version), and the first `n_test` go to test, the next `n_valid` to valid.
-    Every translation of a sentence goes with it.
+    The distinct English sentences are sorted, shuffled with `random.Random(seed)` (the
+    same on every platform and Python version), and the first `n_test` go to test, the
+    next `n_valid` to valid. Every translation of a sentence goes with it.
     """
     english = sorted({en for en, _ in pairs})
     if n_valid + n_test >= len(english):
-        raise ValueError(f"n_valid={n_valid} + n_test={n_test} leaves no training sentences "
-                         f"out of {len(english)} distinct English sentences")
+        raise ValueError(
+            f"n_valid={n_valid} + n_test={n_test} leaves no training sentences "
+            f"out of {len(english)} distinct English sentences"
+        )
     random.Random(seed).shuffle(english)
     where = {en: "test" for en in english[:n_test]}
-    where.update({en: "valid" for en in english[n_test:n_test + n_valid]})
+    where.update({en: "valid" for en in english[n_test : n_test + n_valid]})
     splits = {"train": [], "valid": [], "test": []}
     for en, zh in pairs:
         splits[where.get(en, "train")].append((en, zh))
     return splits
 
 # %% ../notebooks/09_training_a_translator.ipynb #243baed9
-TEST_FINGERPRINT = "3a0d3839158d"  # split_fingerprint of the test split for seed 0, n_valid 1000, n_test 2000
+# split_fingerprint of the test split for seed 0, n_valid 1000, n_test 2000
+TEST_FINGERPRINT = "3a0d3839158d"
 
 
 def split_fingerprint(pairs: list[Pair]) -> str:
-    """First 12 hex digits of the sha256 of a split's pairs: documents (and checks) that a split is fixed."""
-    return hashlib.sha256("\n".join(f"{en}\t{zh}" for en, zh in pairs).encode()).hexdigest()[:12]
+    """First 12 hex digits of the sha256 of a split's pairs: documents (and checks) that
+    a split is fixed."""
+    return hashlib.sha256(
+        "\n".join(f"{en}\t{zh}" for en, zh in pairs).encode()
+    ).hexdigest()[:12]
 
 
 def group_references(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
-    """[(en, zh), ...] -> (English sentences in first-seen order, all Chinese translations of each)."""
+    """[(en, zh), ...] -> (English sentences in first-seen order, all Chinese
+    translations of each)."""
     refs: dict[str, list[str]] = {}
     for en, zh in pairs:
         refs.setdefault(en, []).append(zh)
     return list(refs), list(refs.values())
 
 # %% ../notebooks/09_training_a_translator.ipynb #4dc53687
-def build_tokenizers(train_pairs: list[Pair], src_vocab_size: int = 4000) -> tuple[BPETokenizer, CharTokenizer]:
-    """English byte-level BPE and Chinese characters, learnt from the training split only (no peeking at test).
+def build_tokenizers(
+    train_pairs: list[Pair], src_vocab_size: int = 4000
+) -> tuple[BPETokenizer, CharTokenizer]:
+    """English byte-level BPE and Chinese characters, learnt from the training split
+    only (no peeking at test).
 
-    The BPE is notebook 01's own, which breaks ties between equally frequent pairs the same way on every
-    run, so the same data always gives the same vocabulary (Hugging Face's trainer does not).
+    The BPE is notebook 01's own, which breaks ties between equally frequent pairs the
+    same way on every run, so the same data always gives the same vocabulary (Hugging
+    Face's trainer does not).
     """
-    src = BPETokenizer(specials=SPECIAL_TOKENS).train("\n".join(en for en, _ in train_pairs), src_vocab_size)
+    src = BPETokenizer(specials=SPECIAL_TOKENS).train(
+        "\n".join(en for en, _ in train_pairs), src_vocab_size
+    )
     tgt = CharTokenizer([zh for _, zh in train_pairs], specials=SPECIAL_TOKENS)
     return src, tgt
 
 # %% ../notebooks/09_training_a_translator.ipynb #68e43ec0
-def encode_pair(en: str, zh: str, src_tok, tgt_tok, context_len: int) -> tuple[list[int], list[int]]:
-    """Source ids + <eos>; <bos> + target ids + <eos>; each side cut to fit `context_len` tokens."""
+def encode_pair(
+    en: str, zh: str, src_tok, tgt_tok, context_len: int
+) -> tuple[list[int], list[int]]:
+    """Source ids + <eos>; <bos> + target ids + <eos>; each side cut to fit
+    `context_len` tokens."""
     src = src_tok.encode(en)[: context_len - 1] + [src_tok.eos_id]
     tgt = [tgt_tok.bos_id] + tgt_tok.encode(zh)[: context_len - 1] + [tgt_tok.eos_id]
-    return src, tgt  # tgt_in = tgt[:-1] and tgt_out = tgt[1:] are at most context_len long
+    return (
+        src,
+        tgt,
+    )  # tgt_in = tgt[:-1] and tgt_out = tgt[1:] are at most context_len long
 
 # %% ../notebooks/09_training_a_translator.ipynb #460d1b43
-def length_bucketed_batches(lengths: list[int], max_tokens: int, seed: int | None = 0) -> list[list[int]]:
+def length_bucketed_batches(
+    lengths: list[int], max_tokens: int, seed: int | None = 0
+) -> list[list[int]]:
     """Index batches of similar lengths, each with at most `max_tokens` (padded) tokens.
 
-    Sorting by length keeps padding small; shuffling before the (stable) sort varies which equal-length
-    examples meet, and shuffling the batches varies their order. seed=None: no shuffling (evaluation).
+    Sorting by length keeps padding small; shuffling before the (stable) sort varies
+    which equal-length examples meet, and shuffling the batches varies their order.
+    seed=None: no shuffling (evaluation).
     """
     order = list(range(len(lengths)))
     rng = random.Random(seed)
@@ -163,23 +197,39 @@ def pad_batch(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def collate(examples: list[tuple[list[int], list[int]]], src_pad_id: int,
-            tgt_pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[(src, tgt), ...] -> src (B, S), tgt_in (B, T), tgt_out (B, T): teacher forcing with targets shifted by one."""
+def collate(
+    examples: list[tuple[list[int], list[int]]], src_pad_id: int, tgt_pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[(src, tgt), ...] -> src (B, S), tgt_in (B, T), tgt_out (B, T): teacher forcing
+    with targets shifted by one."""
     src = pad_batch([s for s, _ in examples], src_pad_id)
-    tgt = pad_batch([t for _, t in examples], tgt_pad_id)  # <bos> y_1 ... y_n <eos> <pad>...
-    return src, tgt[:, :-1], tgt[:, 1:]  # input <bos> y_1 ... y_n, target y_1 ... y_n <eos>
+    tgt = pad_batch(
+        [t for _, t in examples], tgt_pad_id
+    )  # <bos> y_1 ... y_n <eos> <pad>...
+    return (
+        src,
+        tgt[:, :-1],
+        tgt[:, 1:],
+    )  # input <bos> y_1 ... y_n, target y_1 ... y_n <eos>
 
 # %% ../notebooks/09_training_a_translator.ipynb #3c91e58f
-def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1,
-                                 ignore_index: int = 0) -> torch.Tensor:
-    """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean over the V classes of -log p.
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    smoothing: float = 0.1,
+    ignore_index: int = 0,
+) -> torch.Tensor:
+    """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean over the V
+    classes of -log p.
 
-    logits (B, T, V), target (B, T). Equals F.cross_entropy(..., label_smoothing=eps, ignore_index=PAD).
+    logits (B, T, V), target (B, T). Equals F.cross_entropy(..., label_smoothing=eps,
+    ignore_index=PAD).
     """
     logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    smooth = -logp.mean(dim=-1)  # (B, T): cross-entropy against the uniform distribution
+    smooth = -logp.mean(
+        dim=-1
+    )  # (B, T): cross-entropy against the uniform distribution
     keep = target != ignore_index
     loss = (1 - smoothing) * nll + smoothing * smooth
     return loss[keep].sum() / keep.sum().clamp(min=1)

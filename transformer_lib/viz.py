@@ -13,37 +13,60 @@ from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap in the course
-CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei",
-             "PingFang SC", "Source Han Sans SC"]  # Chinese labels in later notebooks need one of these
+ATTENTION_CMAP = (
+    "viridis"  # the one colour map of every attention heatmap in the course
+)
+CJK_FONTS = [
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "WenQuanYi Zen Hei",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Source Han Sans SC",
+]  # Chinese labels in later notebooks need one of these
 
 
 def use_cjk_fallback_fonts() -> list[str]:
-    """Set matplotlib's font family to DejaVu Sans, then the installed CJK fonts; return that list.
+    """Set matplotlib's font family to DejaVu Sans, then the installed CJK fonts; return
+    that list.
 
-    Fonts installed after matplotlib built its font cache are added from the system font folders.
-    With no CJK font at all, the list is just DejaVu Sans: Chinese labels then show as boxes, nothing fails.
+    Fonts installed after matplotlib built its font cache are added from the system font
+    folders. With no CJK font at all, the list is just DejaVu Sans: Chinese labels then
+    show as boxes, nothing fails.
     """
     known = {f.name for f in font_manager.fontManager.ttflist}
     if not known & set(CJK_FONTS):
         for path in font_manager.findSystemFonts():
-            if any(part in path.lower() for part in ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")):
+            if any(
+                part in path.lower()
+                for part in ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")
+            ):
                 try:
                     font_manager.fontManager.addfont(path)
-                except (OSError, RuntimeError, ValueError):  # an unreadable font file is skipped
+                except (
+                    OSError,
+                    RuntimeError,
+                    ValueError,
+                ):  # an unreadable font file is skipped
                     pass
         known = {f.name for f in font_manager.fontManager.ttflist}
     fonts = ["DejaVu Sans"] + [name for name in CJK_FONTS if name in known]
-    plt.rcParams["font.family"] = fonts  # a list of families: matplotlib falls back glyph by glyph
+    plt.rcParams["font.family"] = (
+        fonts  # a list of families: matplotlib falls back glyph by glyph
+    )
     return fonts
 
 
-sns.set_theme(context="notebook", style="white")  # the one theme of the course's figures
+sns.set_theme(
+    context="notebook", style="white"
+)  # the one theme of the course's figures
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #1800b3b0
 def _as_array(weights) -> np.ndarray:
-    """A NumPy float array from a tensor (any device, with or without grad) or an array."""
+    """A NumPy float array from a tensor (any device, with or without grad) or an
+    array."""
     if hasattr(weights, "detach"):
         weights = weights.detach().float().cpu().numpy()
     return np.asarray(weights, dtype=float)
@@ -58,62 +81,112 @@ def _labels(labels, n: int, axis: str) -> list[str]:
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #7438575d
 def _cell_size(n: int, budget: float, largest: float) -> tuple[float, float]:
-    """Inches per token, so that n tokens fit in `budget` inches, and a tick font size (points) to match."""
+    """Inches per token, so that n tokens fit in `budget` inches, and a tick font size
+    (points) to match."""
     cell = min(largest, budget / max(n, 1))
     return cell, min(10.0, max(6.0, 0.8 * 72 * cell))
 
 
-def plot_attention(weights, query_labels=None, key_labels=None, title: str = "attention weights",
-                   ax: Axes | None = None, vmax: float | None = None, colorbar: bool = True,
-                   value_label: str = "weight", fontsize: float | None = None) -> Axes:
-    """Heatmap of attention weights (T_q, T_k): one row per query, one column per key, token labels."""
+def plot_attention(
+    weights,
+    query_labels=None,
+    key_labels=None,
+    title: str = "attention weights",
+    ax: Axes | None = None,
+    vmax: float | None = None,
+    colorbar: bool = True,
+    value_label: str = "weight",
+    fontsize: float | None = None,
+) -> Axes:
+    """Heatmap of attention weights (T_q, T_k): one row per query, one column per key,
+    token labels."""
     w = _as_array(weights)
     if w.ndim != 2:
-        raise ValueError(f"plot_attention needs weights of shape (T_q, T_k), got {w.shape}; use plot_heads for (H, T_q, T_k)")
+        raise ValueError(
+            "plot_attention needs weights of shape (T_q, T_k), got "
+            f"{w.shape}; use plot_heads for (H, T_q, T_k)"
+        )
     T_q, T_k = w.shape
-    cell, auto_size = _cell_size(max(T_q, T_k), budget=9.0, largest=0.45)  # at most about 11 inches wide
+    cell, auto_size = _cell_size(
+        max(T_q, T_k), budget=9.0, largest=0.45
+    )  # at most about 11 inches wide
     fontsize = fontsize or auto_size
     if ax is None:
-        _, ax = plt.subplots(figsize=(2.4 + cell * T_k, 1.4 + cell * T_q), layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(2.4 + cell * T_k, 1.4 + cell * T_q), layout="constrained"
+        )
     keys, queries = _labels(key_labels, T_k, "key"), _labels(query_labels, T_q, "query")
-    sns.heatmap(w, ax=ax, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, cbar=colorbar,
-                cbar_kws={"label": value_label, "fraction": 0.046, "pad": 0.04},
-                xticklabels=keys, yticklabels=queries)
-    crowded = T_k > 12 or T_k * max(len(t) for t in keys) > 40  # long labels would overlap
+    sns.heatmap(
+        w,
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0.0,
+        vmax=vmax,
+        cbar=colorbar,
+        cbar_kws={"label": value_label, "fraction": 0.046, "pad": 0.04},
+        xticklabels=keys,
+        yticklabels=queries,
+    )
+    crowded = (
+        T_k > 12 or T_k * max(len(t) for t in keys) > 40
+    )  # long labels would overlap
     ax.set_xticklabels(keys, rotation=90 if crowded else 0, fontsize=fontsize)
     ax.set_yticklabels(queries, rotation=0, fontsize=fontsize)
     ax.set(title=title, xlabel="key (attended to)", ylabel="query (attending)")
     return ax
 
-
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
-def plot_heads(weights, query_labels=None, key_labels=None, title: str = "attention weights per head",
-               n_cols: int | None = None) -> Figure:
-    """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour scale and bar.
+def plot_heads(
+    weights,
+    query_labels=None,
+    key_labels=None,
+    title: str = "attention weights per head",
+    n_cols: int | None = None,
+) -> Figure:
+    """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour
+    scale and bar.
 
-    The figure stays about 9 to 10 inches wide, so that on a page (about 700 px) its labels stay
-    readable at 1x: two panels a row (2x2 for four heads), one a row past 20 tokens (n_cols=None).
+    The figure stays about 9 to 10 inches wide, so that on a page (about 700 px) its
+    labels stay readable at 1x: two panels a row (2x2 for four heads), one a row past 20
+    tokens (n_cols=None).
     """
     w = _as_array(weights)
     if w.ndim != 3:
-        raise ValueError(f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}")
+        raise ValueError(
+            f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}"
+        )
     H, T_q, T_k = w.shape
     n_cols = min(n_cols or (1 if max(T_q, T_k) > 20 else 2), H)
     n_rows = math.ceil(H / n_cols)
     cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=7.0, largest=0.4)
-    fig, axes = plt.subplots(n_rows, n_cols, squeeze=False, layout="constrained",
-                             figsize=(1.5 + n_cols * (0.9 + cell * T_k), 0.8 + n_rows * (1.0 + cell * T_q)))
+    fig, axes = plt.subplots(
+        n_rows,
+        n_cols,
+        squeeze=False,
+        layout="constrained",
+        figsize=(1.5 + n_cols * (0.9 + cell * T_k), 0.8 + n_rows * (1.0 + cell * T_q)),
+    )
     vmax = float(w.max())  # one colour scale, so heads compare
     for h, ax in enumerate(axes.flat):
         if h >= H:
             ax.axis("off")
             continue
-        plot_attention(w[h], query_labels, key_labels, f"head {h}", ax=ax, vmax=vmax, colorbar=False,
-                       fontsize=fontsize)
+        plot_attention(
+            w[h],
+            query_labels,
+            key_labels,
+            f"head {h}",
+            ax=ax,
+            vmax=vmax,
+            colorbar=False,
+            fontsize=fontsize,
+        )
         if h % n_cols:  # axis titles only on the outer panels
             ax.set_ylabel("")
         if h + n_cols < H:
             ax.set_xlabel("")
-    fig.colorbar(axes.flat[0].collections[0], ax=axes, fraction=0.02, pad=0.02, label="weight")
+    fig.colorbar(
+        axes.flat[0].collections[0], ax=axes, fraction=0.02, pad=0.02, label="weight"
+    )
     fig.suptitle(title)
     return fig
