@@ -103,6 +103,13 @@ class Result:
         )
 
 
+def _generate(model, *args, **kwargs):
+    """The course's generation: `generate(model, ...)`, a free function."""
+    from transformer_lib.gpt import generate
+
+    return generate(model, *args, **kwargs)
+
+
 def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]:
     """A child-side setup: its own process group (so kill -9 reaches it alone), a umask,
     a memory cap."""
@@ -2642,7 +2649,7 @@ def _api_rows() -> None:
             171,
             "GPT.generate: prompt id 70 / empty prompt / 1-D prompt",
             lambda: [
-                tiny.generate(x, 2)
+                _generate(tiny, x, 2)
                 for x in (
                     torch.tensor([[70]]),
                     torch.zeros(1, 0, dtype=torch.long),
@@ -2656,7 +2663,7 @@ def _api_rows() -> None:
         (
             172,
             "GPT.generate(max_new_tokens=-3)",
-            lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), -3),
+            lambda: _generate(tiny, torch.zeros(1, 2, dtype=torch.long), -3),
             "max_new_tokens",
             None,
             {},
@@ -2664,8 +2671,8 @@ def _api_rows() -> None:
         (
             173,
             "GPT.generate(temperature=nan)",
-            lambda: tiny.generate(
-                torch.zeros(1, 2, dtype=torch.long), 2, temperature=float("nan")
+            lambda: _generate(
+                tiny, torch.zeros(1, 2, dtype=torch.long), 2, temperature=float("nan")
             ),
             "temperature",
             None,
@@ -2674,7 +2681,7 @@ def _api_rows() -> None:
         (
             174,
             "GPT.generate(top_k=0)",
-            lambda: tiny.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_k=0),
+            lambda: _generate(tiny, torch.zeros(1, 2, dtype=torch.long), 2, top_k=0),
             "top_k",
             None,
             {},
@@ -2682,7 +2689,7 @@ def _api_rows() -> None:
         (
             175,
             "GPT.generate(float prompt)",
-            lambda: tiny.generate(torch.zeros(1, 2), 2),
+            lambda: _generate(tiny, torch.zeros(1, 2), 2),
             "integer|dtype|long",
             None,
             {},
@@ -3015,7 +3022,8 @@ def _same_tokens(
     )
     for n in lengths:
         a, b = (
-            model.generate(
+            _generate(
+                model,
                 x,
                 n,
                 temperature=temperature,
@@ -3043,7 +3051,7 @@ def _sdpa_vs_explicit() -> str | None:
     return (
         None
         if torch.equal(
-            a.generate(x, 300, temperature=0), b.generate(x, 300, temperature=0)
+            _generate(a, x, 300, temperature=0), _generate(b, x, 300, temperature=0)
         )
         else "sdpa and explicit differ"
     )

@@ -57,6 +57,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # A log redirected to a file keeps every line up to a kill, not just its first block.
+    # A log redirected to a file keeps every line up to a kill.
     sys.stdout.reconfigure(line_buffering=True)
     sys.exit(main())

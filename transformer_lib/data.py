@@ -167,6 +167,11 @@ def fetch(spec: DataFile) -> Path:
     """Return the path of a verified local copy of `spec`, copying or downloading it if
     needed."""
     dest = data_dir() / spec.relpath
+    if dest.is_dir():
+        raise DataUnavailableError(
+            f"{dest} is a folder where the file {spec.relpath} belongs; "
+            f"remove it and run again"
+        )
     if dest.exists():
         if sha256_of(dest) == spec.sha256:
             return dest
