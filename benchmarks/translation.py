@@ -29,7 +29,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from transformer_lib.decoding import average_weights, choose_decoding, evaluate_model
+from transformer_lib.decoding import (
+    average_weights,
+    choose_decoding,
+    evaluate_model,
+    first_sentences,
+)
 from transformer_lib.mt_train import (
     TrainConfig,
     held_out_split,
@@ -47,12 +52,6 @@ from transformer_lib.translation_data import (
 def load() -> str:
     """The 1, 5 and 15 minute load averages, to say how busy the machine was."""
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def first(pairs: list, n: int | None) -> list:
-    """The pairs of the first n distinct English sentences (all when n is None)."""
-    keep = set(list(dict.fromkeys(en for en, _ in pairs))[:n])
-    return [(en, zh) for en, zh in pairs if en in keep]
 
 
 def train(args: argparse.Namespace, device) -> str:
@@ -139,7 +138,9 @@ def main() -> int:
         f"{model.num_parameters():,} parameters"
     )
     limit = 100 if args.quick and args.limit is None else args.limit
-    valid = first(held_out_split(payload, "valid"), 600 if limit is None else limit)
+    valid = first_sentences(
+        held_out_split(payload, "valid"), 600 if limit is None else limit
+    )
     candidates = {
         "best epoch": payload["best_model"],
         "mean of last 3": average_weights(payload["recent_models"]),
@@ -182,8 +183,8 @@ def main() -> int:
         f"{'chrF':>7}{'seconds':>9}"
     )
     for test_name, pairs in (
-        ("course test split", first(test, limit)),
-        ("Tatoeba Challenge test", first(public_test_pairs(), limit)),
+        ("course test split", first_sentences(test, limit)),
+        ("Tatoeba Challenge test", first_sentences(public_test_pairs(), limit)),
     ):
         for name, method, kw in (
             ("greedy", "greedy", {}),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -354,3 +355,26 @@ def add_existing_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train a new run in place of the one at --out (kept until the first save)",
     )
+
+
+def run_reported(
+    prog: str, train: Callable[[], object], oom_hint: str
+) -> tuple[int, object]:
+    """(exit status, result) of `train()`. What a person can act on becomes one line
+    on stderr: status 130 after Ctrl-C, 1 for their errors and for running out of
+    memory."""
+    from transformer_lib.training import TrainingInterrupted
+
+    try:
+        return 0, train()
+    except TrainingInterrupted as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 130, None
+    except USER_ERRORS as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1, None
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
+        print(f"{prog}: out of memory; {oom_hint}", file=sys.stderr)
+        return 1, None

@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['new_token_limit', 'greedy_decode', 'length_penalty_gnmt', 'beam_search', 'sample_decode', 'encode_sources',
-           'translate', 'evaluate_translations', 'evaluate_model', 'average_weights', 'choose_decoding']
+           'translate', 'evaluate_translations', 'evaluate_model', 'average_weights', 'first_sentences',
+           'choose_decoding']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d119
 import torch
@@ -307,6 +308,14 @@ def average_weights(state_dicts: list[dict]) -> dict:
         .to(state_dicts[0][k].dtype)
         for k in state_dicts[0]
     }
+
+
+def first_sentences(
+    pairs: list[tuple[str, str]], n: int | None
+) -> list[tuple[str, str]]:
+    """The pairs of the first n distinct English sentences (all when n is None)."""
+    keep = set(list(dict.fromkeys(en for en, _ in pairs))[:n])
+    return [(en, zh) for en, zh in pairs if en in keep]
 
 
 def choose_decoding(

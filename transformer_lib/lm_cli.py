@@ -25,11 +25,11 @@ from transformer_lib.cli_args import (
     key_value_overrides,
     non_negative_float,
     non_negative_int,
-    out_of_memory,
     positive_float,
     positive_int,
     probability,
     read_texts,
+    run_reported,
     seed,
     temperature,
 )
@@ -57,7 +57,6 @@ def train_command(args: argparse.Namespace) -> int:
     figures."""
     from transformer_lib.gpt import GPTConfig
     from transformer_lib.lm_train import TrainSettings, train_lm
-    from transformer_lib.training import TrainingInterrupted
 
     kinds = {
         f.name: type(getattr(GPTConfig(), f.name))
@@ -75,23 +74,10 @@ def train_command(args: argparse.Namespace) -> int:
         model=model,
         betas=tuple(args.betas),
     )
-    try:
-        train_lm(s)
-    except TrainingInterrupted as e:
-        print(f"train-lm: {e}", file=sys.stderr)
-        return 130
-    except USER_ERRORS as e:
-        print(f"train-lm: {e}", file=sys.stderr)
-        return 1
-    except (MemoryError, RuntimeError) as e:
-        if not out_of_memory(e):
-            raise
-        print(
-            "train-lm: out of memory; lower --batch-size or use a smaller --preset",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    status, _ = run_reported(
+        "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
+    )
+    return status
 
 
 def generate_command(args: argparse.Namespace) -> int:

@@ -32,12 +32,13 @@ from .gpt import GPT, GPTConfig, generate
 from transformer_lib.training import (
     StopRequest,
     TrainingInterrupted,
-    bf16_supported,
     check_finite,
     clip_gradients,
     make_adamw,
+    mixed_precision,
     set_lr,
     tensorboard_writer,
+    uses_bf16,
     warmup_cosine,
 )
 
@@ -386,8 +387,7 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
         resume and world > 1
     ):  # the checkpoint holds rank 0's sampler: give the others their own streams
         batches.manual_seed(s.seed + rank + 7919 * run.step)
-    use_bf16 = s.dtype == "bf16" or (s.dtype == "auto" and bf16_supported(device))
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    use_bf16, autocast = uses_bf16(s.dtype, device), mixed_precision(s.dtype, device)
     fwd: nn.Module = torch.compile(model) if s.compile else model
     if world > 1:
         fwd = nn.parallel.DistributedDataParallel(

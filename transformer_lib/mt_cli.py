@@ -24,10 +24,10 @@ from transformer_lib.cli_args import (
     add_existing_checkpoint_flags,
     device,
     non_negative_float,
-    out_of_memory,
     positive_float,
     positive_int,
     read_texts,
+    run_reported,
     seed,
     temperature,
 )
@@ -40,7 +40,6 @@ def train_mt(args: argparse.Namespace) -> int:
     epoch."""
     from transformer_lib.mt_train import TrainConfig, train_translator
     from transformer_lib.runtime import describe_machine, get_device
-    from transformer_lib.training import TrainingInterrupted
 
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
     names = (
@@ -62,8 +61,9 @@ def train_mt(args: argparse.Namespace) -> int:
     dev = args.device or get_device()
     existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
-    try:
-        _, _, history = train_translator(
+    status, result = run_reported(
+        "train-mt",
+        lambda: train_translator(
             cfg,
             args.out,
             existing,
@@ -71,21 +71,12 @@ def train_mt(args: argparse.Namespace) -> int:
             device=dev,
             log=lambda m: print(m, flush=True),
             log_dir=args.log_dir,
-        )
-    except TrainingInterrupted as e:
-        print(f"train-mt: {e}", file=sys.stderr)
-        return 130
-    except USER_ERRORS as e:
-        print(f"train-mt: {e}", file=sys.stderr)
-        return 1
-    except (MemoryError, RuntimeError) as e:
-        if not out_of_memory(e):
-            raise
-        print(
-            "train-mt: out of memory; use a smaller model or fewer tokens per batch",
-            file=sys.stderr,
-        )
-        return 1
+        ),
+        "use a smaller model or fewer tokens per batch",
+    )
+    if status:
+        return status
+    history = result[2]
     if history:
         best = min(h["valid_loss"] for h in history)
         print(

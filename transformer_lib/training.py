@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['warmup_cosine', 'warmup_inverse_sqrt', 'param_groups', 'make_adamw', 'set_lr', 'clip_gradients', 'NonFiniteLossError',
-           'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer', 'bf16_supported',
+           'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer', 'bf16_supported', 'uses_bf16',
            'mixed_precision']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b10
@@ -188,10 +188,15 @@ def bf16_supported(device: torch.device) -> bool:
     return False
 
 
-def mixed_precision(dtype: str, device: torch.device) -> torch.autocast:
-    """An autocast context: bf16 for "bf16", or for "auto" where bf16 is native;
-    otherwise a disabled one."""
+def uses_bf16(dtype: str, device: torch.device) -> bool:
+    """Whether a run asking for `dtype` ("fp32", "bf16" or "auto") computes in bf16
+    here: "auto" means where bf16 is native."""
     if dtype not in ("fp32", "bf16", "auto"):
         raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype!r}")
-    use_bf16 = dtype == "bf16" or (dtype == "auto" and bf16_supported(device))
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    return dtype == "bf16" or (dtype == "auto" and bf16_supported(device))
+
+
+def mixed_precision(dtype: str, device: torch.device) -> torch.autocast:
+    """An autocast context: bf16 where `uses_bf16` says so, else a disabled one."""
+    enabled = uses_bf16(dtype, device)
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
