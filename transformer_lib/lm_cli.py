@@ -1,15 +1,14 @@
 """Command line of Part III (the language model): flags in, calls to the library out.
 
     python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt
-    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt --resume    #
-    continue, or extend torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset
-    tiny --max-iters 20  # DistributedDataParallel python -m transformer_lib generate
-    --checkpoint runs/lm/char.pt --prompt "ROMEO:"
+    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt --resume
+    torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset tiny --max-iters 20
+    python -m transformer_lib train-lm --positions rope --mlp swiglu --optimizer muon
+    python -m transformer_lib generate --checkpoint runs/lm/char.pt --prompt "ROMEO:"
 
 The training is `transformer_lib.lm_train` (notebook 11); this file only turns flags
-into its
-`TrainSettings`. An existing checkpoint is never replaced by accident: `train-lm`
-refuses to start unless `--resume` or `--restart` says what to do with it.
+into its `TrainSettings`. An existing checkpoint is never replaced by accident:
+`train-lm` refuses to start unless `--resume` or `--restart` says what to do with it.
 """
 
 from __future__ import annotations
@@ -49,6 +48,10 @@ saves. Under torchrun every process trains on its own batches (DistributedDataPa
 gloo on CPU, nccl on GPU); only rank 0 prints and writes. nanoGPT's GPU model: --preset
 gpu --batch-size 64 --max-iters 5000 --lr 1e-3 --min-lr 1e-4 --warmup-steps 100
 --eval-interval 250.
+
+Part IV's switches (notebook 13): --positions, --mlp, --n-kv-heads, --qk-norm,
+--untied, --optimizer; with --time-budget the cosine decays on the clock and ends at
+the budget (--max-iters is then only an upper bound, a million steps unless given).
 """
 
 
@@ -68,7 +71,15 @@ def train_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"train-lm: {e}", file=sys.stderr)
         return 2
+    for name in ("positions", "mlp", "n_kv_heads", "qk_norm"):  # Part IV's switches
+        if getattr(args, name) is not None:
+            model[name] = getattr(args, name)
+    if args.untied:
+        model["tie_weights"] = False
+    if args.max_iters is None:
+        args.max_iters = 1_000_000 if args.time_budget_s else TrainSettings.max_iters
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
+    names -= {"positions", "mlp", "n_kv_heads", "qk_norm"}
     s = TrainSettings(
         **{k: v for k, v in vars(args).items() if k in names},
         model=model,
@@ -157,8 +168,9 @@ def register(commands) -> None:
     p.add_argument(
         "--max-iters",
         type=positive_int,
-        default=d.max_iters,
-        help="steps; the cosine ends here",
+        default=None,
+        help=f"steps; the cosine ends here (default {d.max_iters}; with --time-budget "
+        "only an upper bound)",
     )
     p.add_argument(
         "--stop-at",
@@ -171,7 +183,7 @@ def register(commands) -> None:
         dest="time_budget_s",
         type=positive_float,
         default=None,
-        help="seconds of training",
+        help="seconds of training; the cosine decays on the clock to end here",
     )
     p.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate")
     p.add_argument(
@@ -214,6 +226,15 @@ def register(commands) -> None:
         default=None,
         help="cpu, cuda, mps (default: the best available)",
     )
+    iv = p.add_argument_group("Part IV switches (notebook 13)")
+    iv.add_argument("--positions", choices=["learned", "sinusoidal", "rope"])
+    iv.add_argument("--mlp", choices=["gelu", "swiglu"])
+    iv.add_argument(
+        "--n-kv-heads", type=positive_int, help="key/value heads (GQA); 1 is MQA"
+    )
+    iv.add_argument("--qk-norm", action="store_const", const=True, default=None)
+    iv.add_argument("--untied", action="store_true", help="an output matrix of its own")
+    iv.add_argument("--optimizer", default=d.optimizer, choices=["adamw", "muon"])
     p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "auto"])
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--seed", type=seed, default=d.seed)

@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'LMData', 'load_lm_data', 'get_batch', 'TrainSettings', 'evaluate', 'init_distributed',
-           'any_rank', 'model_config', 'LMRun', 'save_lm', 'resume_lm', 'train_lm', 'run_steps', 'finish_lm', 'load_lm',
-           'generate_text']
+           'any_rank', 'model_config', 'make_optimizer', 'LMRun', 'save_lm', 'resume_lm', 'learning_rate', 'train_lm',
+           'run_steps', 'finish_lm', 'load_lm', 'generate_text']
 
 # %% ../notebooks/11_gpt_language_model.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer, is written in the cells
@@ -124,9 +124,9 @@ class TrainSettings:
     stop_at: int | None = (
         None  # stop early at this step (and save), as an interruption would
     )
-    time_budget_s: float | None = (
-        None  # stop when training (evaluation excluded) has run this long
-    )
+    # stop when training (evaluation excluded) has run this long; the cosine then
+    # decays on the clock instead of the step count, so it ends at the budget
+    time_budget_s: float | None = None
     # peak learning rate: high, for the small CPU model (nanoGPT's GPU model uses 1e-3)
     lr: float = 5e-3
     min_lr: float = 5e-4  # learning rate at the end of the cosine, a tenth of the peak
@@ -137,6 +137,7 @@ class TrainSettings:
         0.99,
     )  # beta2 0.99, not 0.95: small batches give noisy gradients
     grad_clip: float = 1.0  # global gradient norm; 0 turns clipping off
+    optimizer: str = "adamw"  # adamw, or muon (notebook 13) for the blocks' matrices
     decay_embeddings: bool = (
         False  # nanoGPT decays embeddings too; we do not (see training.param_groups)
     )
@@ -282,6 +283,18 @@ def model_config(s: TrainSettings, data: LMData) -> GPTConfig:
         )
     return config
 
+
+def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.Optimizer:
+    """AdamW over notebook 09's parameter groups, or notebook 13's Muon for the blocks'
+    matrices with AdamW for the rest."""
+    if s.optimizer == "adamw":
+        return make_adamw(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)
+    if s.optimizer == "muon":
+        from transformer_lib.muon import MuonAdamW
+
+        return MuonAdamW(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)
+    raise ValueError(f"optimizer must be 'adamw' or 'muon', got {s.optimizer!r}")
+
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0012
 @dataclass
 class LMRun:
@@ -357,6 +370,18 @@ def resume_lm(
     say(f"resumed from {os.path.basename(s.out)} at step {run.step}")
     return run
 
+
+def learning_rate(s: TrainSettings, run: LMRun) -> float:
+    """This step's rate: warm-up, then a cosine to min_lr planned on the step count,
+    or with a time budget on the clock, so it reaches min_lr as the budget runs out on
+    a fast machine or a slow one."""
+    if s.time_budget_s is None or run.step < s.warmup_steps:
+        return warmup_cosine(
+            run.step, s.lr, s.warmup_steps, run.schedule_steps, s.min_lr
+        )
+    progress = min(1.0, run.train_time_s / s.time_budget_s)  # 0 -> 1 on the clock
+    return s.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
+
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0014
 def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     """Train a GPT on Tiny Shakespeare as `s` says; returns the model, its history and
@@ -374,7 +399,7 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
     config = model_config(s, data)
     model = GPT(config).to(device)
-    optimizer = make_adamw(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)
+    optimizer = make_optimizer(model, s)
     batches = torch.Generator().manual_seed(
         s.seed + rank
     )  # each process draws its own batches
@@ -460,7 +485,7 @@ def run_steps(
         from tqdm.auto import tqdm
 
         bar = tqdm(
-            total=s.max_iters,
+            total=None if s.time_budget_s else s.max_iters,
             initial=run.step,
             desc="train-lm",
             unit="step",
@@ -472,7 +497,7 @@ def run_steps(
         if any_rank(over or stop.requested, world, device):
             break
         t0 = time.perf_counter()
-        lr = warmup_cosine(run.step, s.lr, s.warmup_steps, run.schedule_steps, s.min_lr)
+        lr = learning_rate(s, run)
         set_lr(optimizer, lr)
         x, y = (
             t.to(device) for t in get_batch(data.train_ids, s.batch_size, N, batches)
