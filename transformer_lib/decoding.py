@@ -20,7 +20,7 @@ def new_token_limit(max_len: int | None, context_len: int) -> int:
         raise ValueError(f"max_len must be >= 0, got {max_len}")
     return context_len if max_len is None else min(max_len, context_len)
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #5e23b927
 def _decode_loop(
     model: Transformer,
     src: torch.Tensor,
@@ -51,7 +51,7 @@ def _decode_loop(
             break
     return [_strip(row, eos_id) for row in ys[:, 1:].tolist()]
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #8390970e
 @torch.no_grad()
 def greedy_decode(
     model: Transformer,
@@ -239,7 +239,7 @@ def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list
     dropped, not an error)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #76cc6a60
 @torch.no_grad()
 def translate(
     model: Transformer,
@@ -284,7 +284,7 @@ def translate(
             )  # an <unk> becomes nothing, not "<unk>"
     return out
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #aaafdebd
 def evaluate_translations(
     hypotheses: list[str], references: list[list[str]]
 ) -> dict[str, float]:
@@ -311,7 +311,7 @@ def evaluate_translations(
     chrf = sacrebleu.corpus_chrf(hypotheses, streams)
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #a3dc70e3
 def evaluate_model(
     model: Transformer,
     src_tok,
@@ -353,7 +353,7 @@ def first_sentences(
     keep = set(list(dict.fromkeys(en for en, _ in pairs))[:n])
     return [(en, zh) for en, zh in pairs if en in keep]
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #a2464974
 def choose_decoding(
     model: Transformer,
     src_tok,
