@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #889fe265
 def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
     """Raise a ValueError naming the shapes unless `mask` is bool and broadcasts to
     `scores_shape`.

@@ -23,7 +23,7 @@ class CheckpointMismatchError(CheckpointError):
     """A checkpoint's model config, tokenizer or settings differ from the ones the
     caller expects."""
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #9062a7b7
 def save_checkpoint(
     path: str | os.PathLike,
     model: nn.Module,
@@ -59,7 +59,7 @@ def _differences(saved: dict | None, expected: dict | None) -> list[str]:
         if saved.get(k) != expected.get(k)
     ]
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #ee30f46a
 def load_checkpoint(
     path: str | os.PathLike,
     *,
@@ -157,7 +157,7 @@ EXISTING = (
     "restart",
 )  # what a run does when its checkpoint path already holds one
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #b18c7032
 def start_run(path: str | os.PathLike, existing: str = "refuse", log=print) -> bool:
     """Check `path` before any training and apply the policy for an existing file; True
     to resume.
@@ -184,7 +184,7 @@ def start_run(path: str | os.PathLike, existing: str = "refuse", log=print) -> b
         )
     return existing == "resume"
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #c82fa9df
 def changed_settings(
     saved: dict, current: dict, may_change: tuple[str, ...] = ()
 ) -> list[str]:

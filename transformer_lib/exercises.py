@@ -31,11 +31,11 @@ def _passed(name: str, detail: str) -> bool:
     print(f"\u2713 {name} passes: {detail}")
     return True
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #fd2469d6
 def _fmt(idx: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(int(i)) for i in idx) + "]"
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #4d304daa
 def compare(
     name: str, got, want: Tensor, atol: float = 1e-5, rtol: float = 1e-4, show: int = 3
 ) -> None:
@@ -76,7 +76,7 @@ def compare(
 
 # 00 · a file's checksum ---------------------------------------------------------------
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #444caf48
 def check_sha256(fn: Callable[[Path], str]) -> bool:
     """fn(path) -> the file's sha256 as 64 lowercase hex characters, read in chunks."""
     sizes = (0, 1, 3 * 2**20 + 7)  # empty, one byte, more than any sensible chunk
@@ -164,7 +164,7 @@ def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
         -2
     )  # (B, T, C)
 
-
+# %% ../notebooks/03_positional_encoding.ipynb #b2f7ddd7
 def check_rope(fn: Callable[[Tensor], Tensor]) -> bool:
     """fn(x (B, T, C)) -> RoPE-rotated x; also checks that scores then depend only on
     the offset."""
@@ -390,7 +390,7 @@ _BEAM_TABLE = {
     (1, 1): [0.0, 0.0, 1.0],
 }
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #c09f4844
 def _toy_step(prefix: tuple[int, ...]) -> Tensor:
     """Log-probabilities of tokens 0, 1 and 2 (= <eos>) after `prefix`: greedy picks 0,
     the best is 1 1."""
@@ -419,7 +419,7 @@ def beam_search_reference(
     best = max(done + alive, key=lambda c: c[1])
     return list(best[0]), best[1]
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #83921d0a
 def check_beam_search(fn: Callable) -> bool:
     """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
     beam disagree."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #348c6c81
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
     """Write `path` through `write(file)` so that it is the old file or the whole new
     one, never a part.
@@ -49,7 +49,7 @@ def stale_temporaries(path: str | os.PathLike) -> list[Path]:
         sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
     )
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #a8d80441
 def check_writable(path: str | os.PathLike) -> Path:
     """Make sure `path` can be written, before any work is spent: raise OSError saying
     why not.

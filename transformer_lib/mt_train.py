@@ -179,7 +179,7 @@ class RunState:
     history: list = field(default_factory=list)  # one dict per epoch
     curve: list = field(default_factory=list)  # [step, training loss] every 10 steps
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #47c0856e
 def _batches(examples: list, max_tokens: int, seed: int | None) -> list[list[int]]:
     lengths = [max(len(s), len(t) - 1) for s, t in examples]
     return length_bucketed_batches(lengths, max_tokens, seed)
@@ -189,7 +189,7 @@ def copy_weights(model: Transformer) -> dict:
     """A detached copy of the model's weights (kept for the best and last epochs)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #3f4d5f2e
 @torch.no_grad()
 def validation_loss(
     model: Transformer, examples: list, max_tokens: int = 8000
@@ -503,7 +503,7 @@ def train_translator(
     )
     return model, data, history
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #daeaf191
 def load_translator(
     path: str | Path, device: torch.device | str = "cpu", best: bool = True
 ) -> tuple[Transformer, object, object, dict]:
@@ -536,7 +536,7 @@ def load_translator(
         )
     return model.to(device).eval(), src_tok, tgt_tok, payload
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #dbe721ea
 def held_out_split(
     payload: dict, part: str = "test", pairs: list | None = None
 ) -> list:

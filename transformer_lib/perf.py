@@ -21,7 +21,7 @@ def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
-
+# %% ../notebooks/12_making_it_fast.ipynb #f809b865
 def time_it(
     fn: Callable[[], object],
     repeats: int = 5,
@@ -93,7 +93,7 @@ run(q, k, v, mask)
 print((kib("VmHWM:") - before) / 1024)
 """
 
-
+# %% ../notebooks/12_making_it_fast.ipynb #5d283812
 def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float:
     """Extra peak memory (MiB) of one causal attention forward and backward on the CPU,
     "explicit" or "sdpa".

@@ -42,7 +42,7 @@ def _check_positions(
         )
     return T
 
-
+# %% ../notebooks/03_positional_encoding.ipynb #edad764b
 class SinusoidalPositionalEncoding(nn.Module):
     """x (B, T, C) -> dropout(x + PE[offset:offset+T]), with the paper's fixed
     sinusoidal table."""

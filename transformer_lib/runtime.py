@@ -49,7 +49,7 @@ def set_seed(seed: int = 0) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #57097dd1
 def _cpu_name() -> str:
     """The CPU's model name where the OS tells it (Linux), else the architecture."""
     try:
@@ -75,7 +75,7 @@ def describe_machine(device: torch.device | None = None) -> str:
         f"torch {torch.__version__}"
     )
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #bdc03963
 def elapsed_since(start: float) -> str:
     """'executed in 12.3 s on <machine>', from a `time.perf_counter()` taken at the top
     of a notebook."""

@@ -29,7 +29,7 @@ def _check_specials(specials: Sequence[str]) -> list[str]:
         raise ValueError(f"special tokens must be distinct, got {specials}")
     return specials
 
-
+# %% ../notebooks/01_tokenization.ipynb #f6fa111d
 def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
     """`ids` as a list of ints (a tensor works too), refusing any outside [0,
     vocab_size)."""
@@ -393,7 +393,7 @@ def train_hf_bpe(
     tok.train_from_iterator([texts] if isinstance(texts, str) else texts, trainer)
     return HFBPETokenizer(tok)
 
-
+# %% ../notebooks/01_tokenization.ipynb #d308f37a
 def tokenizer_from_dict(d: dict) -> Tokenizer:
     """Rebuild any tokenizer of this module from its `to_dict()` (as stored in a
     checkpoint)."""

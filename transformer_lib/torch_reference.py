@@ -26,7 +26,7 @@ def copy_params(parts: Iterable[tuple[nn.Module, torch.Tensor, torch.Tensor]]) -
             module.weight.copy_(weight)
             module.bias.copy_(bias)
 
-
+# %% ../notebooks/07_encoder.ipynb #b6b71e2d
 def copy_torch_attention(
     ours: MultiHeadAttention, theirs: nn.MultiheadAttention
 ) -> None:

@@ -35,7 +35,7 @@ def warmup_cosine(
     progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)  # 0 -> 1
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (max_lr - min_lr)
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #6870d340
 def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
     """Learning rate at `step` (from 0): linear warm-up to max_lr, then max_lr *
     sqrt(warmup / step).
@@ -75,7 +75,7 @@ def param_groups(
         {"params": no_decay, "weight_decay": 0.0},
     ]
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #23543496
 def make_adamw(
     model: nn.Module,
     lr: float,
@@ -99,7 +99,7 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #ec07c9a7
 def clip_gradients(model: nn.Module, max_norm: float) -> float:
     """Scale all gradients together so their global L2 norm is at most max_norm; the
     norm before.
@@ -133,7 +133,7 @@ def check_finite(loss: float, step: int, lr: float) -> None:
             f"checkpoint is kept."
         )
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #5129e1f1
 class StopRequest:
     """`with StopRequest() as stop:` turns the first Ctrl-C (SIGINT) into
     `stop.requested = True`.

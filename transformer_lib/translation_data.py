@@ -39,7 +39,7 @@ def to_traditional(text: str) -> str:
     them."""
     return opencc_converter("s2t").convert(text)
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #ac4303f9
 def simplify_pairs(pairs: list[Pair]) -> list[Pair]:
     """Every Chinese side in Simplified characters; pairs that became identical are kept
     once, in order."""
@@ -72,7 +72,7 @@ def public_test_pairs() -> list[Pair]:
 
     return [(en, to_simplified(zh)) for en, zh in load_tatoeba_test()]
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #493c5a7e
 def course_pairs(pairs: list[Pair] | None = None) -> list[Pair]:
     """The corpus the course trains on: Tatoeba's pairs in Simplified, without the
     public test's sentences."""

@@ -26,7 +26,7 @@ CJK_FONTS = [
     "Source Han Sans SC",
 ]  # Chinese labels in later notebooks need one of these
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #814b8997
 def use_cjk_fallback_fonts() -> list[str]:
     """Set matplotlib's font family to DejaVu Sans, then the installed CJK fonts; return
     that list.
@@ -86,7 +86,7 @@ def _cell_size(n: int, budget: float, largest: float) -> tuple[float, float]:
     cell = min(largest, budget / max(n, 1))
     return cell, min(10.0, max(6.0, 0.8 * 72 * cell))
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #552905b9
 def plot_attention(
     weights,
     query_labels=None,
