@@ -3,13 +3,13 @@
 # %% auto #0
 __all__ = ['tiled_attention']
 
-# %% ../notebooks/13_modern_gpt.ipynb #516be34b
+# %% ../notebooks/13_modern_gpt.ipynb #62aa6592
 import math
 
 import torch
 from torch import Tensor
 
-
+# %% ../notebooks/13_modern_gpt.ipynb #516be34b
 def tiled_attention(
     q: Tensor, k: Tensor, v: Tensor, block_size: int = 64, causal: bool = True
 ) -> Tensor:
