@@ -800,6 +800,229 @@ def ddp():
     return s
 
 
+# Part IV (notebook 13) --------------------------------------------------------------
+
+
+@diagram
+def rope():
+    s = Svg(
+        900,
+        330,
+        "Rotary position embeddings: each pair of features turns with the position",
+        "A head's features are taken in pairs. Each row is one pair i of a head "
+        "of width 8, each column a position m from 0 to 7; the hand of each dial "
+        "shows the angle m times theta_i by which RoPE turns that pair of a query "
+        "or key. Pair 0 turns by one radian per position, pair 3 by a thousandth: "
+        "fast pairs tell near positions apart, slow ones far ones. A query at m and "
+        "a key at n meet at the angle (n - m) theta_i, so their score depends on "
+        "the offset only.",
+    )
+    s.text(
+        20,
+        28,
+        "RoPE turns pair i of a query or key at position m by the angle m·θᵢ",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    r, x0, y0, dx, dy = 19, 210, 78, 62, 56
+    for m in range(8):
+        s.text(x0 + m * dx, y0 - 30, f"m = {m}", size=12, color=MUTED)
+    for i in range(4):
+        theta = 10000 ** (-2 * i / 8)
+        y = y0 + i * dy
+        s.text(
+            20, y + 5, f"pair {i}: θ{'₀₁₂₃'[i]} = {theta:g}", size=13, anchor="start"
+        )
+        for m in range(8):
+            x = x0 + m * dx
+            s.circle(x, y, r=r, label="", kind="attn")
+            a = m * theta
+            tip = (x + 0.8 * r * np.cos(a), y - 0.8 * r * np.sin(a))
+            s.line([(x, y), tip], width=2)
+    s.text(
+        20,
+        y0 + 4 * dy - 4,
+        "fast pairs tell near positions apart, slow pairs far ones",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    s.frame(720, 50, 160, 215, "q at m, k at n")
+    s.text(800, 100, "angle between", size=13)
+    s.text(800, 120, "them: (n − m)·θᵢ", size=13)
+    s.text(800, 160, "score(m, n)", size=13, mono=True)
+    s.text(800, 180, "= score(m+s, n+s)", size=13, mono=True)
+    s.text(800, 220, "values are", size=12, color=MUTED)
+    s.text(800, 238, "not rotated", size=12, color=MUTED)
+    return s
+
+
+@diagram
+def swiglu():
+    s = Svg(
+        900,
+        330,
+        "The GELU MLP and the SwiGLU MLP",
+        "Left, notebook 11's MLP: a linear layer from d_model to 4 d_model, GELU, a "
+        "linear layer back. Right, SwiGLU: two linear layers from d_model to d_ff, the "
+        "gate passed through SiLU and multiplied element by element with the other "
+        "(up); a third linear layer (proj) back to d_model. With d_ff = 8 d_model / 3 "
+        "both hold 8 d_model squared weights.",
+    )
+    s.frame(20, 40, 300, 275, "GELU MLP (notebook 11)")
+    parts = [
+        ("x  (B, T, C)", "data"),
+        ("Linear C → 4C", "ffn"),
+        ("GELU", "ffn"),
+        ("Linear 4C → C", "ffn"),
+    ]
+    for j, (label, kind) in enumerate(parts):
+        y = 250 - j * 60
+        s.box(70, y, 200, 34, label, kind, size=13)
+        if j:
+            s.arrow(170, y + 60, 170, y + 34)
+    s.text(170, 304, "2 · C · 4C = 8C² weights", size=12, color=MUTED)
+    s.frame(350, 40, 530, 275, "SwiGLU (LLaMA)")
+    s.box(540, 270, 140, 34, "x  (B, T, C)", "data", size=13)
+    s.box(390, 200, 190, 34, "gate: Linear C → F", "ffn", size=13)
+    s.box(650, 200, 190, 34, "up: Linear C → F", "ffn", size=13)
+    s.box(390, 140, 190, 34, "SiLU: z·σ(z)", "ffn", size=13)
+    s.circle(615, 112, r=14, label="×", kind="norm")
+    s.box(520, 50, 190, 34, "proj: Linear F → C", "ffn", size=13)
+    s.line([(600, 270), (485, 234)])
+    s.line([(630, 270), (745, 234)])
+    s.arrow(485, 200, 485, 174)
+    s.line([(485, 140), (485, 112), (601, 112)])
+    s.line([(745, 200), (745, 112), (629, 112)])
+    s.arrow(615, 98, 615, 84)
+    s.text(430, 105, "a gate per feature", size=12, color=MUTED)
+    s.text(870, 290, "F = ⅔ · 4C: 3 · C · F = 8C²", size=12, anchor="end", color=MUTED)
+    return s
+
+
+@diagram
+def gqa():
+    s = Svg(
+        900,
+        300,
+        "Multi-head, grouped-query and multi-query attention",
+        "Three panels with eight query heads each. Multi-head: eight key/value heads, "
+        "one per query head. Grouped-query: two key/value heads, each shared by a "
+        "group of four query heads (query head h reads key/value head h // 4). "
+        "Multi-query: one key/value head shared by all eight. The KV cache stores only "
+        "the key/value heads: 8, 2 or 1 per layer and token.",
+    )
+    panels = [("multi-head (H_kv = 8)", 8), ("grouped-query (H_kv = 2)", 2)]
+    panels.append(("multi-query (H_kv = 1)", 1))
+    for p, (title, n_kv) in enumerate(panels):
+        x0 = 20 + p * 295
+        s.text(x0 + 135, 30, title, size=14, weight="bold")
+        s.text(x0 - 2, 74, "q", size=12, anchor="end", color=MUTED)
+        s.text(x0 - 2, 204, "k, v", size=12, anchor="end", color=MUTED)
+        for h in range(8):
+            s.box(x0 + 4 + h * 33, 56, 28, 28, f"{h}", "attn", size=12, rx=4)
+        w = 270 / n_kv
+        for g in range(n_kv):
+            s.box(x0 + 4 + g * w, 186, w - 5, 28, f"{g}", "hot", size=12, rx=4)
+        for h in range(8):
+            g = h // (8 // n_kv)
+            s.line(
+                [(x0 + 18 + h * 33, 84), (x0 + 4 + g * w + (w - 5) / 2, 186)],
+                arrow=False,
+                color=PALETTE["attn"][1],
+                width=1.2,
+            )
+        s.text(
+            x0 + 135, 240, f"cache: {n_kv} head{'s' * (n_kv > 1)} per layer", size=13
+        )
+        s.text(
+            x0 + 135,
+            260,
+            f"{8 // n_kv} query head{'s' * (n_kv < 8)} per group",
+            size=12,
+            color=MUTED,
+        )
+    s.text(
+        450,
+        290,
+        "query head h reads key/value head h // (H / H_kv)",
+        size=12,
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def tiled_attention():
+    s = Svg(
+        900,
+        360,
+        "Causal attention in tiles with an online softmax",
+        "A 6 by 6 grid of tiles: rows are tiles of queries, columns tiles of keys. "
+        "Tiles above the diagonal are skipped (a query never sees a later key); tiles "
+        "on the diagonal are computed with the causal mask inside; tiles below are "
+        "computed in full. One row of tiles is highlighted: its key tiles are visited "
+        "left to right, and each query of the row keeps a running maximum m, a running "
+        "sum l and a running output o, rescaled by exp(m - m') when a tile raises the "
+        "maximum. Only one tile of scores exists at a time.",
+    )
+    n, c, x0, y0 = 6, 40, 120, 60
+    s.text(x0 + n * c / 2, 40, "key tiles →", size=12, color=MUTED)
+    s.text(x0 - 12, y0 + n * c / 2, "query tiles ↓", size=12, color=MUTED, anchor="end")
+    for i in range(n):
+        for j in range(n):
+            kind = "off" if j > i else ("norm" if j == i else "attn")
+            s.box(x0 + j * c, y0 + i * c, c, c, "", kind, rx=0)
+            if j == i:
+                pts = f"{x0 + j * c},{y0 + i * c} {x0 + j * c + c},{y0 + i * c} "
+                pts += f"{x0 + j * c + c},{y0 + i * c + c}"
+                s.add(f'<polygon points="{pts}" fill="#ffffff" stroke="none"/>')
+    hi = 3
+    s.add(
+        f'<rect x="{x0 - 3}" y="{y0 + hi * c - 3}" width="{(hi + 1) * c + 6}" '
+        f'height="{c + 6}" fill="none" stroke="{PALETTE["hot"][1]}" stroke-width="3"/>'
+    )
+    s.arrow(x0 + 8, y0 + hi * c + c / 2, x0 + (hi + 1) * c - 8, y0 + hi * c + c / 2)
+    s.text(
+        x0 + n * c / 2,
+        y0 + n * c + 28,
+        "orange: full tile · yellow: masked",
+        size=12,
+        color=MUTED,
+    )
+    s.text(
+        x0 + n * c / 2, y0 + n * c + 46, "inside · white: skipped", size=12, color=MUTED
+    )
+    tx = 420
+    s.text(
+        tx,
+        80,
+        "for each query row, over its key tiles:",
+        size=14,
+        anchor="start",
+        weight="bold",
+    )
+    lines = [
+        "m′ = max(m, max s)          running maximum",
+        "ℓ′ = e^(m−m′)·ℓ + Σ e^(s−m′)    running sum",
+        "o′ = e^(m−m′)·o + Σ e^(s−m′)·v  running output",
+    ]
+    for k, line in enumerate(lines):
+        s.text(tx, 120 + 30 * k, line, size=13, anchor="start", mono=True)
+    s.text(tx, 230, "after the last tile: output = o / ℓ", size=14, anchor="start")
+    s.text(
+        tx,
+        262,
+        "memory: one (b × b) tile of scores at a time,",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    s.text(tx, 280, "never the (T × T) matrix", size=12, anchor="start", color=MUTED)
+    return s
+
+
 def main(words: list[str]) -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     for name, fn in DIAGRAMS.items():

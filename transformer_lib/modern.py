@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['Rotary', 'SwiGLU', 'repeat_kv', 'GroupedQueryAttention']
 
-# %% ../notebooks/13_modern_gpt.ipynb #d13a0004
+# %% ../notebooks/13_modern_gpt.ipynb #46f04f1b
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ from torch import Tensor
 from .gpt import GPTConfig, KVCache, RMSNorm, attend
 from .multi_head import merge_heads, split_heads
 
-
+# %% ../notebooks/13_modern_gpt.ipynb #d13a0004
 class Rotary(nn.Module):
     """RoPE: rotate each pair of features (2i, 2i+1) of a query or key at position m by
     the angle m * base^(-2i/D), so that q_m . k_n depends on m - n only."""
