@@ -51,6 +51,11 @@ class MuonAdamW:
         decay_embeddings: bool = False,
         momentum: float = 0.95,
     ):
+        if not hasattr(torch.optim, "Muon"):  # added in torch 2.9
+            raise ValueError(
+                f"Muon needs torch >= 2.9, this is {torch.__version__}: "
+                "pip install -U torch, or use --optimizer adamw"
+            )
         matrices = [
             p
             for name, p in model.named_parameters()
