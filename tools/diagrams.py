@@ -904,7 +904,7 @@ def swiglu():
 @diagram
 def gqa():
     s = Svg(
-        900,
+        940,
         300,
         "Multi-head, grouped-query and multi-query attention",
         "Three panels with eight query heads each. Multi-head: eight key/value heads, "
@@ -916,7 +916,7 @@ def gqa():
     panels = [("multi-head (H_kv = 8)", 8), ("grouped-query (H_kv = 2)", 2)]
     panels.append(("multi-query (H_kv = 1)", 1))
     for p, (title, n_kv) in enumerate(panels):
-        x0 = 20 + p * 295
+        x0 = 44 + p * 304
         s.text(x0 + 135, 30, title, size=14, weight="bold")
         s.text(x0 - 2, 74, "q", size=12, anchor="end", color=MUTED)
         s.text(x0 - 2, 204, "k, v", size=12, anchor="end", color=MUTED)
