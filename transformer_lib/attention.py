@@ -52,17 +52,13 @@ def scaled_dot_product_attention(
     empty = None
     if mask is not None:
         check_mask(mask, scores.shape)
-        empty = ~mask.any(
-            dim=-1, keepdim=True
-        )  # (..., T_q, 1): queries that may see no key
-        scores = scores.masked_fill(
-            ~(mask | empty), float("-inf")
-        )  # empty rows attend everywhere...
+        # (..., T_q, 1): the queries that may see no key attend everywhere...
+        empty = ~mask.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~(mask | empty), float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
     if empty is not None:
-        weights = weights.masked_fill(
-            empty, 0.0
-        )  # ...then get weight 0, so no NaN, forward or backward
+        # ...then get weight 0, so no NaN, forward or backward
+        weights = weights.masked_fill(empty, 0.0)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ v, weights  # (..., T_q, D_v), (..., T_q, T_k)
 

@@ -59,6 +59,53 @@ def _differences(saved: dict | None, expected: dict | None) -> list[str]:
         if saved.get(k) != expected.get(k)
     ]
 
+# %% ../notebooks/09_training_a_translator.ipynb #8d0a708a
+def _read_state(path: Path, map_location: str | torch.device) -> object:
+    """torch.load(path, weights_only=True), refusing a missing file, and with one line
+    of CheckpointError for a file that is unreadable or would run code."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else "")
+        )
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        # empty, truncated, random bytes, or a pickle that would run code
+        text = str(e).strip()
+        reason = text.splitlines()[0][:120] if text else type(e).__name__
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({reason}); it is damaged, or not a "
+            f"checkpoint of this course (files that would run code are always refused)"
+        ) from None
+
+# %% ../notebooks/09_training_a_translator.ipynb #b7c6f73d
+def _check_kind(path: Path, state: object, kind: str | None) -> None:
+    """Refuse a state without model weights and config, or of another `kind`."""
+    has = lambda key: isinstance(state.get(key), dict)  # noqa: E731
+    if not isinstance(state, dict) or not has("model") or not has("config"):
+        what = f"a {kind}" if kind else "a"
+        raise CheckpointError(
+            f"{path} is not {what} checkpoint of this course (no model "
+            "weights and config in it)"
+        )
+    if kind is not None and state.get("format") != kind:
+        raise CheckpointError(
+            f"{path} is a {state.get('format') or 'unlabelled'} checkpoint, "
+            f"not a {kind} one"
+        )
+
+
+def _mismatches(state: dict, config: dict | None, tokenizer: dict | None) -> list[str]:
+    """The config fields and the first tokenizer entries where `state` differs from
+    what is expected (None: not checked)."""
+    problems = (
+        [f"config {d}" for d in _differences(state["config"], config)] if config else []
+    )
+    if tokenizer is not None and state.get("tokenizer") != tokenizer:
+        diffs = _differences(state.get("tokenizer"), tokenizer)
+        problems += [f"tokenizer {d[:200]}" for d in diffs[:3]] or ["tokenizer differs"]
+    return problems
+
 # %% ../notebooks/09_training_a_translator.ipynb #ee30f46a
 def load_checkpoint(
     path: str | os.PathLike,
@@ -77,45 +124,9 @@ def load_checkpoint(
     entries.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else "")
-        )
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except (
-        Exception
-    ) as e:  # empty, truncated, random bytes, or a pickle that would run code
-        reason = (
-            str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        )
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({reason}); it is damaged, or not a "
-            f"checkpoint of this course (files that would run code are always refused)"
-        ) from None
-    if (
-        not isinstance(state, dict)
-        or not isinstance(state.get("model"), dict)
-        or not isinstance(state.get("config"), dict)
-    ):
-        what = f"a {kind}" if kind else "a"
-        raise CheckpointError(
-            f"{path} is not {what} checkpoint of this course (no model "
-            "weights and config in it)"
-        )
-    if kind is not None and state.get("format") != kind:
-        raise CheckpointError(
-            f"{path} is a {state.get('format') or 'unlabelled'} checkpoint, "
-            f"not a {kind} one"
-        )
-    problems = (
-        [f"config {d}" for d in _differences(state["config"], expected_config)]
-        if expected_config
-        else []
-    )
-    if expected_tokenizer is not None and state.get("tokenizer") != expected_tokenizer:
-        diffs = _differences(state.get("tokenizer"), expected_tokenizer)
-        problems += [f"tokenizer {d[:200]}" for d in diffs[:3]] or ["tokenizer differs"]
+    state = _read_state(path, map_location)
+    _check_kind(path, state, kind)
+    problems = _mismatches(state, expected_config, expected_tokenizer)
     if problems:
         raise CheckpointMismatchError(
             f"checkpoint {path} does not match this run: " + "; ".join(problems)

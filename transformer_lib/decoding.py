@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['new_token_limit', 'greedy_decode', 'score_candidates', 'top_candidates', 'length_penalty_gnmt', 'split_candidates',
-           'beam_step', 'best_hypotheses', 'beam_search', 'sample_decode', 'encode_sources', 'translate',
+           'beam_step', 'best_hypotheses', 'beam_search', 'sample_decode', 'encode_sources', 'pad_sources', 'translate',
            'evaluate_translations', 'evaluate_model', 'average_weights', 'first_sentences', 'choose_decoding']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d119
@@ -218,18 +218,13 @@ def sample_decode(
             f"temperature must be > 0, got {temperature}; use greedy_decode "
             "for temperature 0"
         )
-    sample_next(
-        torch.zeros(1, 1), temperature, top_k, top_p
-    )  # refuse bad settings before any decoding
+    # refuse bad settings before any decoding
+    sample_next(torch.zeros(1, 1), temperature, top_k, top_p)
 
-    def draw(
-        logits: torch.Tensor,
-    ) -> torch.Tensor:  # (B, V) -> (B,); the generator lives on the CPU
-        return (
-            sample_next(logits.cpu(), temperature, top_k, top_p, generator)
-            .view(-1)
-            .to(src.device)
-        )
+    def draw(logits: torch.Tensor) -> torch.Tensor:
+        """(B, V) -> (B,); the generator lives on the CPU."""
+        picked = sample_next(logits.cpu(), temperature, top_k, top_p, generator)
+        return picked.view(-1).to(src.device)
 
     return _decode_loop(model, src, bos_id, eos_id, max_len, draw)
 
@@ -238,6 +233,14 @@ def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list
     """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are
     dropped, not an error)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
+
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #3a7611f5
+def pad_sources(ids: list[list[int]], pad_id: int) -> torch.Tensor:
+    """Token ids of several lengths as one tensor (B, S), padded at the end."""
+    src = torch.full((len(ids), max(map(len, ids))), pad_id, dtype=torch.long)
+    for row, seq in enumerate(ids):
+        src[row, : len(seq)] = torch.tensor(seq)
+    return src
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #76cc6a60
 @torch.no_grad()
@@ -267,21 +270,13 @@ def translate(
     out: list[str] = [""] * len(ids)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        src = torch.full(
-            (len(chunk), max(len(ids[i]) for i in chunk)),
-            src_tok.pad_id,
-            dtype=torch.long,
-        )
-        for row, i in enumerate(chunk):
-            src[row, : len(ids[i])] = torch.tensor(ids[i])
+        src = pad_sources([ids[i] for i in chunk], src_tok.pad_id)  # (B, S)
         limits = {"max_len": 2 * src.shape[1] + 10} | kwargs
         hyps = decoders[method](
             model, src.to(device), tgt_tok.bos_id, tgt_tok.eos_id, **limits
         )
-        for i, hyp in zip(chunk, hyps):
-            out[i] = tgt_tok.decode(
-                hyp, skip_special=True
-            )  # an <unk> becomes nothing, not "<unk>"
+        for i, hyp in zip(chunk, hyps):  # an <unk> becomes nothing, not "<unk>"
+            out[i] = tgt_tok.decode(hyp, skip_special=True)
     return out
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #aaafdebd

@@ -34,9 +34,8 @@ class TokenEmbedding(nn.Module):
         """Look up each id: (B, T) integer ids -> (B, T, C)."""
         if ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got {ids.dtype}")
-        checking = (
-            ids.numel() and not torch.compiler.is_compiling()
-        )  # reading ids would break a compiled graph
+        # reading ids would break a compiled graph
+        checking = ids.numel() and not torch.compiler.is_compiling()
         if checking and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = ids[(ids < 0) | (ids >= self.vocab_size)][0].item()
             raise ValueError(

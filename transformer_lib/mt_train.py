@@ -2,7 +2,9 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'TrainConfig', 'lr_at', 'prepare_data', 'RunState', 'copy_weights', 'validation_loss',
-           'train_epoch', 'end_epoch', 'resume_run', 'fit', 'train_translator', 'load_translator', 'held_out_split']
+           'train_step', 'log_step', 'train_epoch', 'keep_weights', 'record_epoch', 'replan_epochs', 'end_epoch',
+           'check_resumable', 'resume_run', 'save_run', 'start_fit', 'fit', 'bleu_on_valid', 'train_translator',
+           'load_translator', 'held_out_split']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b09
 # transformer_lib/mt_train.py, the translator's trainer, is written in the cells marked
@@ -25,6 +27,8 @@ from transformer_lib.checkpoints import (
 )
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
+
+# %% ../notebooks/09_training_a_translator.ipynb #a86421e7
 from transformer_lib.training import (
     StopRequest,
     TrainingInterrupted,
@@ -60,20 +64,15 @@ class TrainConfig:
     # distinct English sentences held out for the final BLEU (never trained on)
     n_test: int = 2000
     train_limit: int | None = None  # use only the first N training pairs (quick mode)
-    src_vocab_size: int = (
-        4000  # English BPE: ~8k distinct words in training, most frequent whole
-    )
+    # English BPE: ~8k distinct words in training, most frequent whole
+    src_vocab_size: int = 4000
     model: dict = field(default_factory=dict)  # overrides of Seq2SeqConfig's defaults
-    max_tokens: int = (
-        2500  # padded tokens per batch (source or target side, whichever is longer)
-    )
+    # padded tokens per batch (source or target side, whichever is longer)
+    max_tokens: int = 2500
     epochs: int = 20  # at most; a finished run can be extended by resuming with more
-    max_minutes: float | None = (
-        24.0  # stop after the epoch that would overrun this (wall clock)
-    )
-    schedule: str = (
-        "cosine"  # "cosine" (warm-up + cosine) or "inverse_sqrt" (the paper's)
-    )
+    # stop after the epoch that would overrun this (wall clock)
+    max_minutes: float | None = 24.0
+    schedule: str = "cosine"  # warm-up + cosine, or "inverse_sqrt" (the paper's)
     lr: float = 1e-3  # peak learning rate
     min_lr: float = 2e-5  # where the cosine ends
     warmup_steps: int = 200
@@ -84,9 +83,7 @@ class TrainConfig:
     patience: int = 3  # early stopping: epochs without a better validation loss
     # fp32, bf16 (autocast), or auto: bf16 where the processor multiplies it natively
     dtype: str = "auto"
-    keep_last: int = (
-        3  # the weights of the last epochs kept in the checkpoint, for averaging
-    )
+    keep_last: int = 3  # last epochs' weights kept in the checkpoint, for averaging
 
     # May differ when a run is resumed: they decide when it stops, not what it computes.
     RESUMABLE = ("epochs", "max_minutes", "dtype")
@@ -133,13 +130,11 @@ def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
         tgt_pad_id=tgt_tok.pad_id,
         **cfg.model,
     )
-    encode = lambda ps: [
-        encode_pair(en, zh, src_tok, tgt_tok, model_config.context_len) for en, zh in ps
-    ]  # noqa: E731
+    n = model_config.context_len
+    encode = lambda ps: [encode_pair(en, zh, src_tok, tgt_tok, n) for en, zh in ps]
     tokenizers = {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()}
-    src_chars = "".join(
-        sorted({ch for en, _ in splits["train"] for ch in en})
-    )  # for translate's warning
+    # for translate's warning
+    src_chars = "".join(sorted({ch for en, _ in splits["train"] for ch in en}))
     return {
         "splits": splits,
         "src_tok": src_tok,
@@ -214,6 +209,45 @@ def validation_loss(
         count += n
     return total / max(count, 1)
 
+# %% ../notebooks/09_training_a_translator.ipynb #73b2d793
+def train_step(
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    batch: list,
+    cfg: TrainConfig,
+    step: int,
+    lr: float,
+    autocast=None,
+) -> tuple[float, int]:
+    """One update on `batch` (encoded pairs) at learning rate `lr`; returns the loss
+    and the number of target tokens it averages over."""
+    c, device = model.config, next(model.parameters()).device
+    src, tgt_in, tgt_out = (
+        x.to(device) for x in collate(batch, c.src_pad_id, c.tgt_pad_id)
+    )
+    set_lr(optimizer, lr)
+    with autocast or contextlib.nullcontext():
+        logits = model(src, tgt_in)  # (B, T, V)
+    loss = label_smoothed_cross_entropy(
+        logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id
+    )
+    value, n = loss.item(), int((tgt_out != c.tgt_pad_id).sum())
+    check_finite(value, step, lr)  # before the update: the weights stay good
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_gradients(model, cfg.grad_clip)
+    optimizer.step()
+    return value, n
+
+# %% ../notebooks/09_training_a_translator.ipynb #d3a55dd2
+def log_step(run: RunState, value: float, lr: float, writer=None) -> None:
+    """Every 10 steps, the loss into `run.curve`, and loss and rate into TensorBoard."""
+    if run.step % 10 == 0:
+        run.curve.append([run.step, value])
+        if writer is not None:
+            writer.add_scalar("train/loss", value, run.step)
+            writer.add_scalar("train/lr", lr, run.step)
+
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0015
 def train_epoch(
     model: Transformer,
@@ -231,50 +265,64 @@ def train_epoch(
     updating `run`."""
     from tqdm.auto import tqdm
 
-    device, c = next(model.parameters()).device, model.config
     batches = _batches(examples, cfg.max_tokens, cfg.seed + run.epoch)[run.batch :]
-    bar = tqdm(
-        batches,
-        desc=f"epoch {run.epoch + 1}/{cfg.epochs}",
-        disable=not progress,
-        leave=False,
-        mininterval=5,
-    )
+    desc = f"epoch {run.epoch + 1}/{cfg.epochs}"
+    bar = tqdm(batches, desc=desc, disable=not progress, leave=False, mininterval=5)
     model.train()
     for idx in bar:
         t0 = time.perf_counter()
-        src, tgt_in, tgt_out = (
-            x.to(device)
-            for x in collate([examples[i] for i in idx], c.src_pad_id, c.tgt_pad_id)
-        )
-        lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
-        set_lr(optimizer, lr)
-        run.lr = lr
-        with autocast or contextlib.nullcontext():
-            logits = model(src, tgt_in)  # (B, T, V)
-        loss = label_smoothed_cross_entropy(
-            logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id
-        )
-        value, n = loss.item(), int((tgt_out != c.tgt_pad_id).sum())
-        check_finite(value, run.step, lr)  # before the update: the weights stay good
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(model, cfg.grad_clip)
-        optimizer.step()
+        run.lr = lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
+        batch = [examples[i] for i in idx]
+        value, n = train_step(model, optimizer, batch, cfg, run.step, lr, autocast)
         run.step, run.batch = run.step + 1, run.batch + 1
-        run.epoch_loss, run.epoch_tokens = (
-            run.epoch_loss + value * n,
-            run.epoch_tokens + n,
-        )
+        run.epoch_loss += value * n
+        run.epoch_tokens += n
         run.epoch_seconds += time.perf_counter() - t0
         bar.set_postfix(loss=f"{value:.3f}", lr=f"{lr:.2e}")
-        if run.step % 10 == 0:
-            run.curve.append([run.step, value])
-            if writer is not None:
-                writer.add_scalar("train/loss", value, run.step)
-                writer.add_scalar("train/lr", lr, run.step)
+        log_step(run, value, lr, writer)
         if stop.requested:
             return
+
+# %% ../notebooks/09_training_a_translator.ipynb #d5a79671
+def keep_weights(
+    model: Transformer, valid: float, run: RunState, best: dict, recent: list, n: int
+) -> None:
+    """Copy the weights into `best` if `valid` is the best loss so far, and into
+    `recent`, which keeps the last `n`; count the epochs without progress."""
+    if valid < run.best_valid:
+        run.best_valid, run.bad_epochs = valid, 0
+        best.update(copy_weights(model))
+    else:
+        run.bad_epochs += 1
+    recent[:] = (recent + [copy_weights(model)])[-n:]
+
+
+def record_epoch(run: RunState, valid: float, seconds: float, log=print) -> None:
+    """Append the epoch that just ended to `run.history` and log it in one line."""
+    train_loss = run.epoch_loss / max(run.epoch_tokens, 1)
+    row = dict(epoch=run.epoch + 1, step=run.step, train_loss=train_loss)
+    run.history.append(row | dict(valid_loss=valid, lr=run.lr, seconds=seconds))
+    log(
+        f"epoch {run.epoch + 1:>2}  step {run.step:>5}  train loss "
+        f"{train_loss:.3f}  valid loss {valid:.3f}  "
+        f"lr {run.history[-1]['lr']:.2e}  {seconds:.0f} s"
+    )
+
+# %% ../notebooks/09_training_a_translator.ipynb #dce2fae8
+def replan_epochs(cfg: TrainConfig, run: RunState, log=print) -> None:
+    """Plan the epochs that fit the time budget from the mean epoch time so far, unless
+    there is no budget or the run was extended past its plan."""
+    if cfg.max_minutes is None or run.stop_after != run.planned_epochs:
+        return
+    per_epoch = run.seconds / run.epoch
+    fit = run.epoch + int((60 * cfg.max_minutes - run.seconds) // per_epoch)
+    planned = max(run.epoch, min(cfg.epochs, fit))
+    if planned != run.planned_epochs:
+        log(
+            f"{per_epoch:.0f} s an epoch so far: {planned} "
+            f"epochs fit in {cfg.max_minutes} minutes"
+        )
+    run.planned_epochs = run.stop_after = planned
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0017
 def end_epoch(
@@ -295,51 +343,31 @@ def end_epoch(
     valid = validation_loss(model, valid_examples)
     seconds = run.epoch_seconds + time.perf_counter() - t0  # training and validation
     check_finite(valid, run.step, float("nan"))
-    if valid < run.best_valid:
-        run.best_valid, run.bad_epochs = valid, 0
-        best.update(copy_weights(model))
-    else:
-        run.bad_epochs += 1
-    recent[:] = (recent + [copy_weights(model)])[-cfg.keep_last :]
-    train_loss = run.epoch_loss / max(run.epoch_tokens, 1)
-    run.history.append(
-        {
-            "epoch": run.epoch + 1,
-            "step": run.step,
-            "train_loss": train_loss,
-            "valid_loss": valid,
-            "lr": run.lr,
-            "seconds": seconds,
-        }
-    )
-    log(
-        f"epoch {run.epoch + 1:>2}  step {run.step:>5}  train loss "
-        f"{train_loss:.3f}  valid loss {valid:.3f}  "
-        f"lr {run.history[-1]['lr']:.2e}  {seconds:.0f} s"
-    )
+    keep_weights(model, valid, run, best, recent, cfg.keep_last)
+    record_epoch(run, valid, seconds, log)
     if writer is not None:
         writer.add_scalar("valid/loss", valid, run.step)
         if valid_bleu is not None:
             writer.add_scalar("valid/bleu", valid_bleu(model), run.step)
         writer.flush()
     run.epoch, run.batch, run.seconds = run.epoch + 1, 0, run.seconds + seconds
-    # re-plan the budget after every epoch, unless the run was extended past its plan
-    if cfg.max_minutes is not None and run.stop_after == run.planned_epochs:
-        fit = run.epoch + int(
-            (60 * cfg.max_minutes - run.seconds) // (run.seconds / run.epoch)
-        )
-        planned = max(run.epoch, min(cfg.epochs, fit))
-        if planned != run.planned_epochs:
-            log(
-                f"{run.seconds / run.epoch:.0f} s an epoch so far: {planned} "
-                f"epochs fit in {cfg.max_minutes} minutes"
-            )
-        run.planned_epochs = run.stop_after = planned
+    replan_epochs(cfg, run, log)
     run.epoch_loss, run.epoch_tokens, run.epoch_seconds = 0.0, 0, 0.0
     run.finished = run.bad_epochs >= cfg.patience or run.epoch >= run.stop_after
     if cfg.max_minutes is not None and run.seconds + seconds > 60 * cfg.max_minutes:
         log(f"stopping: another epoch would pass the {cfg.max_minutes} minute budget")
         run.finished = True
+
+# %% ../notebooks/09_training_a_translator.ipynb #46b4c4ed
+def check_resumable(path: Path, saved: dict, cfg: TrainConfig) -> None:
+    """Refuse to resume a run trained with `saved` settings under other ones (except
+    those in TrainConfig.RESUMABLE)."""
+    changed = changed_settings(saved, asdict(cfg), TrainConfig.RESUMABLE)
+    if changed:
+        raise CheckpointMismatchError(
+            f"{path} was trained with other settings ({'; '.join(changed)}); resume "
+            f"with the same ones, or use --restart or another path for a new run"
+        )
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0019
 def resume_run(
@@ -358,14 +386,7 @@ def resume_run(
         expected_config=model.config.to_dict(),
         expected_tokenizer=tokenizers,
     )
-    changed = changed_settings(
-        payload["train_config"], asdict(cfg), TrainConfig.RESUMABLE
-    )
-    if changed:
-        raise CheckpointMismatchError(
-            f"{path} was trained with other settings ({'; '.join(changed)}); resume "
-            f"with the same ones, or use --restart or another path for a new run"
-        )
+    check_resumable(path, payload["train_config"], cfg)
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     torch.set_rng_state(payload["rng"])
@@ -374,8 +395,7 @@ def resume_run(
         run.stop_after, run.finished, run.bad_epochs = cfg.epochs, False, 0
         log(
             f"extending the run to {cfg.epochs} epochs (after epoch "
-            f"{run.planned_epochs} the learning rate "
-            f"stays at its floor)"
+            f"{run.planned_epochs} the learning rate stays at its floor)"
         )
     log(
         f"resumed from {path.name} at epoch {run.epoch + 1}, batch "
@@ -383,6 +403,49 @@ def resume_run(
         + (": the run had finished" if run.finished else "")
     )
     return run, payload["best_model"], payload["recent_models"]
+
+# %% ../notebooks/09_training_a_translator.ipynb #7dfdbe9f
+def save_run(
+    path: Path | None,
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    run: RunState,
+    best: dict,
+    recent: list,
+    tokenizers: dict | None,
+    extra: dict | None,
+) -> None:
+    """Write the whole run to `path` (nothing without a path): model, optimizer,
+    settings, best and last weights, random-number state, `run` and `extra`."""
+    if path:
+        save_checkpoint(
+            path,
+            model,
+            optimizer,
+            config=model.config.to_dict(),
+            tokenizer=tokenizers,
+            format=CHECKPOINT_FORMAT,
+            train_config=asdict(cfg),
+            best_model=best,
+            recent_models=recent,
+            rng=torch.get_rng_state(),
+            **(extra or {}),
+            **asdict(run),
+        )
+
+# %% ../notebooks/09_training_a_translator.ipynb #b2af7502
+def start_fit(
+    model: Transformer, cfg: TrainConfig, path: Path | None, tokenizers, existing, log
+) -> tuple[torch.optim.Optimizer, RunState, dict, list]:
+    """The optimizer, RunState, best and last weights of a new run, or those of the run
+    at `path` when `existing` says to resume it."""
+    optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    run = RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs)
+    best, recent = copy_weights(model), []
+    if path and start_run(path, existing, log):
+        run, best, recent = resume_run(path, model, optimizer, cfg, tokenizers, log)
+    return optimizer, run, best, recent
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0021
 def fit(
@@ -407,49 +470,20 @@ def fit(
     With `log_dir`, TensorBoard curves are written there (and `valid_bleu(model)` per
     epoch, when given).
     """
-    optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
-    steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
-    run = RunState(planned_epochs=cfg.epochs, stop_after=cfg.epochs)
-    best, recent = copy_weights(model), []
     path = Path(checkpoint_path) if checkpoint_path else None
-    if path and start_run(path, existing, log):
-        run, best, recent = resume_run(path, model, optimizer, cfg, tokenizers, log)
+    optimizer, run, best, recent = start_fit(
+        model, cfg, path, tokenizers, existing, log
+    )
+    steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
     autocast = mixed_precision(cfg.dtype, next(model.parameters()).device)
-
-    def save() -> None:
-        if path:
-            save_checkpoint(
-                path,
-                model,
-                optimizer,
-                config=model.config.to_dict(),
-                tokenizer=tokenizers,
-                format=CHECKPOINT_FORMAT,
-                train_config=asdict(cfg),
-                best_model=best,
-                recent_models=recent,
-                rng=torch.get_rng_state(),
-                **(extra or {}),
-                **asdict(run),
-            )
-
     writer = tensorboard_writer(log_dir)
+    saved = path, model, optimizer, cfg, run, best, recent, tokenizers, extra
     with StopRequest() as stop:
         while not run.finished and run.epoch < run.stop_after:
-            train_epoch(
-                model,
-                optimizer,
-                train_examples,
-                cfg,
-                run,
-                steps_per_epoch,
-                stop,
-                progress,
-                writer,
-                autocast,
-            )
+            epoch = model, optimizer, train_examples, cfg, run, steps_per_epoch, stop
+            train_epoch(*epoch, progress, writer, autocast)
             if stop.requested:
-                save()
+                save_run(*saved)
                 raise TrainingInterrupted(
                     f"stopped at step {run.step}, in epoch {run.epoch + 1}"
                     + (f"; saved {path}: resume to continue" if path else "")
@@ -457,9 +491,22 @@ def fit(
             end_epoch(
                 model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu
             )
-            save()
+            save_run(*saved)
     model.load_state_dict(best)
     return run.history
+
+# %% ../notebooks/09_training_a_translator.ipynb #83afe035
+def bleu_on_valid(data: dict, n: int = 300):
+    """A function model -> BLEU of its translations of the first `n` validation pairs
+    of `data` (for TensorBoard)."""
+    from transformer_lib.decoding import evaluate_model
+
+    pairs, src_tok, tgt_tok = (
+        data["splits"]["valid"][:n],
+        data["src_tok"],
+        data["tgt_tok"],
+    )
+    return lambda m: evaluate_model(m, src_tok, tgt_tok, pairs)[0]["bleu"]
 
 # %% ../notebooks/09_training_a_translator.ipynb #7b1c0023
 def train_translator(
@@ -473,20 +520,12 @@ def train_translator(
 ) -> tuple[Transformer, dict, list[dict]]:
     """Prepare the data, build the model and `fit` it; returns (best model, data,
     history)."""
-    start_run(
-        checkpoint_path, existing, log
-    )  # a bad path or an existing run fails now, not after the data work
+    # a bad path or an existing run fails now, not after the data work
+    start_run(checkpoint_path, existing, log)
     torch.manual_seed(cfg.seed)
     data = prepare_data(cfg)
     model = Transformer(data["model_config"]).to(device)
-    valid_bleu = None
-    if log_dir is not None:
-        from transformer_lib.decoding import evaluate_model
-
-        valid_pairs = data["splits"]["valid"][:300]
-        valid_bleu = lambda m: evaluate_model(
-            m, data["src_tok"], data["tgt_tok"], valid_pairs
-        )[0]["bleu"]  # noqa: E731
+    valid_bleu = bleu_on_valid(data) if log_dir is not None else None
     history = fit(
         model,
         data["train"],
@@ -527,10 +566,8 @@ def load_translator(
             f"{path} is a damaged translator checkpoint ({type(e).__name__}: "
             f"{str(e).splitlines()[0][:120]})"
         ) from None
-    if (src_tok.vocab_size, tgt_tok.vocab_size) != (
-        model.config.src_vocab_size,
-        model.config.tgt_vocab_size,
-    ):
+    sizes = model.config.src_vocab_size, model.config.tgt_vocab_size
+    if (src_tok.vocab_size, tgt_tok.vocab_size) != sizes:
         raise CheckpointError(
             f"{path}: its tokenizers do not match its model's vocabulary sizes"
         )

@@ -60,8 +60,6 @@ def sample_next(
         raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-    top_p = (
-        top_p if top_p is not None and top_p < 1 else None
-    )  # p = 1 keeps every token
+    top_p = top_p if top_p is not None and top_p < 1 else None  # p = 1 keeps all
     logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, V)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)

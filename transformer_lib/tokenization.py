@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'SPECIAL_TOKENS', 'CHUNK_PATTERN', 'Tokenizer', 'CharTokenizer', 'pair_counts', 'merge',
-           'most_frequent_pair', 'train_bpe', 'apply_merges', 'BPETokenizer', 'HFBPETokenizer', 'train_hf_bpe',
-           'tokenizer_from_dict', 'gpt2_merges']
+           'most_frequent_pair', 'index_pairs', 'train_bpe', 'apply_merges', 'bpe_vocab', 'BPETokenizer',
+           'HFBPETokenizer', 'train_hf_bpe', 'tokenizer_from_dict', 'gpt2_merges']
 
 # %% ../notebooks/01_tokenization.ipynb #1d4bd443
 from collections import Counter, defaultdict
@@ -13,12 +13,8 @@ from collections.abc import Iterable, Sequence
 import regex
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS = (
-    PAD,
-    BOS,
-    EOS,
-    UNK,
-)  # the usual set, in this order (PAD gets id 0 where they come first)
+# the usual set, in this order (PAD gets id 0 where they come first)
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 
 
 def _check_specials(specials: Sequence[str]) -> list[str]:
@@ -39,6 +35,13 @@ def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
         raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
     return ids
 
+
+def _special_id(token: str) -> property:
+    """A read-only property: the tokenizer's id of `token`, or None if it lacks it."""
+    return property(
+        lambda self: self.special_ids.get(token), doc=f"id of {token}, or None"
+    )
+
 # %% ../notebooks/01_tokenization.ipynb #81f5b791
 class Tokenizer:
     """The interface shared by the tokenizers here: special-token ids, BOS/EOS framing,
@@ -47,18 +50,8 @@ class Tokenizer:
     special_ids: dict[str, int]  # special token -> id, set by each subclass
     vocab_size: int
 
-    pad_id = property(
-        lambda self: self.special_ids.get(PAD), doc="id of <pad>, or None"
-    )
-    bos_id = property(
-        lambda self: self.special_ids.get(BOS), doc="id of <bos>, or None"
-    )
-    eos_id = property(
-        lambda self: self.special_ids.get(EOS), doc="id of <eos>, or None"
-    )
-    unk_id = property(
-        lambda self: self.special_ids.get(UNK), doc="id of <unk>, or None"
-    )
+    pad_id, bos_id = _special_id(PAD), _special_id(BOS)
+    eos_id, unk_id = _special_id(EOS), _special_id(UNK)
 
     def _frame(self, ids: list[int], bos: bool, eos: bool) -> list[int]:
         """`ids` with <bos> in front and/or <eos> at the end, refusing if the tokenizer
@@ -88,50 +81,40 @@ class CharTokenizer(Tokenizer):
     """
 
     def __init__(self, texts: str | Iterable[str], specials: Sequence[str] = ()):
-        chars = set()
-        for t in [texts] if isinstance(texts, str) else texts:
-            chars.update(t)
+        chars = set().union(*([texts] if isinstance(texts, str) else texts))
         self.specials = _check_specials(specials)
         self.chars = sorted(chars - set(self.specials))
         self.itos = self.specials + self.chars  # id -> string
-        self.stoi = {
-            c: i for i, c in enumerate(self.chars, start=len(self.specials))
-        }  # char -> id
+        # char -> id
+        self.stoi = {c: i for i, c in enumerate(self.chars, start=len(self.specials))}
         self.special_ids = {s: i for i, s in enumerate(self.specials)}
         self.vocab_size = len(self.itos)
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """Ids of the characters of `text` (unknown ones -> <unk>, or ValueError without
-        one), framed by BOS/EOS if asked."""
+        """Ids of `text`'s characters (unknown: <unk> or ValueError), BOS/EOS framed."""
         if self.unk_id is not None:
             get, unk = self.stoi.get, self.unk_id
             return self._frame([get(c, unk) for c in text], bos, eos)
         try:
             return self._frame([self.stoi[c] for c in text], bos, eos)
         except KeyError:
-            unknown = sorted(set(text) - set(self.stoi))
+            unknown = "".join(sorted(set(text) - set(self.stoi)))
             raise ValueError(
                 f"{len(unknown)} character(s) not in the vocabulary of "
-                f"{self.vocab_size} and no "
-                f"{UNK} token to map them to: {''.join(unknown[:20])!r}"
+                f"{self.vocab_size} and no {UNK} token to map them to: {unknown[:20]!r}"
             ) from None
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless
-        `skip_special`."""
+        """The text of `ids`; specials as names unless `skip_special`."""
         ids = _check_ids(ids, self.vocab_size)
         if skip_special:
             ids = [i for i in ids if i >= len(self.specials)]
         return "".join([self.itos[i] for i in ids])
 
     def to_dict(self) -> dict:
-        """A plain, JSON-able description, from which `from_dict` rebuilds the same
-        tokenizer."""
-        return {
-            "type": "char",
-            "specials": list(self.specials),
-            "chars": "".join(self.chars),
-        }
+        """A plain, JSON-able description, which `from_dict` turns back."""
+        chars = "".join(self.chars)
+        return {"type": "char", "specials": list(self.specials), "chars": chars}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
@@ -179,48 +162,45 @@ def most_frequent_pair(counts: Counter) -> tuple[int, int]:
     return min(p for p, c in counts.items() if c == best)
 
 # %% ../notebooks/01_tokenization.ipynb #cd1f5502
-def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
-    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if
-    it runs out of pairs)."""
-    chunks = Counter(CHUNK_PATTERN.findall(text))
-    words, freqs = (
-        [list(c.encode("utf-8")) for c in chunks],
-        list(chunks.values()),
-    )  # distinct chunks, as bytes
-    counts, where = (
-        Counter(),
-        defaultdict(set),
-    )  # pair -> count, pair -> the chunks that contain it
+def index_pairs(words: list[list[int]], freqs: list[int]) -> tuple[Counter, dict]:
+    """Each pair's count over chunks `words` weighted by `freqs`, and the chunks it
+    occurs in."""
+    counts, where = Counter(), defaultdict(set)  # pair -> count, pair -> chunks
     for w, ids in enumerate(words):
         pair_counts(ids, counts, freqs[w])
         for pair in zip(ids, ids[1:]):
             where[pair].add(w)
+    return counts, where
+
+# %% ../notebooks/01_tokenization.ipynb #407faace
+def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
+    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if
+    it runs out of pairs)."""
+    chunks = Counter(CHUNK_PATTERN.findall(text))
+    # distinct chunks, as bytes, and how often each occurs
+    words, freqs = [list(c.encode("utf-8")) for c in chunks], list(chunks.values())
+    counts, where = index_pairs(words, freqs)
     merges, vocab = [], [bytes([i]) for i in range(256)]
     while len(merges) < n_merges and counts:
-        pair, new_id = (
-            most_frequent_pair(counts),
-            256 + len(merges),
-        )  # 1) the most frequent pair
+        # 1) the most frequent pair
+        pair, new_id = most_frequent_pair(counts), 256 + len(merges)
         merges.append(pair)
         vocab.append(vocab[pair[0]] + vocab[pair[1]])
         if verbose:
             print(
-                f"merge {new_id - 256}: {vocab[pair[0]]!r} + "
-                f"{vocab[pair[1]]!r} -> {new_id} {vocab[-1]!r} "
-                f"({counts[pair]}x)"
+                f"merge {new_id - 256}: {vocab[pair[0]]!r} + {vocab[pair[1]]!r} ->"
+                f" {new_id} {vocab[-1]!r} ({counts[pair]}x)"
             )
-        for w in sorted(where.pop(pair)):  # 2) re-merge only the chunks that contain it
+        # 2) re-merge only the chunks that contain it
+        for w in sorted(where.pop(pair)):
             new = merge(words[w], pair, new_id)
-            pair_counts(
-                words[w], counts, -freqs[w]
-            )  # 3) swap the chunk's old pair counts for its new ones
+            # 3) swap the chunk's old pair counts for its new ones
+            pair_counts(words[w], counts, -freqs[w])
             pair_counts(new, counts, freqs[w])
             for p in zip(new, new[1:]):
                 where[p].add(w)
             words[w] = new
-        for p in [
-            p for p, c in counts.items() if c <= 0
-        ]:  # forget pairs that no longer occur
+        for p in [p for p, c in counts.items() if c <= 0]:  # pairs no longer seen
             del counts[p]
     return merges
 
@@ -233,48 +213,43 @@ def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]
     [256, 119] -> [257].
     """
     while len(ids) >= 2:
-        pair = min(
-            zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf"))
-        )  # the earliest learned
+        # the earliest learned
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
         if pair not in ranks:
             break
         ids = merge(ids, pair, ranks[pair])
     return ids
+
+# %% ../notebooks/01_tokenization.ipynb #62390d1b
+def bpe_vocab(merges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """id -> the bytes it stands for: the 256 bytes, then one id per merge, whose bytes
+    are its two parts' joined."""
+    vocab = [bytes([i]) for i in range(256)]
+    for a, b in merges:
+        vocab.append(vocab[a] + vocab[b])
+    return vocab
 
 # %% ../notebooks/01_tokenization.ipynb #b4a66116
 class BPETokenizer(Tokenizer):
     """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the
     special tokens."""
 
-    def __init__(
-        self, merges: Sequence[tuple[int, int]] = (), specials: Sequence[str] = ()
-    ):
+    def __init__(self, merges: Sequence[tuple] = (), specials: Sequence[str] = ()):
         self.specials = _check_specials(specials)
         self._set_merges([tuple(m) for m in merges])
 
     def _set_merges(self, merges: list[tuple[int, int]]) -> None:
-        """Rebuild the tables that follow from the merges: pair -> id, id -> bytes,
-        special ids."""
-        self.merges = merges
-        self.ranks = {
-            pair: 256 + k for k, pair in enumerate(merges)
-        }  # pair -> the id it merges into
-        self.vocab = [bytes([i]) for i in range(256)]  # id -> the bytes it stands for
-        for a, b in merges:
-            self.vocab.append(self.vocab[a] + self.vocab[b])
+        """Rebuild what follows from the merges: pair -> id, id -> bytes, specials."""
+        self.merges, self.vocab = merges, bpe_vocab(merges)
+        self.ranks = {pair: 256 + k for k, pair in enumerate(merges)}  # pair -> new id
         self.special_ids = {s: len(self.vocab) + k for k, s in enumerate(self.specials)}
-        self.vocab_size = len(self.vocab) + len(
-            self.specials
-        )  # bytes + merges + special tokens
-        self._cache: dict[
-            str, list[int]
-        ] = {}  # chunk -> ids: words repeat, so merge each once
+        self.vocab_size = len(self.vocab) + len(self.specials)
+        self._cache: dict[str, list[int]] = {}  # chunk -> ids: words repeat
 
     def train(
         self, text: str, vocab_size: int, verbose: bool = False
     ) -> "BPETokenizer":
-        """Learn `vocab_size - 256 - len(specials)` merges from `text` (fewer if the
-        text runs out of pairs)."""
+        """Learn `vocab_size - 256 - len(specials)` merges from `text` (or fewer)."""
         n_merges = vocab_size - 256 - len(self.specials)
         if n_merges < 0:
             raise ValueError(
@@ -285,42 +260,26 @@ class BPETokenizer(Tokenizer):
         return self
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """The ids of `text`, framed by BOS/EOS if asked. Never fails: any string is a
-        sequence of bytes."""
+        """The ids of `text`, BOS/EOS if asked; never fails: any string is bytes."""
         ids = []
         for chunk in CHUNK_PATTERN.findall(text):
             if chunk not in self._cache:
-                self._cache[chunk] = apply_merges(
-                    list(chunk.encode("utf-8")), self.ranks
-                )
+                self._cache[chunk] = apply_merges(list(chunk.encode()), self.ranks)
             ids.extend(self._cache[chunk])
         return self._frame(ids, bos, eos)
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless
-        `skip_special`."""
-        ids = _check_ids(ids, self.vocab_size)
-        first = 256 + len(self.merges)
-        parts = [
-            self.vocab[i]
-            if i < first
-            else b""
-            if skip_special
-            else self.specials[i - first].encode()
-            for i in ids
-        ]
-        return b"".join(parts).decode(
-            "utf-8", errors="replace"
-        )  # a cut inside a character shows as U+FFFD
+        """The text of `ids`; specials as names unless `skip_special`."""
+        ids, first = _check_ids(ids, self.vocab_size), len(self.vocab)
+        names = [b"" if skip_special else s.encode() for s in self.specials]
+        parts = [self.vocab[i] if i < first else names[i - first] for i in ids]
+        # a cut inside a character shows as U+FFFD
+        return b"".join(parts).decode("utf-8", errors="replace")
 
     def to_dict(self) -> dict:
-        """A plain, JSON-able description, from which `from_dict` rebuilds the same
-        tokenizer."""
-        return {
-            "type": "bpe",
-            "merges": [list(m) for m in self.merges],
-            "specials": list(self.specials),
-        }
+        """A plain, JSON-able description, which `from_dict` turns back."""
+        merges = [list(m) for m in self.merges]
+        return {"type": "bpe", "merges": merges, "specials": list(self.specials)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "BPETokenizer":
@@ -346,8 +305,7 @@ class HFBPETokenizer(Tokenizer):
         return self._frame(self.tokenizer.encode(text).ids, bos, eos)
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """The text of `ids`; special tokens appear as their names unless
-        `skip_special`."""
+        """The text of `ids`; specials as names unless `skip_special`."""
         return self.tokenizer.decode(
             _check_ids(ids, self.vocab_size), skip_special_tokens=skip_special
         )

@@ -27,6 +27,18 @@ CJK_FONTS = [
 ]  # Chinese labels in later notebooks need one of these
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #814b8997
+def _add_system_cjk_fonts() -> None:
+    """Register the CJK fonts of the system font folders that matplotlib's font cache,
+    built before they were installed, does not know."""
+    for path in font_manager.findSystemFonts():
+        names = ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")
+        if any(part in path.lower() for part in names):
+            try:
+                font_manager.fontManager.addfont(path)
+            except (OSError, RuntimeError, ValueError):  # an unreadable file is skipped
+                pass
+
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #cc3b7e25
 def use_cjk_fallback_fonts() -> list[str]:
     """Set matplotlib's font family to DejaVu Sans, then the installed CJK fonts; return
     that list.
@@ -35,26 +47,12 @@ def use_cjk_fallback_fonts() -> list[str]:
     folders. With no CJK font at all, the list is just DejaVu Sans: Chinese labels then
     show as boxes, nothing fails.
     """
+    if not {f.name for f in font_manager.fontManager.ttflist} & set(CJK_FONTS):
+        _add_system_cjk_fonts()
     known = {f.name for f in font_manager.fontManager.ttflist}
-    if not known & set(CJK_FONTS):
-        for path in font_manager.findSystemFonts():
-            if any(
-                part in path.lower()
-                for part in ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")
-            ):
-                try:
-                    font_manager.fontManager.addfont(path)
-                except (
-                    OSError,
-                    RuntimeError,
-                    ValueError,
-                ):  # an unreadable font file is skipped
-                    pass
-        known = {f.name for f in font_manager.fontManager.ttflist}
     fonts = ["DejaVu Sans"] + [name for name in CJK_FONTS if name in known]
-    plt.rcParams["font.family"] = (
-        fonts  # a list of families: matplotlib falls back glyph by glyph
-    )
+    # a list of families: matplotlib falls back glyph by glyph
+    plt.rcParams["font.family"] = fonts
     return fonts
 
 
@@ -87,6 +85,27 @@ def _cell_size(n: int, budget: float, largest: float) -> tuple[float, float]:
     return cell, min(10.0, max(6.0, 0.8 * 72 * cell))
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #552905b9
+def _heatmap(ax: Axes, w, queries, keys, vmax, colorbar, value_label, fontsize) -> None:
+    """Draw `w` into `ax`: the course's colour map from 0 (a masked key, the darkest)
+    up, and token labels, turned upright when they would overlap."""
+    cbar_kws = {"label": value_label, "fraction": 0.046, "pad": 0.04}
+    sns.heatmap(
+        w,
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0.0,
+        vmax=vmax,
+        cbar=colorbar,
+        cbar_kws=cbar_kws,
+        xticklabels=keys,
+        yticklabels=queries,
+    )
+    # long labels would overlap
+    crowded = len(keys) > 12 or len(keys) * max(len(t) for t in keys) > 40
+    ax.set_xticklabels(keys, rotation=90 if crowded else 0, fontsize=fontsize)
+    ax.set_yticklabels(queries, rotation=0, fontsize=fontsize)
+
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #48708a2f
 def plot_attention(
     weights,
     query_labels=None,
@@ -103,39 +122,35 @@ def plot_attention(
     w = _as_array(weights)
     if w.ndim != 2:
         raise ValueError(
-            "plot_attention needs weights of shape (T_q, T_k), got "
+            f"plot_attention needs weights of shape (T_q, T_k), got "
             f"{w.shape}; use plot_heads for (H, T_q, T_k)"
         )
     T_q, T_k = w.shape
-    cell, auto_size = _cell_size(
-        max(T_q, T_k), budget=9.0, largest=0.45
-    )  # at most about 11 inches wide
-    fontsize = fontsize or auto_size
+    # at most about 11 inches wide
+    cell, auto_size = _cell_size(max(T_q, T_k), budget=9.0, largest=0.45)
     if ax is None:
-        _, ax = plt.subplots(
-            figsize=(2.4 + cell * T_k, 1.4 + cell * T_q), layout="constrained"
-        )
+        size = (2.4 + cell * T_k, 1.4 + cell * T_q)
+        _, ax = plt.subplots(figsize=size, layout="constrained")
     keys, queries = _labels(key_labels, T_k, "key"), _labels(query_labels, T_q, "query")
-    sns.heatmap(
-        w,
-        ax=ax,
-        cmap=ATTENTION_CMAP,
-        vmin=0.0,
-        vmax=vmax,
-        cbar=colorbar,
-        cbar_kws={"label": value_label, "fraction": 0.046, "pad": 0.04},
-        xticklabels=keys,
-        yticklabels=queries,
-    )
-    crowded = (
-        T_k > 12 or T_k * max(len(t) for t in keys) > 40
-    )  # long labels would overlap
-    ax.set_xticklabels(keys, rotation=90 if crowded else 0, fontsize=fontsize)
-    ax.set_yticklabels(queries, rotation=0, fontsize=fontsize)
+    _heatmap(ax, w, queries, keys, vmax, colorbar, value_label, fontsize or auto_size)
     ax.set(title=title, xlabel="key (attended to)", ylabel="query (attending)")
     return ax
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
+def _head_grid(H: int, T_q: int, T_k: int, n_cols: int | None):
+    """The figure, its (rows, cols) panels and the label font size for H heads of
+    (T_q, T_k): two panels a row (2x2 for four heads), one a row past 20 tokens, so
+    that on a page (about 700 px) the labels stay readable at 1x."""
+    n_cols = min(n_cols or (1 if max(T_q, T_k) > 20 else 2), H)
+    n_rows = math.ceil(H / n_cols)
+    cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=7.0, largest=0.4)
+    size = (1.5 + n_cols * (0.9 + cell * T_k), 0.8 + n_rows * (1.0 + cell * T_q))
+    fig, axes = plt.subplots(
+        n_rows, n_cols, squeeze=False, layout="constrained", figsize=size
+    )
+    return fig, axes, fontsize
+
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #aa0840ec
 def plot_heads(
     weights,
     query_labels=None,
@@ -144,49 +159,27 @@ def plot_heads(
     n_cols: int | None = None,
 ) -> Figure:
     """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour
-    scale and bar.
-
-    The figure stays about 9 to 10 inches wide, so that on a page (about 700 px) its
-    labels stay readable at 1x: two panels a row (2x2 for four heads), one a row past 20
-    tokens (n_cols=None).
-    """
+    scale and bar; about 9 to 10 inches wide, so labels stay readable on a page."""
     w = _as_array(weights)
     if w.ndim != 3:
         raise ValueError(
             f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}"
         )
     H, T_q, T_k = w.shape
-    n_cols = min(n_cols or (1 if max(T_q, T_k) > 20 else 2), H)
-    n_rows = math.ceil(H / n_cols)
-    cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=7.0, largest=0.4)
-    fig, axes = plt.subplots(
-        n_rows,
-        n_cols,
-        squeeze=False,
-        layout="constrained",
-        figsize=(1.5 + n_cols * (0.9 + cell * T_k), 0.8 + n_rows * (1.0 + cell * T_q)),
-    )
-    vmax = float(w.max())  # one colour scale, so heads compare
-    for h, ax in enumerate(axes.flat):
-        if h >= H:
-            ax.axis("off")
-            continue
+    fig, axes, fontsize = _head_grid(H, T_q, T_k, n_cols)
+    n_cols, vmax = axes.shape[1], float(w.max())  # one colour scale, so heads compare
+    for ax in axes.flat[H:]:
+        ax.axis("off")
+    for h, ax in enumerate(axes.flat[:H]):
+        labels = query_labels, key_labels, f"head {h}"
         plot_attention(
-            w[h],
-            query_labels,
-            key_labels,
-            f"head {h}",
-            ax=ax,
-            vmax=vmax,
-            colorbar=False,
-            fontsize=fontsize,
+            w[h], *labels, ax=ax, vmax=vmax, colorbar=False, fontsize=fontsize
         )
         if h % n_cols:  # axis titles only on the outer panels
             ax.set_ylabel("")
         if h + n_cols < H:
             ax.set_xlabel("")
-    fig.colorbar(
-        axes.flat[0].collections[0], ax=axes, fraction=0.02, pad=0.02, label="weight"
-    )
+    cbar = axes.flat[0].collections[0]
+    fig.colorbar(cbar, ax=axes, fraction=0.02, pad=0.02, label="weight")
     fig.suptitle(title)
     return fig
