@@ -25,13 +25,12 @@ from transformer_lib.runtime import describe_machine
 RECIPES = {
     # notebook 11's CPU preset and schedule, with the cosine on the clock
     "preset": dict(preset="cpu", dtype="fp32"),
-    # Part IV: RoPE and Muon (the ablation's winners), compiled
+    # Part IV: the ablation's combination (Muon, RoPE, SwiGLU, 2 key/value heads)
     "part4": dict(
         preset="cpu",
-        model={"positions": "rope"},
+        model={"positions": "rope", "mlp": "swiglu", "n_kv_heads": 2},
         optimizer="muon",
         dtype="fp32",
-        compile=True,
     ),
 }
 FLAGS = {  # TrainSettings field -> train-lm flag
