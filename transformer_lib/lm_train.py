@@ -3,8 +3,10 @@
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'RESUMABLE', 'LMData', 'load_lm_data', 'get_batch', 'TrainSettings', 'window_starts',
            'evaluate', 'init_distributed', 'any_rank', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun',
-           'save_lm', 'check_same_settings', 'resume_lm', 'learning_rate', 'train_lm', 'run_steps', 'finish_lm',
-           'load_lm', 'generate_text']
+           'save_lm', 'check_same_settings', 'resume_lm', 'learning_rate', 'LMTraining', 'train_step',
+           'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums',
+           'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt',
+           'generate_text']
 
 # %% ../notebooks/11_gpt_language_model.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer, is written in the cells
@@ -390,6 +392,231 @@ def learning_rate(s: TrainSettings, run: LMRun) -> float:
     progress = min(1.0, run.train_time_s / s.time_budget_s)  # 0 -> 1 on the clock
     return s.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
 
+# %% ../notebooks/11_gpt_language_model.ipynb #77f628cf
+@dataclass
+class LMTraining:
+    """What the training steps of one process work on."""
+
+    s: TrainSettings
+    model: GPT
+    fwd: nn.Module  # what the steps call: the model, compiled or inside DDP
+    optimizer: torch.optim.Optimizer
+    data: LMData
+    run: LMRun
+    batches: torch.Generator  # the batch sampler's random numbers
+    autocast: contextlib.AbstractContextManager  # bf16 autocast, or nothing
+    device: torch.device
+    world: int = 1  # processes under torchrun
+    main: bool = True  # rank 0, the process that evaluates, prints and saves
+    writer: object = None  # TensorBoard's SummaryWriter, or None
+    say: object = print  # prints, or does nothing (--quiet, and ranks above 0)
+
+# %% ../notebooks/11_gpt_language_model.ipynb #40e83f7f
+def train_step(job: LMTraining) -> tuple[torch.Tensor, float]:
+    """One optimizer step at the schedule's learning rate -> (the loss, still on the
+    device, and the rate)."""
+    s, run = job.s, job.run
+    lr = learning_rate(s, run)
+    set_lr(job.optimizer, lr)
+    N = job.model.config.context_len
+    batch = get_batch(job.data.train_ids, s.batch_size, N, job.batches)
+    x, y = (t.to(job.device) for t in batch)
+    with job.autocast:
+        _, loss = job.fwd(x, y)
+    job.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_gradients(job.model, s.grad_clip)
+    job.optimizer.step()
+    run.step += 1
+    return loss, lr
+
+# %% ../notebooks/11_gpt_language_model.ipynb #88e52064
+def record_evaluation(job: LMTraining, train_loss: float, lr: float) -> float:
+    """Estimate the validation loss on s.eval_windows windows, check it and add it to
+    the history; returns it."""
+    s, run = job.s, job.run
+    val, _ = evaluate(
+        job.model, job.data.val_ids, max_windows=s.eval_windows, autocast=job.autocast
+    )
+    check_finite(val, run.step, lr)
+    run.history.append(
+        {
+            "step": run.step,
+            "train_time_s": round(run.train_time_s, 3),
+            "train_loss": train_loss,
+            "val_loss": val,
+            "lr": lr,
+        }
+    )
+    return val
+
+# %% ../notebooks/11_gpt_language_model.ipynb #ce064c49
+def report_evaluation(job: LMTraining, train_loss: float, val: float, lr: float):
+    """Print the evaluation, log it to TensorBoard if asked, and save the run if s.out
+    names a checkpoint."""
+    s, run = job.s, job.run
+    tokens_per_step = s.batch_size * job.model.config.context_len * job.world
+    job.say(
+        f"step {run.step:>5}/{s.max_iters} | train {train_loss:.3f} | "
+        f"val {val:.3f} | lr {lr:.1e} | {run.train_time_s:6.1f} s | "
+        f"{run.step * tokens_per_step / max(run.train_time_s, 1e-9):,.0f} tok/s"
+    )
+    if job.writer is not None:
+        scalars = {"train/loss": train_loss, "valid/loss": val, "train/lr": lr}
+        for name, value in scalars.items():
+            job.writer.add_scalar(name, value, run.step)
+        job.writer.flush()
+    if s.out:
+        save_lm(s.out, s, job.model, job.optimizer, job.data, run, job.batches)
+
+# %% ../notebooks/11_gpt_language_model.ipynb #2a17d58b
+def progress_bar(s: TrainSettings, run: LMRun):
+    """A tqdm bar from run.step: out of max_iters, or open-ended under a time budget."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=None if s.time_budget_s else s.max_iters,
+        initial=run.step,
+        desc="train-lm",
+        unit="step",
+        dynamic_ncols=True,
+    )
+
+# %% ../notebooks/11_gpt_language_model.ipynb #3c0d0015
+def run_steps(job: LMTraining, stop: StopRequest) -> None:
+    """The training steps, from run.step until max_iters, stop_at, the time budget or
+    Ctrl-C; only the main process (rank 0) evaluates, logs and saves."""
+    s, run, last_loss = job.s, job.run, float("nan")
+    bar = progress_bar(s, run) if job.main and s.progress else None
+    job.model.train()
+    while run.step < s.max_iters and (s.stop_at is None or run.step < s.stop_at):
+        over = s.time_budget_s is not None and run.train_time_s >= s.time_budget_s
+        if any_rank(over or stop.requested, job.world, job.device):
+            break
+        t0 = time.perf_counter()
+        loss, lr = train_step(job)
+        last = run.step == s.max_iters
+        evaluating = job.main and (run.step % s.eval_interval == 0 or last)
+        if run.step % 10 == 0 or last or evaluating:
+            # reading the loss waits for the device: only now and then
+            last_loss = float(loss.detach())
+            check_finite(last_loss, run.step, lr)
+        if job.device.type == "cuda":
+            torch.cuda.synchronize()
+        run.train_time_s += time.perf_counter() - t0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
+        if evaluating:
+            val = record_evaluation(job, last_loss, lr)
+            report_evaluation(job, last_loss, val, lr)
+    if bar is not None:
+        bar.close()
+
+# %% ../notebooks/11_gpt_language_model.ipynb #b2b3312a
+def final_evaluation(job: LMTraining) -> dict:
+    """The loss over every validation token, and bits per character."""
+    data = job.data
+    val_loss, n_tokens = evaluate(job.model, data.val_ids, autocast=job.autocast)
+    # the first token is never predicted: its characters do not count
+    n_chars = len(data.val_text) - len(data.tokenizer.decode(data.val_ids[:1].tolist()))
+    bits = val_loss * n_tokens / n_chars / math.log(2)
+    job.say(
+        f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
+        f"{bits:.3f} bits per character | {job.run.train_time_s:.1f} s of training"
+    )
+    return {"val_loss": val_loss, "bits_per_char": bits}
+
+
+def rank_checksums(job: LMTraining) -> list:
+    """Under torchrun: a checksum of the weights from every rank (they must agree);
+    ends the process group."""
+    import torch.distributed as dist
+
+    checksums = [None] * job.world
+    mine = round(sum(float(p.double().sum()) for p in job.model.parameters()), 6)
+    dist.all_gather_object(checksums, mine)
+    agree = len(set(checksums)) == 1
+    job.say(f"parameter checksum on each rank: {checksums} -> ranks agree: {agree}")
+    dist.destroy_process_group()
+    return checksums
+
+# %% ../notebooks/11_gpt_language_model.ipynb #3c0d0016
+def finish_lm(job: LMTraining, bf16: bool) -> dict:
+    """What `train_lm` returns: the model, its history, its speed, and (from rank 0) the
+    final figures."""
+    import torch.distributed as dist
+
+    s, model, run = job.s, job.model, job.run
+    tokens = run.step * s.batch_size * model.config.context_len * job.world
+    result = {
+        "model": model,
+        "tokenizer": job.data.tokenizer,
+        "step": run.step,
+        "train_time_s": run.train_time_s,
+        "history": run.history,
+        "config": model.config.to_dict(),
+        "params": model.num_params(),
+        "bf16": bf16,
+        "world_size": job.world,
+        "tokens_per_s": tokens / max(run.train_time_s, 1e-9),
+    }
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        result.update(final_evaluation(job))
+    if job.world > 1:
+        result["rank_checksums"] = rank_checksums(job)
+    return result
+
+# %% ../notebooks/11_gpt_language_model.ipynb #d0586e68
+def existing_run(s: TrainSettings, main: bool, say=print) -> bool:
+    """Whether to resume the run saved at s.out; refuses to replace one unless told to
+    (--restart), and --resume or --restart without --out."""
+    existing = "resume" if s.resume else "restart" if s.restart else "refuse"
+    if existing != "refuse" and not s.out:
+        raise ValueError(f"--{existing} needs --out, the checkpoint to {existing}")
+    if not s.out:
+        return False
+    # rank 0 looks at the file; the other ranks follow --resume
+    return start_run(s.out, existing, say) if main else s.resume
+
+
+def describe_run(
+    s: TrainSettings, model: GPT, device: torch.device, bf16: bool, world: int
+) -> str:
+    """One line: the model's sizes, the tokens, the device and precision, the
+    processes."""
+    c = model.config
+    return (
+        f"{c.n_layers} layers, d_model {c.d_model}, context {c.context_len}, vocab "
+        f"{c.vocab_size}: {model.num_params():,} parameters | {s.tokenizer} tokens | "
+        f"{device} {'bf16' if bf16 else 'fp32'} | {world} process(es) x batch "
+        f"{s.batch_size}"
+    )
+
+# %% ../notebooks/11_gpt_language_model.ipynb #6a2710c7
+def start_lm(
+    s: TrainSettings,
+    data: LMData,
+    rank: int,
+    world: int,
+    device: torch.device,
+    resume: bool,
+    say=print,
+) -> tuple[GPT, torch.optim.Optimizer, torch.Generator, LMRun]:
+    """The model, its optimizer, the batch sampler and the run: new, or the one saved
+    at s.out."""
+    model = GPT(model_config(s, data)).to(device)
+    optimizer = make_optimizer(model, s)
+    # each process draws its own batches
+    batches = torch.Generator().manual_seed(s.seed + rank)
+    if not resume:
+        return model, optimizer, batches, LMRun(s.max_iters)
+    run = resume_lm(s, model, optimizer, data, batches, device, say)
+    if world > 1:
+        # the checkpoint holds rank 0's sampler: give the others their own streams
+        batches.manual_seed(s.seed + rank + 7919 * run.step)
+    return model, optimizer, batches, run
+
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0014
 def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     """Train a GPT on Tiny Shakespeare as `s` says; returns the model, its history and
@@ -399,226 +626,26 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     rank, world, local_rank, device = init_distributed(s.device)
     main = rank == 0
     say = print if (main and s.verbose) else (lambda *a, **k: None)
-    existing = "resume" if s.resume else "restart" if s.restart else "refuse"
-    if existing != "refuse" and not s.out:
-        raise ValueError(f"--{existing} needs --out, the checkpoint to {existing}")
-    resume = (start_run(s.out, existing, say) if main else s.resume) if s.out else False
+    resume = existing_run(s, main, say)
     set_seed(s.seed)
     data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
-    config = model_config(s, data)
-    model = GPT(config).to(device)
-    optimizer = make_optimizer(model, s)
-    batches = torch.Generator().manual_seed(
-        s.seed + rank
-    )  # each process draws its own batches
-    run = (
-        resume_lm(s, model, optimizer, data, batches, device, say)
-        if resume
-        else LMRun(s.max_iters)
-    )
-    if (
-        resume and world > 1
-    ):  # the checkpoint holds rank 0's sampler: give the others their own streams
-        batches.manual_seed(s.seed + rank + 7919 * run.step)
+    model, optimizer, batches, run = start_lm(s, data, rank, world, device, resume, say)
     use_bf16, autocast = uses_bf16(s.dtype, device), mixed_precision(s.dtype, device)
-    fwd: nn.Module = torch.compile(model) if s.compile else model
-    if world > 1:
-        fwd = nn.parallel.DistributedDataParallel(
-            fwd, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-    say(
-        f"{config.n_layers} layers, d_model {config.d_model}, context "
-        f"{config.context_len}, vocab "
-        f"{config.vocab_size}: {model.num_params():,} parameters | "
-        f"{s.tokenizer} tokens | {device} "
-        f"{'bf16' if use_bf16 else 'fp32'} | {world} process(es) x batch {s.batch_size}"
-    )
-    writer = tensorboard_writer(s.log_dir) if main else None
+    fwd = wrap_model(model, s, world, local_rank, device)
+    say(describe_run(s, model, device, use_bf16, world))
+    job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
+    job.world, job.main, job.say = world, main, say
+    job.writer = tensorboard_writer(s.log_dir) if main else None
     with StopRequest() as stop:
-        run_steps(
-            s,
-            model,
-            fwd,
-            optimizer,
-            data,
-            run,
-            batches,
-            autocast,
-            stop,
-            device,
-            world,
-            main,
-            writer,
-            say,
-        )
+        run_steps(job, stop)
         if main and s.out:
             save_lm(s.out, s, model, optimizer, data, run, batches)
         if stop.requested:
-            raise TrainingInterrupted(
-                f"stopped at step {run.step}"
-                + (
-                    f"; saved {s.out}: run again with --resume to continue"
-                    if s.out
-                    else ""
-                )
-            )
-    return finish_lm(s, model, data, run, autocast, world, use_bf16, say)
-
-# %% ../notebooks/11_gpt_language_model.ipynb #3c0d0015
-def run_steps(
-    s: TrainSettings,
-    model: GPT,
-    fwd: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data: LMData,
-    run: LMRun,
-    batches: torch.Generator,
-    autocast,
-    stop: StopRequest,
-    device: torch.device,
-    world: int = 1,
-    main: bool = True,
-    writer=None,
-    say=print,
-) -> None:
-    """The training steps, from run.step until max_iters, stop_at, the time budget or
-    Ctrl-C.
-
-    Only the main process (rank 0) evaluates, logs and saves.
-    """
-    N = model.config.context_len
-    tokens_per_step, last_loss = s.batch_size * N * world, float("nan")
-    bar = None
-    if main and s.progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=None if s.time_budget_s else s.max_iters,
-            initial=run.step,
-            desc="train-lm",
-            unit="step",
-            dynamic_ncols=True,
-        )
-    model.train()
-    while run.step < s.max_iters and (s.stop_at is None or run.step < s.stop_at):
-        over = s.time_budget_s is not None and run.train_time_s >= s.time_budget_s
-        if any_rank(over or stop.requested, world, device):
-            break
-        t0 = time.perf_counter()
-        lr = learning_rate(s, run)
-        set_lr(optimizer, lr)
-        x, y = (
-            t.to(device) for t in get_batch(data.train_ids, s.batch_size, N, batches)
-        )
-        with autocast:
-            _, loss = fwd(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(model, s.grad_clip)
-        optimizer.step()
-        run.step += 1
-        evaluating = main and (
-            run.step % s.eval_interval == 0 or run.step == s.max_iters
-        )
-        if run.step % 10 == 0 or run.step == s.max_iters or evaluating:
-            last_loss = float(
-                loss.detach()
-            )  # reading the loss waits for the device: only now and then
-            check_finite(last_loss, run.step, lr)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        run.train_time_s += time.perf_counter() - t0
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
-        if evaluating:
-            val, _ = evaluate(
-                model, data.val_ids, max_windows=s.eval_windows, autocast=autocast
-            )
-            check_finite(val, run.step, lr)
-            run.history.append(
-                {
-                    "step": run.step,
-                    "train_time_s": round(run.train_time_s, 3),
-                    "train_loss": last_loss,
-                    "val_loss": val,
-                    "lr": lr,
-                }
-            )
-            say(
-                f"step {run.step:>5}/{s.max_iters} | train {last_loss:.3f} | "
-                f"val {val:.3f} | lr {lr:.1e} | "
-                f"{run.train_time_s:6.1f} s | "
-                f"{run.step * tokens_per_step / max(run.train_time_s, 1e-9):,.0f} tok/s"
-            )
-            if writer is not None:
-                for name, value in (
-                    ("train/loss", last_loss),
-                    ("valid/loss", val),
-                    ("train/lr", lr),
-                ):
-                    writer.add_scalar(name, value, run.step)
-                writer.flush()
+            message = f"stopped at step {run.step}"
             if s.out:
-                save_lm(s.out, s, model, optimizer, data, run, batches)
-    if bar is not None:
-        bar.close()
-
-# %% ../notebooks/11_gpt_language_model.ipynb #3c0d0016
-def finish_lm(
-    s: TrainSettings,
-    model: GPT,
-    data: LMData,
-    run: LMRun,
-    autocast,
-    world: int,
-    bf16: bool,
-    say=print,
-) -> dict:
-    """The final figures: the loss over every validation token and bits per character
-    (rank 0), and under torchrun a checksum of the weights on every rank, which must
-    agree."""
-    import torch.distributed as dist
-
-    tokens = run.step * s.batch_size * model.config.context_len * world
-    result = {
-        "model": model,
-        "tokenizer": data.tokenizer,
-        "step": run.step,
-        "train_time_s": run.train_time_s,
-        "history": run.history,
-        "config": model.config.to_dict(),
-        "params": model.num_params(),
-        "bf16": bf16,
-        "world_size": world,
-        "tokens_per_s": tokens / max(run.train_time_s, 1e-9),
-    }
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        val_loss, n_tokens = evaluate(model, data.val_ids, autocast=autocast)
-        n_chars = len(data.val_text) - len(
-            data.tokenizer.decode(data.val_ids[:1].tolist())
-        )
-        result.update(
-            val_loss=val_loss, bits_per_char=val_loss * n_tokens / n_chars / math.log(2)
-        )
-        say(
-            f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
-            f"{result['bits_per_char']:.3f} bits per character | "
-            f"{run.train_time_s:.1f} s of training"
-        )
-    if world > 1:
-        checksums = [None] * world
-        dist.all_gather_object(
-            checksums,
-            round(sum(float(p.double().sum()) for p in model.parameters()), 6),
-        )
-        result["rank_checksums"] = checksums
-        say(
-            f"parameter checksum on each rank: {checksums} -> ranks agree: "
-            f"{len(set(checksums)) == 1}"
-        )
-        dist.destroy_process_group()
-    return result
+                message += f"; saved {s.out}: run again with --resume to continue"
+            raise TrainingInterrupted(message)
+    return finish_lm(job, use_bf16)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0018
 def load_lm(
@@ -654,6 +681,23 @@ def load_lm(
     return model.eval(), tok
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0019
+def encode_prompt(tok, prompt: str, notes=print) -> tuple[str, list[int]]:
+    """The prompt (a newline if it is empty) and its ids; refuses characters the
+    vocabulary lacks, naming those it has."""
+    if prompt == "":
+        notes("note: empty prompt; starting from a newline, as a new speech would")
+        prompt = "\n"
+    try:
+        ids = tok.encode(prompt)
+    except ValueError as e:
+        known = "".join(getattr(tok, "chars", []))
+        raise ValueError(
+            f"the prompt cannot be encoded by this checkpoint's tokenizer: {e}"
+            + (f"; known characters: {known!r}" if known else "")
+        ) from None
+    return prompt, ids
+
+# %% ../notebooks/11_gpt_language_model.ipynb #3e5f9b1f
 def generate_text(
     checkpoint: str,
     prompt: str,
@@ -667,24 +711,11 @@ def generate_text(
     notes=print,
 ) -> str:
     """Load a checkpoint and continue `prompt`; returns prompt + continuation as text.
-
-    Raises ValueError, with a message for a person, for characters the vocabulary lacks.
-    An empty prompt starts from a newline; a prompt longer than the context keeps its
-    last context_len tokens; both are reported through `notes`.
+    A prompt longer than the context keeps its last context_len tokens (a note says so).
     """
     model, tok = load_lm(checkpoint, device)
     dev = next(model.parameters()).device
-    if prompt == "":
-        notes("note: empty prompt; starting from a newline, as a new speech would")
-        prompt = "\n"
-    try:
-        ids = tok.encode(prompt)
-    except ValueError as e:
-        known = "".join(getattr(tok, "chars", []))
-        raise ValueError(
-            f"the prompt cannot be encoded by this checkpoint's tokenizer: {e}"
-            + (f"; known characters: {known!r}" if known else "")
-        ) from None
+    prompt, ids = encode_prompt(tok, prompt, notes)
     N = model.config.context_len
     if len(ids) > N:
         notes(
