@@ -230,7 +230,7 @@ PRESETS = {
     "nanogpt_cpu": GPTConfig.nanogpt_cpu,
 }
 
-
+# %% ../notebooks/11_gpt_language_model.ipynb #bd18bbab
 def model_config(s: TrainSettings, data: LMData) -> GPTConfig:
     """The preset with the settings' overrides, for this data; refuses names and sizes
     that cannot work."""
@@ -281,7 +281,7 @@ class LMRun:
     train_time_s: float = 0.0  # training time, evaluation excluded
     history: list = field(default_factory=list)  # one dict per evaluation
 
-# %% ../notebooks/11_gpt_language_model.ipynb #747d9146
+# %% ../notebooks/11_gpt_language_model.ipynb #2feb2410
 from transformer_lib.checkpoints import (
     CheckpointError,
     CheckpointMismatchError,
@@ -292,7 +292,7 @@ from transformer_lib.checkpoints import (
     start_run,
 )
 
-
+# %% ../notebooks/11_gpt_language_model.ipynb #747d9146
 def save_lm(
     path: str,
     s: TrainSettings,
