@@ -57,7 +57,7 @@ def test_gelu_matches_torch(n, approximate, dtype):
 
 
 def test_bad_config_and_gelu_mode_are_named():
-    with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
+    with pytest.raises(ValueError, match="n_heads=4 must divide d_model=30"):
         GPTConfig(d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="norm must be one of"):
         GPTConfig(norm="batch")

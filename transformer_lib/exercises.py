@@ -452,9 +452,8 @@ def check_beam_search(fn: Callable) -> bool:
 def check_get_batch(fn: Callable) -> bool:
     """fn(ids (N,), batch_size, context_len, generator) -> x (B, T), y (B, T): random
     windows, y = x shifted by one."""
-    ids = torch.arange(
-        100, 160
-    )  # position i holds 100 + i, so a window shows where it starts
+    # position i holds 100 + i, so a window shows where it starts
+    ids = torch.arange(100, 160)
     B, T = 8, 10
     x, y = fn(ids, B, T, torch.Generator().manual_seed(0))
     for name, t in (("x", x), ("y", y)):
