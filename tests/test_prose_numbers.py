@@ -123,6 +123,36 @@ QUOTES = [
         r"(\d[\d,]*) of 32,028 Chinese sentences",
         r"([\d,]+) of 32,028 Chinese sentences",
     ),
+    (
+        "13_modern_gpt",
+        r"The record: \*\*([\d.]+)\*\*",
+        r"validation loss ([\d.]+) after",
+    ),
+    (
+        "13_modern_gpt",
+        r"\*\*Muon is the big one\*\*: ([\d.]+) against",
+        r"\nmuon\s+(1\.\d{4})\s+0\.\d{4}",
+    ),
+    (
+        "13_modern_gpt",
+        r"against the baseline's ([\d.]+), a gain",
+        r"\nbaseline\s+(1\.\d{4})\s+0\.\d{4}",
+    ),
+    (
+        "13_modern_gpt",
+        r"\*\*RoPE helps\*\* \(([\d.]+),",
+        r"\nrope\s+(1\.\d{4})\s+0\.\d{4}",
+    ),
+    (
+        "13_modern_gpt",
+        r"\*\*QK-norm hurts\*\* here \(([\d.]+),",
+        r"\nqk-norm\s+(1\.\d{4})\s+0\.\d{4}",
+    ),
+    (
+        "13_modern_gpt",
+        r"\s([\d.]+), a gain of 0\.17",
+        r"\ncombination:.*?\s+(1\.\d{4})\s+0\.\d{4}",
+    ),
 ]
 
 
