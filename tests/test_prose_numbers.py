@@ -129,6 +129,16 @@ QUOTES = [
         r"validation loss ([\d.]+) after",
     ),
     (
+        "10_decoding_and_evaluation",
+        r"decode our split \(([\d.]+) s against",
+        r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"on the public test \(([\d.]+) s against",
+        r"Challenge test\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
         "13_modern_gpt",
         r"\*\*Muon is the big one\*\*: ([\d.]+) against",
         r"\nmuon\s+(1\.\d{4})\s+0\.\d{4}",
