@@ -81,7 +81,7 @@ def step_times(rows: dict, data, rounds: int = 3, steps: int = 15) -> dict:
             n = 5 if r == 0 else steps
             t0 = time.perf_counter()
             for _ in range(n):
-                x, y = get_batch(data.train_ids, s.batch_size, 128, g)
+                x, y = get_batch(data.train_ids, s.batch_size, m.config.context_len, g)
                 _, loss = m(x, y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -146,7 +146,6 @@ def main() -> None:
         a.budget, a.seeds = 3.0, 2
     if "baseline" not in a.rows:
         a.rows = ["baseline", *a.rows]
-    torch.set_num_threads(torch.get_num_threads())
     data = load_lm_data("char")
     machine = describe_machine(torch.device("cpu"))
     print(machine, flush=True)

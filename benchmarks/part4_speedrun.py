@@ -73,9 +73,12 @@ def main() -> None:
     a = ap.parse_args()
     recipe = RECIPES[a.recipe]
     settings = TrainSettings(
-        **recipe, max_iters=1_000_000, time_budget_s=a.budget, eval_interval=500
+        **recipe,
+        max_iters=1_000_000,
+        time_budget_s=a.budget,
+        eval_interval=500,
+        progress=False,
     )
-    settings.progress = False
     cmd = command(recipe, a.budget)
     print(cmd, flush=True)
     sys.stdout.reconfigure(line_buffering=True)  # a log file keeps every line

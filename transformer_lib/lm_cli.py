@@ -79,7 +79,6 @@ def train_command(args: argparse.Namespace) -> int:
     if args.max_iters is None:
         args.max_iters = 1_000_000 if args.time_budget_s else TrainSettings.max_iters
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
-    names -= {"positions", "mlp", "n_kv_heads", "qk_norm"}
     s = TrainSettings(
         **{k: v for k, v in vars(args).items() if k in names},
         model=model,
