@@ -58,12 +58,13 @@ def course_map():
         "(08), training "
         "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), "
         "KV cache, fused "
-        "attention and DDP (12).",
+        "attention and DDP (12), and today's variants: RoPE, grouped-query attention, "
+        "QK-norm, SwiGLU and the Muon optimizer (13).",
     )
     s.text(
         270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
     )
-    s.text(790, 28, "Part III · the GPT (decoder only)", size=17, weight="bold")
+    s.text(770, 28, "Parts III-IV · the GPT, decoder only", size=17, weight="bold")
     w = 200
     # encoder
     enc_in = _stack(
@@ -148,9 +149,9 @@ def course_map():
         w,
         [
             ("RMSNorm", "norm"),
-            ("causal self-attention", "attn", "04, 05, 06"),
+            ("causal self-attention", "attn", "04-06 · 13: RoPE, GQA, QK-norm"),
             ("RMSNorm", "norm"),
-            ("MLP with GELU", "ffn"),
+            ("MLP with GELU", "ffn", "13: SwiGLU"),
         ],
         gap=12,
     )
