@@ -1,0 +1,258 @@
+"""The Chinese edition (中文版): Chinese notebooks generated from the English ones.
+
+Only prose is translated. Each English notebook `notebooks/NN_name.ipynb` has one
+translation file `zh/translations/NN_name.md`: one entry per markdown cell, keyed by the
+cell's id, with a hash of the English text the translation was made from:
+
+    <!-- cell 96de56b4 en 3f2a9c0d1e4b -->
+    ## 成为库的代码
+    ...
+
+`python tools/zh_edition.py` writes `zh/notebooks/NN_name.ipynb`: a copy of the English
+notebook (code, outputs, figures, metadata) with each markdown cell's text replaced by its
+translation. Links to a section of a notebook (`06_masks.ipynb#the-padding-mask`) are
+rewritten to the Chinese heading's anchor.
+
+The book pages `zh/book/*.md` are translated whole; each starts with
+`<!-- source book/intro.md en <hash> -->`.
+
+`--check` changes nothing and exits 1 with one line per problem: an English prose cell
+changed after its translation was made (stale), a cell with no translation, a translation
+still in English, a number of the English text missing from the translation, headings
+that do not match, or a Chinese notebook whose code differs from its English source.
+`--update` adds the entries of new markdown cells (English text, to be translated) to the
+translation files and drops entries of cells that no longer exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+ZH = ROOT / "zh"
+TRANSLATIONS = ZH / "translations"
+ZH_NOTEBOOKS = ZH / "notebooks"
+PAGES = ["intro", "setup", "notation", "results", "references"]  # book/*.md
+
+ENTRY = re.compile(r"^<!-- cell (\S+) en ([0-9a-f]{12}) -->[ \t]*$", re.M)
+SOURCE = re.compile(r"\A<!-- source (\S+) en ([0-9a-f]{12}) -->[ \t]*\n")
+CJK = re.compile(r"[\u4e00-\u9fff]")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
+HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
+
+
+def digest(text: str) -> str:
+    """The first 12 hex digits of the sha256 of an English text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def read_notebook(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_notebook(path: Path, nb: dict) -> None:
+    text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def read_translations(path: Path) -> dict[str, tuple[str, str]]:
+    """{cell id: (hash of the English text, Chinese text)} from a translation file."""
+    text = path.read_text(encoding="utf-8")
+    marks = list(ENTRY.finditer(text))
+    entries = {}
+    for mark, nxt in zip(marks, marks[1:] + [None]):
+        body = text[mark.end() : nxt.start() if nxt else len(text)]
+        entries[mark[1]] = (mark[2], body.strip("\n"))
+    return entries
+
+
+def write_translations(path: Path, nb: dict, entries: dict) -> None:
+    """One entry per markdown cell, in notebook order."""
+    parts = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown" and cell["id"] in entries:
+            sha, text = entries[cell["id"]]
+            parts.append(f"<!-- cell {cell['id']} en {sha} -->\n{text}\n")
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+def prose(text: str) -> str:
+    """Text without code blocks, inline code, math, links' targets and HTML tags."""
+    text = FENCE.sub("", text)
+    text = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$|`[^`\n]*`", "", text, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)|<[^>]+>|https?://\S+", "", text)
+    return text
+
+
+def headings(text: str) -> list[tuple[int, str]]:
+    return [(len(m[1]), m[2]) for m in HEADING.finditer(FENCE.sub("", text))]
+
+
+def slugify(title: str) -> str:
+    """The anchor MyST gives a heading (myst_parser's default_slugify)."""
+    title = re.sub(r"[*_`]", "", re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title))
+    title = re.sub(r"\$([^$]*)\$", r"\1", title)
+    return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", title.lower().replace(" ", "-"))
+
+
+def problems_of_entry(name: str, cell: dict, entry: tuple[str, str] | None) -> list:
+    """What is wrong with the translation of one English markdown cell."""
+    where = f"zh/translations/{name}.md: cell {cell['id']}"
+    english = source(cell)
+    if entry is None:
+        return [f"{where} has no translation (run tools/zh_edition.py --update)"]
+    sha, chinese = entry
+    if sha != digest(english):
+        return [
+            f"{where} is stale: its English text changed since it was translated "
+            f"(hash {sha}, now {digest(english)}); translate the new text and set the hash"
+        ]
+    out = []
+    if CJK.search(prose(english)) is None and re.search("[A-Za-z]{3}", prose(english)):
+        if not CJK.search(chinese):
+            out.append(f"{where} is still in English")
+    missing = sorted(
+        set(NUMBER.findall(prose(english))) - set(NUMBER.findall(prose(chinese)))
+    )
+    if missing:
+        out.append(f"{where} lacks numbers of the English text: {', '.join(missing)}")
+    en_levels = [level for level, _ in headings(english)]
+    zh_levels = [level for level, _ in headings(chinese)]
+    if en_levels != zh_levels:
+        out.append(f"{where} has headings of levels {zh_levels}, English {en_levels}")
+    return out
+
+
+def anchor_map(nb: dict, entries: dict) -> dict[str, str]:
+    """{English heading anchor: Chinese heading anchor} of one notebook."""
+    mapping = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown" or cell["id"] not in entries:
+            continue
+        en, zh = headings(source(cell)), headings(entries[cell["id"]][1])
+        for (_, en_title), (_, zh_title) in zip(en, zh):
+            mapping.setdefault(slugify(en_title), slugify(zh_title))
+    return mapping
+
+
+def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
+    """The English notebook with each markdown cell's text replaced by its translation,
+    and links to sections pointing at the Chinese headings."""
+    out = copy.deepcopy(nb)
+
+    def relink(match: re.Match, here: str) -> str:
+        target = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb") or here
+        return f"]({match[1]}#{anchors.get(target, {}).get(match[2], match[2])})"
+
+    for cell in out["cells"]:
+        if cell["cell_type"] == "markdown" and cell["id"] in entries:
+            text = entries[cell["id"]][1]
+            text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
+            cell["source"] = text.splitlines(keepends=True)
+    del out["_name"]
+    return out
+
+
+def code_of(nb: dict) -> list:
+    return [
+        (c["id"], c["cell_type"], source(c) if c["cell_type"] == "code" else "")
+        for c in nb["cells"]
+    ]
+
+
+def run(update: bool, check: bool) -> list[str]:
+    problems = []
+    english = {p.stem: read_notebook(p) for p in sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))}
+    entries = {}
+    for name, nb in english.items():
+        path = TRANSLATIONS / f"{name}.md"
+        found = read_translations(path) if path.exists() else {}
+        if update:
+            ids = {c["id"] for c in nb["cells"] if c["cell_type"] == "markdown"}
+            found = {k: v for k, v in found.items() if k in ids}
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "markdown" and cell["id"] not in found:
+                    found[cell["id"]] = (digest(source(cell)), source(cell))
+            TRANSLATIONS.mkdir(parents=True, exist_ok=True)
+            write_translations(path, nb, found)
+        entries[name] = found
+        ids = {c["id"] for c in nb["cells"]}
+        for extra in sorted(set(found) - ids):
+            problems.append(
+                f"zh/translations/{name}.md: cell {extra} is not in {name}.ipynb "
+                "(run tools/zh_edition.py --update to drop it)"
+            )
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                problems += problems_of_entry(name, cell, found.get(cell["id"]))
+    anchors = {n: anchor_map(nb, entries[n]) for n, nb in english.items()}
+    for name, nb in english.items():
+        target = ZH_NOTEBOOKS / f"{name}.ipynb"
+        made = chinese_notebook({**nb, "_name": name}, entries[name], anchors)
+        if check:
+            if not target.exists():
+                problems.append(f"zh/notebooks/{name}.ipynb is missing")
+                continue
+            committed = read_notebook(target)
+            if code_of(committed) != code_of(nb):
+                problems.append(
+                    f"zh/notebooks/{name}.ipynb: its code differs from "
+                    f"notebooks/{name}.ipynb (run tools/zh_edition.py)"
+                )
+            elif committed != made:
+                problems.append(
+                    f"zh/notebooks/{name}.ipynb is out of date with its English "
+                    "notebook or translation (run tools/zh_edition.py)"
+                )
+        else:
+            ZH_NOTEBOOKS.mkdir(parents=True, exist_ok=True)
+            write_notebook(target, made)
+    for page in PAGES:
+        problems += page_problems(page)
+    return problems
+
+
+def page_problems(page: str) -> list[str]:
+    """A book page's translation is stale when the English page changed after it."""
+    path = ZH / "book" / f"{page}.md"
+    english = (ROOT / "book" / f"{page}.md").read_text(encoding="utf-8")
+    if not path.exists():
+        return [f"zh/book/{page}.md is missing (translate book/{page}.md)"]
+    mark = SOURCE.match(path.read_text(encoding="utf-8"))
+    if not mark or mark[1] != f"book/{page}.md":
+        return [f"zh/book/{page}.md must start with <!-- source book/{page}.md en HASH -->"]
+    if mark[2] != digest(english):
+        return [
+            f"zh/book/{page}.md is stale: book/{page}.md changed since it was translated "
+            f"(hash {mark[2]}, now {digest(english)})"
+        ]
+    return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; report")
+    parser.add_argument("--update", action="store_true", help="add new cells' entries")
+    args = parser.parse_args()
+    problems = run(update=args.update, check=args.check)
+    for line in problems:
+        print(line)
+    if args.check and problems:
+        sys.exit(f"{len(problems)} problem(s) in the Chinese edition")
+
+
+if __name__ == "__main__":
+    main()
