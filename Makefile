@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 BOOK_STAMP := $(VENV)/.installed-book
 NB ?= notebooks/*.ipynb
 
-.PHONY: install book test execute export check-export colab-check clean format lint \
+.PHONY: install book test execute export check-export check-zh colab-check clean format lint \
 	format-notebooks diagrams tidy-notebooks
 
 $(STAMP): requirements.txt pyproject.toml
@@ -29,9 +29,18 @@ $(BOOK_STAMP): requirements-book.txt
 
 install: $(STAMP)
 
+# Both editions: English at _build/html/, the Chinese edition (中文版, its notebooks generated
+# from the English ones and zh/translations/ by tools/zh_edition.py) at _build/html/zh/.
 book: $(BOOK_STAMP)
+	$(BIN)/python tools/zh_edition.py
 	$(BIN)/jupyter-book build -W -n --keep-going .
-	@echo "The book: $(CURDIR)/_build/html/index.html"
+	$(BIN)/jupyter-book build -W -n --keep-going zh --path-output _build/zh
+	rm -rf _build/html/zh && cp -r _build/zh/_build/html _build/html/zh
+	@echo "The book: $(CURDIR)/_build/html/index.html (中文版: $(CURDIR)/_build/html/zh/index.html)"
+
+# Is every translation of the Chinese edition current, and its code the English code?
+check-zh:
+	$(PYTHON) tools/zh_edition.py --check
 
 test: $(STAMP)
 	TRANSFORMER_QUICK=1 $(BIN)/python -m pytest --nbval

@@ -48,6 +48,9 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
+IMAGE = re.compile(r"\.\./book/images/([\w.-]+)")
+GLOSSARY = ZH / "book" / "glossary.md"
+SEARCH_TERMS = ZH / "search_terms.txt"
 
 
 def digest(text: str) -> str:
@@ -161,9 +164,29 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = entries[cell["id"]][1]
             text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
+            text = IMAGE.sub(image_path, text)
             cell["source"] = text.splitlines(keepends=True)
     del out["_name"]
     return out
+
+
+def image_path(match: re.Match) -> str:
+    """A diagram drawn in Chinese (zh/book/images/) is used from there; any other image
+    from the English edition's book/images/."""
+    if (ZH / "book" / "images" / match[1]).exists():
+        return match[0]
+    return f"../../book/images/{match[1]}"
+
+
+def search_terms() -> str:
+    """The glossary's Chinese terms, one per line: jieba (the search index's word
+    splitter) keeps each as one word, so searching for 束搜索 finds beam search."""
+    terms = []
+    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("|") and cells[0] != "中文" and CJK.search(cells[0]):
+            terms += re.split(r"[、，,]\s*", cells[0])
+    return "".join(f"{t} 1000\n" for t in dict.fromkeys(terms) if CJK.search(t))
 
 
 def code_of(nb: dict) -> list:
@@ -222,6 +245,10 @@ def run(update: bool, check: bool) -> list[str]:
             write_notebook(target, made)
     for page in PAGES:
         problems += page_problems(page)
+    if not check:
+        SEARCH_TERMS.write_text(search_terms(), encoding="utf-8")
+    elif not SEARCH_TERMS.exists() or SEARCH_TERMS.read_text("utf-8") != search_terms():
+        problems.append("zh/search_terms.txt is out of date (run tools/zh_edition.py)")
     return problems
 
 
