@@ -1,10 +1,13 @@
 """The book as a reader meets it: build it, open every page in headless Chromium, and
 check what shows.
 
-Fails on a build warning, math left as raw TeX, a missing image, a broken internal link,
-Chinese labels that rendered as missing-glyph boxes, an image without alt text (or with
-a path for one), notebook plumbing visible on a page (NBVAL, default_exp, google.colab),
-or a display equation or code cell wider than its column at 1280 px. Screenshots of key
+Both editions: the English pages (_toc.yml) and the Chinese edition's (zh/_toc.yml,
+built into _build/html/zh/). Fails on a build warning, math left as raw TeX, a
+missing image, a broken internal link, Chinese text or labels that rendered as
+missing-glyph boxes, an image without alt text (or with a path for one), notebook
+plumbing visible on a page (NBVAL, default_exp, google.colab), a display equation or
+code cell wider than its column at 1280 px, a page without a working language switch,
+or prose of a Chinese page left in English. Screenshots of key
 pages at 1280 px and at 390 px (a phone) land in _build/screenshots/ to be looked at.
 Skipped when no Chromium is installed, unless REQUIRE_BROWSER=1 (CI sets it, so there
 the test always runs).
@@ -12,6 +15,7 @@ the test always runs).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -54,12 +58,15 @@ KEY_PAGES = [
     "notebooks/05_multi_head_attention",
     "notebooks/10_decoding_and_evaluation",
     "notebooks/11_gpt_language_model",
+    "zh/book/intro",
+    "zh/notebooks/05_multi_head_attention",
 ]
 WIDTHS = {"desktop": 1280, "phone": 390}
 PLUMBING = ("NBVAL", "default_exp", "google.colab")  # must run, never show
 # Appended to a copy of a page: after MathJax, list the code cells and display equations
-# whose content is wider than their box (they would scroll sideways), into <pre
-# id="layout-report">.
+# whose content is wider than their box (they would scroll sideways), and the CJK
+# characters of the page that its font draws as the missing-glyph box (each is drawn on
+# a canvas and compared with a code point no font has), into <pre id="layout-report">.
 LAYOUT_JS = """<script>
 window.addEventListener("load", function () {
   var mj = window.MathJax && MathJax.startup && MathJax.startup.promise;
@@ -72,9 +79,24 @@ window.addEventListener("load", function () {
         wide.push([kind, el.textContent.trim().replace(/\\s+/g, " ").slice(0, 70)]);
       }
     });
+    var main = document.querySelector("main") || document.body;
+    var font = getComputedStyle(main).fontFamily;
+    var canvas = document.createElement("canvas");
+    canvas.width = canvas.height = 40;
+    var ctx = canvas.getContext("2d", {willReadFrequently: true});
+    ctx.font = "32px " + font;
+    var draw = function (ch) {
+      ctx.clearRect(0, 0, 40, 40);
+      ctx.fillText(ch, 2, 32);
+      return ctx.getImageData(0, 0, 40, 40).data.join(",");
+    };
+    var nothing = draw(String.fromCodePoint(0x10fffd));
+    var cjk = /[\u2e80-\u9fff\uff00-\uffef]/g;
+    var chars = Array.from(new Set(document.body.innerText.match(cjk)));
+    var missing = chars.filter(function (ch) { return draw(ch) === nothing; });
     var out = document.createElement("pre");
     out.id = "layout-report";
-    out.textContent = JSON.stringify(wide);
+    out.textContent = JSON.stringify({wide: wide, missing_glyphs: missing.join("")});
     document.body.appendChild(out);
   });
 });
@@ -88,11 +110,15 @@ pytestmark = pytest.mark.skipif(
 
 
 def toc_pages() -> list[str]:
-    """Every page of the book, as paths without suffix, in reading order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [toc["root"]] + [
-        c["file"] for part in toc["parts"] for c in part["chapters"]
-    ]
+    """Every page of both editions, as paths without suffix, in reading order: the
+    English book, then the Chinese edition's pages under zh/."""
+    pages = []
+    for prefix in ("", "zh/"):
+        toc = yaml.safe_load((ROOT / prefix / "_toc.yml").read_text())
+        pages += [prefix + toc["root"]] + [
+            prefix + c["file"] for part in toc["parts"] for c in part["chapters"]
+        ]
+    return pages
 
 
 def chromium(*args: str, timeout: int = 120) -> str:
@@ -107,31 +133,35 @@ def chromium(*args: str, timeout: int = 120) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def book() -> Path:
-    """Build the book exactly as `make book` does, and insist that the build is
-    clean."""
-    build = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "jupyter-book"),
-            "build",
-            "-W",
-            "-n",
-            "--keep-going",
-            ".",
-        ],
+def build(*args: str) -> None:
+    """One `jupyter-book build` of `make book`; a warning fails it."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n"]
+        + ["--keep-going", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
-    log = build.stdout + build.stderr
+    log = done.stdout + done.stderr
     warnings = [
         line for line in log.splitlines() if "WARNING" in line or "ERROR" in line
     ]
-    assert build.returncode == 0 and not warnings, (
-        "book build not clean:\n" + "\n".join(warnings or log.splitlines()[-30:])
+    assert done.returncode == 0 and not warnings, (
+        f"book build {args} not clean:\n"
+        + "\n".join(warnings or log.splitlines()[-30:])
     )
+
+
+@pytest.fixture(scope="module")
+def book() -> Path:
+    """Build both editions exactly as `make book` does (from the Chinese notebooks as
+    committed: tests/test_zh_edition.py checks that they are current), and insist that
+    the builds are clean."""
+    build(".")
+    build("zh", "--path-output", "_build/zh")
+    shutil.rmtree(HTML / "zh", ignore_errors=True)
+    shutil.copytree(ROOT / "_build" / "zh" / "_build" / "html", HTML / "zh")
     return HTML
 
 
@@ -208,9 +238,16 @@ def test_internal_links_resolve(book, rendered):
                 )
 
 
-def test_no_missing_glyphs(rendered):
-    """Matplotlib warns 'Glyph N (...) missing from font(s)' when it draws a box instead
-    of a character."""
+def test_no_missing_glyphs(book, rendered):
+    """Every CJK character of a page has a glyph in the page's fonts (a Chinese page
+    without a CJK font would show boxes); matplotlib warns 'Glyph N (...) missing from
+    font(s)' when a figure drew a box instead of a character."""
+    for page in toc_pages():
+        missing = probe(book, page)["missing_glyphs"]
+        assert not missing, (
+            f"{page}: no font has a glyph for {missing[:20]} (install a CJK font, "
+            "e.g. fonts-noto-cjk)"
+        )
     for page, soup in rendered.items():
         text = soup.get_text(" ")
         assert (
@@ -248,21 +285,22 @@ def notebooks_formatted() -> bool:
     return not re.search(r'^\s*"notebooks/\*\.ipynb"', text, re.MULTILINE)
 
 
-def too_wide(book: Path, page: str, width: int = 1280) -> list[list[str]]:
-    """[kind, start of text] of each code cell or display equation wider than its
-    box."""
+@functools.cache
+def probe(book: Path, page: str, width: int = 1280) -> dict:
+    """{"wide": [kind, start of text] of each code cell or display equation wider than
+    its box, "missing_glyphs": the CJK characters drawn as missing-glyph boxes}."""
     source = book / f"{page}.html"
-    probe = source.with_name(source.stem + ".layout-probe.html")
-    probe.write_text(source.read_text().replace("</body>", LAYOUT_JS + "</body>"))
+    copy = source.with_name(source.stem + ".layout-probe.html")
+    copy.write_text(source.read_text().replace("</body>", LAYOUT_JS + "</body>"))
     try:
         dom = chromium(
             "--virtual-time-budget=15000",
             f"--window-size={width},900",
             "--dump-dom",
-            probe.as_uri(),
+            copy.as_uri(),
         )
     finally:
-        probe.unlink()
+        copy.unlink()
     report = BeautifulSoup(dom, "html.parser").select_one("#layout-report")
     assert report is not None, f"{page}: the layout probe did not run"
     return json.loads(report.get_text())
@@ -273,7 +311,7 @@ def test_nothing_scrolls_sideways_at_1280(book):
     formatted."""
     problems = []
     for page in toc_pages():
-        for kind, text in too_wide(book, page):
+        for kind, text in probe(book, page)["wide"]:
             if (
                 kind == "math"
                 or notebooks_formatted()
@@ -302,3 +340,53 @@ def test_plumbing_is_off_the_page(rendered):
         text = " ".join(cell.get_text(" ") for cell in soup.select("main div.cell"))
         shown = [word for word in PLUMBING if word in text]
         assert not shown, f"{page}: plumbing visible on the page: {shown}"
+
+
+def test_every_page_links_to_itself_in_the_other_language(book, rendered):
+    """The language switch (_static/language_switch.js) of each page opens the same page
+    of the other edition (the Chinese-only glossary and setup page: the nearest English
+    page)."""
+    for page, soup in rendered.items():
+        switch = soup.select_one("a.language-switch")
+        assert switch is not None, f"{page}: no language switch"
+        target = Path(unquote(switch["href"].removeprefix("file://")))
+        assert target.is_file(), f"{page}: language switch to missing {target}"
+        other = target.relative_to(book).with_suffix("").as_posix()
+        if page.startswith("zh/"):
+            assert not other.startswith("zh/"), f"{page}: switch stays in Chinese"
+            assert other == page.removeprefix("zh/") or page in (
+                "zh/book/glossary",
+                "zh/book/setup_china",
+            ), f"{page}: switch opens {other}"
+        else:
+            assert other == f"zh/{page}", f"{page}: switch opens {other}"
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+ENGLISH_RUN = re.compile(r"(?:\b[A-Za-z]{2,}\b[\s,;:'’-]+){4}\b[A-Za-z]{2,}\b")
+
+
+def english_left(soup: BeautifulSoup) -> list[str]:
+    """Paragraphs, list items, headings, table cells and admonition titles of a page's
+    prose with five English words in a row and no Chinese character. Code, math,
+    outputs and titles of cited works (<em>, <cite>) do not count."""
+    main = BeautifulSoup(str(soup.select_one("main") or soup), "html.parser")
+    for tag in main.select(
+        "pre, code, script, style, mjx-container, .math, .cell_output, em, cite"
+    ):
+        tag.decompose()
+    left = []
+    for el in main.select("p, li, h1, h2, h3, h4, th, td, dt, dd, .admonition-title"):
+        if el.find(["p", "li", "table"]):
+            continue  # judged by its own paragraphs
+        text = " ".join(el.get_text(" ").split())
+        if ENGLISH_RUN.search(text) and not CJK.search(text):
+            left.append(text[:80])
+    return left
+
+
+def test_chinese_pages_have_no_prose_left_in_english(rendered):
+    for page, soup in rendered.items():
+        if page.startswith("zh/"):
+            left = english_left(soup)
+            assert not left, f"{page}: prose left in English: {left[:3]}"

@@ -8,20 +8,21 @@ cell's id, with a hash of the English text the translation was made from:
     ## 成为库的代码
     ...
 
-`python tools/zh_edition.py` writes `zh/notebooks/NN_name.ipynb`: a copy of the English
-notebook (code, outputs, figures, metadata) with each markdown cell's text replaced by its
-translation. Links to a section of a notebook (`06_masks.ipynb#the-padding-mask`) are
-rewritten to the Chinese heading's anchor.
+`python tools/zh_edition.py` writes `zh/notebooks/NN_name.ipynb`: a copy of the
+English notebook (code, outputs, figures, metadata) with each markdown cell's text
+replaced by its translation. Links to a section of a notebook
+(`06_masks.ipynb#the-padding-mask`) are rewritten to the Chinese heading's anchor.
 
 The book pages `zh/book/*.md` are translated whole; each starts with
 `<!-- source book/intro.md en <hash> -->`.
 
-`--check` changes nothing and exits 1 with one line per problem: an English prose cell
-changed after its translation was made (stale), a cell with no translation, a translation
-still in English, a number of the English text missing from the translation, headings
-that do not match, or a Chinese notebook whose code differs from its English source.
-`--update` adds the entries of new markdown cells (English text, to be translated) to the
-translation files and drops entries of cells that no longer exist.
+`--check` changes nothing and exits 1 with one line per problem: an English prose
+cell changed after its translation was made (stale), a cell with no translation, a
+translation still in English, a number of the English text missing from the
+translation, headings that do not match, or a Chinese notebook whose code differs from
+its English source. `--update` adds the entries of new markdown cells (English text, to
+be translated) to the translation files and drops entries of cells that no longer
+exist.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def problems_of_entry(name: str, cell: dict, entry: tuple[str, str] | None) -> l
     if sha != digest(english):
         return [
             f"{where} is stale: its English text changed since it was translated "
-            f"(hash {sha}, now {digest(english)}); translate the new text and set the hash"
+            f"(hash {sha}, now {digest(english)}); translate the new text, set the hash"
         ]
     out = []
     if CJK.search(prose(english)) is None and re.search("[A-Za-z]{3}", prose(english)):
@@ -260,10 +261,12 @@ def page_problems(page: str) -> list[str]:
         return [f"zh/book/{page}.md is missing (translate book/{page}.md)"]
     mark = SOURCE.match(path.read_text(encoding="utf-8"))
     if not mark or mark[1] != f"book/{page}.md":
-        return [f"zh/book/{page}.md must start with <!-- source book/{page}.md en HASH -->"]
+        return [
+            f"zh/book/{page}.md must start with <!-- source book/{page}.md en HASH -->"
+        ]
     if mark[2] != digest(english):
         return [
-            f"zh/book/{page}.md is stale: book/{page}.md changed since it was translated "
+            f"zh/book/{page}.md is stale: book/{page}.md changed since its translation "
             f"(hash {mark[2]}, now {digest(english)})"
         ]
     return []

@@ -1,0 +1,141 @@
+"""The Chinese edition shares the English edition's code: its notebooks are generated
+from the English ones and the translation files (tools/zh_edition.py). These tests fail
+when an English prose cell changed after its translation was made (and name the
+translation), when a cell has no translation, and when a Chinese notebook's code or
+outputs differ from its English source."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import zh_edition  # noqa: E402
+
+
+def test_the_chinese_edition_is_current():
+    problems = zh_edition.run(update=False, check=True)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "english", sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")), ids=lambda p: p.stem
+)
+def test_code_and_outputs_are_the_english_ones(english):
+    chinese = ROOT / "zh" / "notebooks" / english.name
+    en = json.loads(english.read_text(encoding="utf-8"))["cells"]
+    zh = json.loads(chinese.read_text(encoding="utf-8"))["cells"]
+    assert [c["id"] for c in zh] == [c["id"] for c in en]
+    for a, b in zip(en, zh):
+        if a["cell_type"] == "code":
+            assert b == a, f"{chinese.name}: code cell {a['id']} differs from English"
+
+
+@pytest.fixture
+def edition(tmp_path, monkeypatch):
+    """A copy of notebook 02 and its translation, where the tool looks for them."""
+    for sub in ("notebooks", "zh/translations", "zh/notebooks", "zh/book"):
+        (tmp_path / sub).mkdir(parents=True)
+    name = "02_embeddings"
+    shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / "notebooks")
+    for sub in ("zh/translations", "zh/notebooks"):
+        suffix = ".md" if sub.endswith("translations") else ".ipynb"
+        shutil.copy(ROOT / sub / f"{name}{suffix}", tmp_path / sub)
+    shutil.copy(ROOT / "zh" / "search_terms.txt", tmp_path / "zh")
+    monkeypatch.setattr(zh_edition, "NOTEBOOKS", tmp_path / "notebooks")
+    monkeypatch.setattr(zh_edition, "TRANSLATIONS", tmp_path / "zh" / "translations")
+    monkeypatch.setattr(zh_edition, "ZH_NOTEBOOKS", tmp_path / "zh" / "notebooks")
+    monkeypatch.setattr(
+        zh_edition, "SEARCH_TERMS", tmp_path / "zh" / "search_terms.txt"
+    )
+    monkeypatch.setattr(zh_edition, "PAGES", [])
+    assert zh_edition.run(update=False, check=True) == []
+    return tmp_path / "notebooks" / f"{name}.ipynb"
+
+
+def edit(path: Path, change) -> str:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell_id = change(nb["cells"])
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", "utf-8")
+    return cell_id
+
+
+def test_a_changed_english_cell_makes_its_translation_stale(edition):
+    def change(cells):
+        cell = next(c for c in cells if c["cell_type"] == "markdown")
+        cell["source"][-1] += " One more sentence."
+        return cell["id"]
+
+    cell_id = edit(edition, change)
+    problems = zh_edition.run(update=False, check=True)
+    assert any(
+        f"zh/translations/02_embeddings.md: cell {cell_id} is stale" in p
+        for p in problems
+    ), problems
+
+
+def test_a_new_english_cell_needs_a_translation(edition):
+    def change(cells):
+        cells.insert(
+            1,
+            {
+                "cell_type": "markdown",
+                "id": "new00001",
+                "metadata": {},
+                "source": ["A new paragraph about embeddings."],
+            },
+        )
+        return "new00001"
+
+    edit(edition, change)
+    problems = zh_edition.run(update=False, check=True)
+    assert any("cell new00001 has no translation" in p for p in problems), problems
+
+
+def test_changed_english_code_makes_the_chinese_notebook_differ(edition):
+    def change(cells):
+        cell = next(c for c in cells if c["cell_type"] == "code")
+        cell["source"].append("\nprint('changed')")
+        return cell["id"]
+
+    edit(edition, change)
+    problems = zh_edition.run(update=False, check=True)
+    assert any("its code differs from notebooks/02" in p for p in problems), problems
+
+
+def test_a_translation_must_keep_numbers_and_headings():
+    cell = {
+        "id": "abc",
+        "source": ["## Sizes\n\nA table of 50,000 rows and 512 columns."],
+    }
+    sha = zh_edition.digest(zh_edition.source(cell))
+    good = zh_edition.problems_of_entry(
+        "x", cell, (sha, "## 大小\n\n一张 50,000 行、512 列的表。")
+    )
+    assert good == []
+    bad = zh_edition.problems_of_entry("x", cell, (sha, "一张 50000 行、512 列的表。"))
+    assert any("lacks numbers of the English text: 50,000" in p for p in bad)
+    assert any("headings of levels [], English [2]" in p for p in bad)
+    english = zh_edition.problems_of_entry("x", cell, (sha, zh_edition.source(cell)))
+    assert any("still in English" in p for p in english)
+
+
+def test_links_to_sections_follow_the_chinese_headings():
+    nb = {
+        "_name": "06_masks",
+        "cells": [
+            {"cell_type": "markdown", "id": "a", "source": ["## The padding mask\n"]},
+            {
+                "cell_type": "markdown",
+                "id": "b",
+                "source": ["See [it](#the-padding-mask)."],
+            },
+        ],
+    }
+    entries = {"a": ("", "## 填充掩码"), "b": ("", "见[这里](#the-padding-mask)。")}
+    anchors = {"06_masks": zh_edition.anchor_map(nb, entries)}
+    out = zh_edition.chinese_notebook(nb, entries, anchors)
+    assert "".join(out["cells"][1]["source"]) == "见[这里](#填充掩码)。"
