@@ -85,11 +85,12 @@ format-notebooks: $(STAMP)
 tidy-notebooks:
 	$(PYTHON) tools/tidy_notebooks.py
 
-# The concept diagrams of the book (book/images/*.svg), and notebook 10's beam tree from the
-# trained translator (run notebook 09 first).
+# The concept diagrams of the book (book/images/*.svg), notebook 10's beam tree from the
+# trained translator (run notebook 09 first), and the Chinese edition's (zh/book/images/).
 diagrams: $(STAMP)
 	$(BIN)/python tools/diagrams.py
 	$(BIN)/python tools/beam_tree.py notebooks/runs/translator.pt
+	$(BIN)/python tools/diagrams.py --lang zh
 
 clean:
 	rm -rf _build

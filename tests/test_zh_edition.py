@@ -139,3 +139,23 @@ def test_links_to_sections_follow_the_chinese_headings():
     anchors = {"06_masks": zh_edition.anchor_map(nb, entries)}
     out = zh_edition.chinese_notebook(nb, entries, anchors)
     assert "".join(out["cells"][1]["source"]) == "见[这里](#填充掩码)。"
+
+
+def test_the_chinese_diagrams_are_current(monkeypatch):
+    """zh/book/images/ is what `python tools/diagrams.py --lang zh` draws now: every
+    label translated (zh/diagram_labels.yml), nothing stale."""
+    import diagrams
+    import svg
+    import yaml
+
+    labels = yaml.safe_load((ROOT / "zh" / "diagram_labels.yml").read_text("utf-8"))
+    monkeypatch.setattr(svg, "LABELS", labels)
+    monkeypatch.setattr(svg, "MISSING", [])
+    drawn = {name: str(fn()) for name, fn in diagrams.DIAGRAMS.items()}
+    drawn["beam_tree"] = diagrams.beam_tree_zh()
+    assert not svg.MISSING, f"labels with no Chinese: {sorted(set(svg.MISSING))}"
+    for name, text in drawn.items():
+        committed = ROOT / "zh" / "book" / "images" / f"{name}.svg"
+        assert committed.read_text("utf-8") == text, (
+            f"zh/book/images/{name}.svg is stale: run tools/diagrams.py --lang zh"
+        )

@@ -2,18 +2,23 @@
 
     python tools/diagrams.py            # all of them
     python tools/diagrams.py masks kv   # those whose name contains a word
+    python tools/diagrams.py --lang zh  # the Chinese edition's, into zh/book/images/
 
 Numbers on a diagram come from running the course library (masks, head shapes) or from
 the computation in this file (one query attending); the beam-search tree is drawn by
 tools/beam_tree.py from a trained translator.
 """
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import svg  # noqa: E402
 from svg import MUTED, PALETTE, Svg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1024,15 +1029,78 @@ def tiled_attention():
     return s
 
 
-def main(words: list[str]) -> None:
-    IMAGES.mkdir(parents=True, exist_ok=True)
+LABELS_ZH = ROOT / "zh" / "diagram_labels.yml"
+# The beam tree (tools/beam_tree.py) is drawn from a trained translator, its texts hold
+# the run's numbers: the Chinese one is the English file with these texts replaced.
+BEAM_TREE_ZH = [
+    (r"beam search, beam (\d+): “(.*?)”", r"束搜索，束宽 \1：“\2”"),
+    (r">from (\S+)<", r">来自 \1<"),
+    (r">greedy<", ">贪心解码<"),
+    (
+        r"finished \(&lt;eos&gt;\): log-probability / \(\(5 \+ length\) / 6\)\^(\S+); "
+        r"best: (“.*?”) (\S+)<",
+        r"已结束（&lt;eos&gt;）：对数概率 / ((5 + 长度) / 6)^\1；最佳：\2 \3<",
+    ),
+    (
+        r"greedy: (“.*?”), summed log-probability (\S+) \(with &lt;eos&gt;\)",
+        r"贪心解码：\1，对数概率之和 \2（含 &lt;eos&gt;）",
+    ),
+    (
+        r">Beam search \(beam (\d+)\) beside greedy decoding<",
+        r">束搜索（束宽 \1）与贪心解码<",
+    ),
+    (
+        r">Translating &#x27;(.*?)&#x27; with the translator (\S+)\. Each column is a "
+        r"step; each node is a kept hypothesis ending in the token shown, with its "
+        r"summed log-probability\. Finished hypotheses \(&lt;eos&gt;\) are scored with "
+        r"the length penalty \(alpha (\S+)\); the best, &#x27;(.*?)&#x27;, scores "
+        r"(\S+)\. Greedy decoding gives &#x27;(.*?)&#x27; with log-probability "
+        r"(\S+)\.<",
+        r">用翻译器 \2 翻译“\1”。每一列是一步；每个节点是一个"
+        r"保留下来的假设，以图中的词元结尾，并标出它的对数概率之和。"
+        r"已结束的假设（&lt;eos&gt;）按长度惩罚（alpha \3）打分；"
+        r"最佳的“\4”得分 \5。贪心解码给出“\6”，对数概率 \7。<",
+    ),
+]
+
+
+def beam_tree_zh() -> str:
+    """The Chinese beam tree from book/images/beam_tree.svg; stops on English left."""
+    text = (IMAGES / "beam_tree.svg").read_text(encoding="utf-8")
+    for pattern, chinese in BEAM_TREE_ZH:
+        text, n = re.subn(pattern, chinese, text)
+        if n == 0:
+            sys.exit(f"beam_tree.svg: no text matches {pattern!r}; update BEAM_TREE_ZH")
+    return text
+
+
+def main(words: list[str], lang: str = "en") -> None:
+    images = IMAGES
+    if lang == "zh":
+        svg.LABELS.update(yaml.safe_load(LABELS_ZH.read_text(encoding="utf-8")))
+        images = ROOT / "zh" / "book" / "images"
+    images.mkdir(parents=True, exist_ok=True)
     for name, fn in DIAGRAMS.items():
         if words and not any(w in name for w in words):
             continue
-        (IMAGES / f"{name}.svg").write_text(str(fn()), encoding="utf-8")
-        print(f"wrote book/images/{name}.svg")
+        svg.MISSING.clear()
+        drawing = str(fn())
+        if svg.MISSING:
+            sys.exit(
+                f"{name}: no Chinese in {LABELS_ZH.relative_to(ROOT)} for "
+                + "; ".join(repr(m) for m in dict.fromkeys(svg.MISSING))
+            )
+        (images / f"{name}.svg").write_text(drawing, encoding="utf-8")
+        print(f"wrote {(images / name).relative_to(ROOT)}.svg")
+    if lang == "zh" and (not words or any(w in "beam_tree" for w in words)):
+        (images / "beam_tree.svg").write_text(beam_tree_zh(), encoding="utf-8")
+        print("wrote zh/book/images/beam_tree.svg")
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("words", nargs="*", help="only diagrams whose name has one")
+    parser.add_argument("--lang", choices=["en", "zh"], default="en")
+    args = parser.parse_args()
+    main(args.words, args.lang)

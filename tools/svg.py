@@ -8,6 +8,23 @@ output purple, data grey.
 from html import escape
 
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+# The Chinese edition's diagrams: the same drawing with every text looked up here
+# (English -> Chinese, from zh/diagram_labels.yml); a text with letters and no entry
+# lands in MISSING, and tools/diagrams.py refuses to write a half-translated diagram.
+LABELS: dict[str, str] = {}
+MISSING: list[str] = []
+CJK_FONT = "Noto Sans CJK SC, PingFang SC, Microsoft YaHei, " + FONT
+
+
+def translate(text: str) -> str:
+    """`text` in the diagrams' language: itself unless a translation table is loaded."""
+    if not LABELS or text in LABELS:
+        return LABELS.get(text, text)
+    if any(c.isalpha() and c.isascii() for c in text):
+        MISSING.append(text)
+    return text
+
+
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 INK = "#263238"
 MUTED = "#607d8b"
@@ -47,7 +64,8 @@ class Svg:
         mono=False,
         italic=False,
     ):
-        font = MONO if mono else FONT
+        font = MONO if mono else (CJK_FONT if LABELS else FONT)
+        s = translate(str(s))
         style = ' font-style="italic"' if italic else ""
         self.add(
             f'<text x="{x:.1f}" y="{y:.1f}" font-family="{font}" font-size="{size}" '
@@ -103,8 +121,8 @@ class Svg:
             f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.w} {self.h}" '
             f'width="{self.w}" height="{self.h}" role="img" '
             f'aria-labelledby="title desc">\n'
-            f'<title id="title">{escape(self.title)}</title>\n'
-            f'<desc id="desc">{escape(self.desc)}</desc>\n'
+            f'<title id="title">{escape(translate(self.title))}</title>\n'
+            f'<desc id="desc">{escape(translate(self.desc))}</desc>\n'
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
             f'<path d="M0,0 L10,5 L0,10 z" fill="{INK}"/></marker></defs>\n'
