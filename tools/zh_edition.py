@@ -42,7 +42,7 @@ TRANSLATIONS = ZH / "translations"
 ZH_NOTEBOOKS = ZH / "notebooks"
 PAGES = ["intro", "setup", "notation", "results", "references"]  # book/*.md
 
-ENTRY = re.compile(r"^<!-- cell (\S+) en ([0-9a-f]{12}) -->[ \t]*$", re.M)
+ENTRY = re.compile(r"^<!-- (cell|figure) (\S+) en ([0-9a-f]{12}) -->[ \t]*$", re.M)
 SOURCE = re.compile(r"\A<!-- source (\S+) en ([0-9a-f]{12}) -->[ \t]*\n")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
@@ -72,24 +72,45 @@ def write_notebook(path: Path, nb: dict) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def figure_title(cell: dict) -> str | None:
+    """The title of the figure a code cell draws (its alt text, set by
+    tools/tidy_notebooks.py from the plot's titles), or None."""
+    alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+    return alt.removeprefix("Figure: ") if alt else None
+
+
+def units(nb: dict) -> list[tuple[str, str, dict]]:
+    """(key, English text, cell) of everything translated in a notebook, in order: each
+    markdown cell (key: its id) and each figure's title (key: figure:<cell id>)."""
+    out = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            out.append((cell["id"], source(cell), cell))
+        elif figure_title(cell):
+            out.append((f"figure:{cell['id']}", figure_title(cell), cell))
+    return out
+
+
 def read_translations(path: Path) -> dict[str, tuple[str, str]]:
-    """{cell id: (hash of the English text, Chinese text)} from a translation file."""
+    """{key: (hash of the English text, Chinese text)} from a translation file."""
     text = path.read_text(encoding="utf-8")
     marks = list(ENTRY.finditer(text))
     entries = {}
     for mark, nxt in zip(marks, marks[1:] + [None]):
         body = text[mark.end() : nxt.start() if nxt else len(text)]
-        entries[mark[1]] = (mark[2], body.strip("\n"))
+        key = mark[2] if mark[1] == "cell" else f"figure:{mark[2]}"
+        entries[key] = (mark[3], body.strip("\n"))
     return entries
 
 
 def write_translations(path: Path, nb: dict, entries: dict) -> None:
-    """One entry per markdown cell, in notebook order."""
+    """One entry per markdown cell and per figure title, in notebook order."""
     parts = []
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown" and cell["id"] in entries:
-            sha, text = entries[cell["id"]]
-            parts.append(f"<!-- cell {cell['id']} en {sha} -->\n{text}\n")
+    for key, _, _ in units(nb):
+        if key in entries:
+            sha, text = entries[key]
+            kind, _, cell_id = key.rpartition(":")
+            parts.append(f"<!-- {kind or 'cell'} {cell_id} en {sha} -->\n{text}\n")
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
@@ -112,10 +133,13 @@ def slugify(title: str) -> str:
     return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", title.lower().replace(" ", "-"))
 
 
-def problems_of_entry(name: str, cell: dict, entry: tuple[str, str] | None) -> list:
-    """What is wrong with the translation of one English markdown cell."""
-    where = f"zh/translations/{name}.md: cell {cell['id']}"
-    english = source(cell)
+def problems_of_entry(
+    name: str, key: str, english: str, entry: tuple[str, str] | None
+) -> list:
+    """What is wrong with the translation of one English markdown cell or figure
+    title."""
+    kind, _, cell_id = key.rpartition(":")
+    where = f"zh/translations/{name}.md: {kind or 'cell'} {cell_id}"
     if entry is None:
         return [f"{where} has no translation (run tools/zh_edition.py --update)"]
     sha, chinese = entry
@@ -162,6 +186,11 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
         return f"]({match[1]}#{anchors.get(target, {}).get(match[2], match[2])})"
 
     for cell in out["cells"]:
+        caption = entries.get(f"figure:{cell['id']}")
+        if cell["cell_type"] == "code" and caption:
+            mystnb = cell["metadata"]["mystnb"]
+            mystnb["image"]["alt"] = "图：" + caption[1]
+            mystnb["figure"] = {"caption": caption[1]}
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = entries[cell["id"]][1]
             text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
@@ -205,23 +234,21 @@ def run(update: bool, check: bool) -> list[str]:
         path = TRANSLATIONS / f"{name}.md"
         found = read_translations(path) if path.exists() else {}
         if update:
-            ids = {c["id"] for c in nb["cells"] if c["cell_type"] == "markdown"}
-            found = {k: v for k, v in found.items() if k in ids}
-            for cell in nb["cells"]:
-                if cell["cell_type"] == "markdown" and cell["id"] not in found:
-                    found[cell["id"]] = (digest(source(cell)), source(cell))
+            keys = {key for key, _, _ in units(nb)}
+            found = {k: v for k, v in found.items() if k in keys}
+            for key, english_text, _ in units(nb):
+                found.setdefault(key, (digest(english_text), english_text))
             TRANSLATIONS.mkdir(parents=True, exist_ok=True)
             write_translations(path, nb, found)
         entries[name] = found
-        ids = {c["id"] for c in nb["cells"]}
-        for extra in sorted(set(found) - ids):
+        keys = {key for key, _, _ in units(nb)}
+        for extra in sorted(set(found) - keys):
             problems.append(
-                f"zh/translations/{name}.md: cell {extra} is not in {name}.ipynb "
+                f"zh/translations/{name}.md: {extra} is not in {name}.ipynb "
                 "(run tools/zh_edition.py --update to drop it)"
             )
-        for cell in nb["cells"]:
-            if cell["cell_type"] == "markdown":
-                problems += problems_of_entry(name, cell, found.get(cell["id"]))
+        for key, english_text, _ in units(nb):
+            problems += problems_of_entry(name, key, english_text, found.get(key))
     anchors = {n: anchor_map(nb, entries[n]) for n, nb in english.items()}
     for name, nb in english.items():
         target = ZH_NOTEBOOKS / f"{name}.ipynb"
