@@ -122,3 +122,40 @@ def test_heatmaps_use_the_course_colour_maps():
                     '"RdBu"',
                     "ATTENTION_CMAP",
                 ), f"{path.name}: {call}"
+
+
+ZH = ROOT / "zh"
+ZH_NOTEBOOKS = sorted((ZH / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_the_chinese_edition_has_every_page_of_the_english_one():
+    """zh/_toc.yml lists the English book's pages in the same order (plus the glossary
+    and the setup page for mainland China), and every file it names exists."""
+    zh = yaml.safe_load((ZH / "_toc.yml").read_text())
+    zh_files = [zh["root"]] + [c["file"] for p in zh["parts"] for c in p["chapters"]]
+    en = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    en_files = [en["root"]] + [c["file"] for p in en["parts"] for c in p["chapters"]]
+    extra = {"book/glossary", "book/setup_china"}
+    assert [f for f in zh_files if f not in extra] == en_files
+    assert set(zh_files) >= extra
+    assert [f for f in zh_files if not list(ZH.glob(f + ".*"))] == []
+
+
+UNLINKED_ZH = re.compile(r"(?<!\[)笔记本\s*\d\d(?![^\[]*\]\()")  # 笔记本 05, not linked
+
+
+@pytest.mark.parametrize(
+    "path", ZH_NOTEBOOKS + sorted((ZH / "book").glob("*.md")), ids=lambda p: p.name
+)
+def test_chinese_mentions_of_other_notebooks_are_links(path):
+    text = "\n".join(markdown_of(path)) if path.suffix == ".ipynb" else path.read_text()
+    text = re.sub(r"`[^`]*`|```.*?```", "", text, flags=re.S)
+    assert UNLINKED_ZH.findall(text) == [], (
+        f"zh/{path.parent.name}/{path.name}: link these mentions to their notebook"
+    )
+
+
+@pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_every_chinese_notebook_opens_with_what_you_will_learn(path):
+    first = markdown_of(path)[0]
+    assert ":::{admonition} 你将学到" in first, f"zh/notebooks/{path.name}"

@@ -390,3 +390,29 @@ def test_chinese_pages_have_no_prose_left_in_english(rendered):
         if page.startswith("zh/"):
             left = english_left(soup)
             assert not left, f"{page}: prose left in English: {left[:3]}"
+
+
+@pytest.mark.parametrize(
+    "query, page",
+    [
+        ("束搜索", "zh/notebooks/10_decoding_and_evaluation"),
+        ("多头注意力", "zh/notebooks/05_multi_head_attention"),
+        ("beam search", "notebooks/10_decoding_and_evaluation"),
+    ],
+)
+def test_search_finds_pages_in_each_language(book, query, page):
+    """The search box of each edition (the Chinese index split into words by jieba,
+    with the glossary's terms as words) finds the page that teaches a term."""
+    root = book / "zh" if page.startswith("zh/") else book
+    dom = chromium(
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+        (root / "search.html").as_uri() + "?q=" + query,
+    )
+    found = [
+        a["href"] for a in BeautifulSoup(dom, "html.parser").select("#search-results a")
+    ]
+    wanted = page.removeprefix("zh/")
+    assert any(wanted in unquote(href) for href in found), (
+        f"searching {query!r} did not find {page}: {found[:5]}"
+    )
