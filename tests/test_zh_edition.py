@@ -158,3 +158,12 @@ def test_the_chinese_diagrams_are_current(monkeypatch):
         assert committed.read_text("utf-8") == text, (
             f"zh/book/images/{name}.svg is stale: run tools/diagrams.py --lang zh"
         )
+
+
+def test_chinese_lines_of_a_paragraph_are_joined_without_a_space():
+    text = (
+        "## 标题\n正文在\n每个注意力，\n[笔记本 03](x) 加的\nGPT 的\n```\n代码\n行\n```"
+    )
+    assert zh_edition.join_lines(text) == (
+        "## 标题\n正文在每个注意力，[笔记本 03](x) 加的\nGPT 的\n```\n代码\n行\n```"
+    )

@@ -194,10 +194,39 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = entries[cell["id"]][1]
             text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
-            text = IMAGE.sub(image_path, text)
+            text = IMAGE.sub(image_path, join_lines(text))
             cell["source"] = text.splitlines(keepends=True)
     del out["_name"]
     return out
+
+
+WIDE = "\u2e80-\u9fff\uff00-\uffef\u3000-\u303f“”‘’"  # CJK and full-width punctuation
+ENDS_WIDE = re.compile(rf"[{WIDE}]$")
+STARTS_WIDE = re.compile(rf"^(\*{{0,2}}\[?[{WIDE}]|\[)")
+BLOCK = re.compile(r"^\s*(#|[-*+] |\d+\. |>|\||:::|\$\$|<|```|~~~)")
+
+
+def join_lines(text: str) -> str:
+    """Join a paragraph's lines where Chinese meets Chinese: a line break inside a
+    paragraph renders as a space, which Chinese text does not have. Headings, code
+    blocks and lines that start a block are left as they are."""
+    out, fenced = [], False
+    for line in text.split("\n"):
+        joinable = (
+            out
+            and not fenced
+            and ENDS_WIDE.search(out[-1])
+            and not out[-1].lstrip().startswith("#")
+            and STARTS_WIDE.match(line)
+            and not BLOCK.match(line)
+        )
+        if joinable:
+            out[-1] += line
+        else:
+            out.append(line)
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+    return "\n".join(out)
 
 
 def image_path(match: re.Match) -> str:
