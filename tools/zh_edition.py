@@ -202,7 +202,7 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
 
 WIDE = "\u2e80-\u9fff\uff00-\uffef\u3000-\u303f“”‘’"  # CJK and full-width punctuation
 ENDS_WIDE = re.compile(rf"[{WIDE}]$")
-STARTS_WIDE = re.compile(rf"^(\*{{0,2}}\[?[{WIDE}]|\[)")
+STARTS_WIDE = re.compile(rf"^\s*(\*{{0,2}}\[?[{WIDE}]|\[)")
 BLOCK = re.compile(r"^\s*(#|[-*+] |\d+\. |>|\||:::|\$\$|<|```|~~~)")
 
 
@@ -221,7 +221,7 @@ def join_lines(text: str) -> str:
             and not BLOCK.match(line)
         )
         if joinable:
-            out[-1] += line
+            out[-1] += line.lstrip()
         else:
             out.append(line)
         if line.lstrip().startswith(("```", "~~~")):
