@@ -38,14 +38,11 @@ def test_code_and_outputs_are_the_english_ones(english):
 
 @pytest.fixture
 def edition(tmp_path, monkeypatch):
-    """A copy of notebook 02 and its translation, where the tool looks for them."""
-    for sub in ("notebooks", "zh/translations", "zh/notebooks", "zh/book"):
-        (tmp_path / sub).mkdir(parents=True)
-    name = "02_embeddings"
-    shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", tmp_path / "notebooks")
-    for sub in ("zh/translations", "zh/notebooks"):
-        suffix = ".md" if sub.endswith("translations") else ".ipynb"
-        shutil.copy(ROOT / sub / f"{name}{suffix}", tmp_path / sub)
+    """A copy of the notebooks and their translations, where the tool looks for them;
+    returns notebook 02's path."""
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks", ignore=IGNORE)
+    for sub in ("translations", "notebooks"):
+        shutil.copytree(ROOT / "zh" / sub, tmp_path / "zh" / sub, ignore=IGNORE)
     shutil.copy(ROOT / "zh" / "search_terms.txt", tmp_path / "zh")
     monkeypatch.setattr(zh_edition, "NOTEBOOKS", tmp_path / "notebooks")
     monkeypatch.setattr(zh_edition, "TRANSLATIONS", tmp_path / "zh" / "translations")
@@ -55,7 +52,10 @@ def edition(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(zh_edition, "PAGES", [])
     assert zh_edition.run(update=False, check=True) == []
-    return tmp_path / "notebooks" / f"{name}.ipynb"
+    return tmp_path / "notebooks" / "02_embeddings.ipynb"
+
+
+IGNORE = shutil.ignore_patterns("runs", ".ipynb_checkpoints", "*.pt")
 
 
 def edit(path: Path, change) -> str:
