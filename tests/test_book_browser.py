@@ -215,7 +215,7 @@ def test_images_exist_and_load(book, rendered):
 def test_internal_links_resolve(book, rendered):
     for page, soup in rendered.items():
         here = (book / f"{page}.html").parent
-        for a in soup.select("main a[href]"):
+        for a in soup.select("main a[href]:not(.language-switch)"):
             href = a["href"]
             if href.startswith(("http:", "https:", "mailto:", "javascript:")):
                 continue
@@ -367,17 +367,18 @@ ENGLISH_RUN = re.compile(r"(?:\b[A-Za-z]{2,}\b[\s,;:'’-]+){4}\b[A-Za-z]{2,}\b"
 
 
 def english_left(soup: BeautifulSoup) -> list[str]:
-    """Paragraphs, list items, headings, table cells and admonition titles of a page's
+    """Paragraphs, list items, headings, table rows and admonition titles of a page's
     prose with five English words in a row and no Chinese character. Code, math,
-    outputs and titles of cited works (<em>, <cite>) do not count."""
+    outputs and titles of cited works (<em>, <cite>) do not count; a table row counts
+    as a whole (the glossary's rows pair a Chinese term with its English one)."""
     main = BeautifulSoup(str(soup.select_one("main") or soup), "html.parser")
     for tag in main.select(
         "pre, code, script, style, mjx-container, .math, .cell_output, em, cite"
     ):
         tag.decompose()
     left = []
-    for el in main.select("p, li, h1, h2, h3, h4, th, td, dt, dd, .admonition-title"):
-        if el.find(["p", "li", "table"]):
+    for el in main.select("p, li, h1, h2, h3, h4, tr, dt, dd, .admonition-title"):
+        if el.find(["p", "li", "table"]) or el.find_parent(["td", "th"]):
             continue  # judged by its own paragraphs
         text = " ".join(el.get_text(" ").split())
         if ENGLISH_RUN.search(text) and not CJK.search(text):
