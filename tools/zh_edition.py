@@ -190,7 +190,8 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
         if cell["cell_type"] == "code" and caption:
             mystnb = cell["metadata"]["mystnb"]
             mystnb["image"]["alt"] = "图：" + caption[1]
-            mystnb["figure"] = {"caption": caption[1]}
+            # the caption is Markdown: <pad> must not become an HTML tag
+            mystnb["figure"] = {"caption": caption[1].replace("<", "\\<")}
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = entries[cell["id"]][1]
             text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
