@@ -41,6 +41,7 @@ ZH = ROOT / "zh"
 TRANSLATIONS = ZH / "translations"
 ZH_NOTEBOOKS = ZH / "notebooks"
 PAGES = ["intro", "setup", "notation", "results", "references"]  # book/*.md
+ZH_PAGES = ["glossary", "setup_china"]  # only in the Chinese edition
 
 ENTRY = re.compile(r"^<!-- (cell|figure) (\S+) en ([0-9a-f]{12}) -->[ \t]*$", re.M)
 SOURCE = re.compile(r"\A<!-- source (\S+) en ([0-9a-f]{12}) -->[ \t]*\n")
@@ -303,11 +304,45 @@ def run(update: bool, check: bool) -> list[str]:
             write_notebook(target, made)
     for page in PAGES:
         problems += page_problems(page)
+    for page in PAGES + ZH_PAGES:
+        problems += fix_page(ZH / "book" / f"{page}.md", anchors, check)
     if not check:
         SEARCH_TERMS.write_text(search_terms(), encoding="utf-8")
     elif not SEARCH_TERMS.exists() or SEARCH_TERMS.read_text("utf-8") != search_terms():
         problems.append("zh/search_terms.txt is out of date (run tools/zh_edition.py)")
     return problems
+
+
+PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")
+
+
+def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
+    """A Chinese book page as the notebooks are made: links to a notebook's section
+    point at its Chinese heading, a paragraph's Chinese lines joined, an image not
+    drawn in Chinese taken from book/images/. Rewritten in place (or, with check,
+    reported)."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+
+    def relink(match: re.Match) -> str:
+        target = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb")
+        return f"]({match[1]}#{anchors.get(target, {}).get(match[2], match[2])})"
+
+    def image(match: re.Match) -> str:
+        if (ZH / "book" / "images" / match[1]).exists():
+            return match[0]
+        return f"../../book/images/{match[1]}"
+
+    fixed = PAGE_IMAGE.sub(image, join_lines(SECTION_LINK.sub(relink, text)))
+    if fixed == text:
+        return []
+    if check:
+        return [
+            f"zh/{path.relative_to(ZH)} needs its links fixed: run tools/zh_edition.py"
+        ]
+    path.write_text(fixed, encoding="utf-8")
+    return []
 
 
 def page_problems(page: str) -> list[str]:
