@@ -212,6 +212,13 @@ def test_images_exist_and_load(book, rendered):
             assert target.is_file(), f"{page}: image {src} is missing"
 
 
+@functools.cache
+def ids_of(page: Path) -> set[str]:
+    """The ids (link targets) of a built page; parsed once per page."""
+    soup = BeautifulSoup(page.read_text(), "html.parser")
+    return {t.get("id") for t in soup.select("[id]")}
+
+
 def test_internal_links_resolve(book, rendered):
     for page, soup in rendered.items():
         here = (book / f"{page}.html").parent
@@ -227,13 +234,7 @@ def test_internal_links_resolve(book, rendered):
             )
             assert target.is_file(), f"{page}: link {href} points at a missing page"
             if fragment and target.suffix == ".html":
-                ids = {
-                    t.get("id")
-                    for t in BeautifulSoup(target.read_text(), "html.parser").select(
-                        "[id]"
-                    )
-                }
-                assert fragment in ids, (
+                assert fragment in ids_of(target), (
                     f"{page}: link {href} points at a missing anchor"
                 )
 
