@@ -371,7 +371,7 @@ def main() -> None:
     args = parser.parse_args()
     problems = run(update=args.update, check=args.check)
     for line in problems:
-        print(line)
+        print(line, file=sys.stderr if args.check else sys.stdout)
     if args.check and problems:
         sys.exit(f"{len(problems)} problem(s) in the Chinese edition")
 
