@@ -156,6 +156,9 @@ def test_chinese_mentions_of_other_notebooks_are_links(path):
 
 
 @pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.stem[:2])
-def test_every_chinese_notebook_opens_with_what_you_will_learn(path):
-    first = markdown_of(path)[0]
-    assert ":::{admonition} 你将学到" in first, f"zh/notebooks/{path.name}"
+def test_every_chinese_notebook_page_has_the_same_frame(path):
+    """The English frame in Chinese: 你将学到 at the top, a 小结 with 后续用到."""
+    cells = markdown_of(path)
+    assert ":::{admonition} 你将学到" in cells[0], f"zh/notebooks/{path.name}"
+    summary = next((c for c in cells if "\n## 小结" in "\n" + c), "")
+    assert "**后续用到**" in summary, f"zh/notebooks/{path.name}: no 小结 with 后续用到"
