@@ -39,8 +39,8 @@ book: $(BOOK_STAMP)
 	@echo "The book: $(CURDIR)/_build/html/index.html (中文版: $(CURDIR)/_build/html/zh/index.html)"
 
 # Is every translation of the Chinese edition current, and its code the English code?
-check-zh:
-	$(PYTHON) tools/zh_edition.py --check
+check-zh: $(BOOK_STAMP)
+	$(BIN)/python tools/zh_edition.py --check
 
 test: $(STAMP)
 	TRANSFORMER_QUICK=1 $(BIN)/python -m pytest --nbval

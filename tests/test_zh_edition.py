@@ -124,7 +124,6 @@ def test_a_translation_must_keep_numbers_and_headings():
 
 def test_links_to_sections_follow_the_chinese_headings():
     nb = {
-        "_name": "06_masks",
         "cells": [
             {"cell_type": "markdown", "id": "a", "source": ["## The padding mask\n"]},
             {
@@ -136,7 +135,7 @@ def test_links_to_sections_follow_the_chinese_headings():
     }
     entries = {"a": ("", "## 填充掩码"), "b": ("", "见[这里](#the-padding-mask)。")}
     anchors = {"06_masks": zh_edition.anchor_map(nb, entries)}
-    out = zh_edition.chinese_notebook(nb, entries, anchors)
+    out = zh_edition.chinese_notebook(nb, "06_masks", entries, anchors)
     assert "".join(out["cells"][1]["source"]) == "见[这里](#填充掩码)。"
 
 

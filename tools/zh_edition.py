@@ -35,6 +35,8 @@ import re
 import sys
 from pathlib import Path
 
+from myst_parser.mdit_to_docutils.base import default_slugify
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ZH = ROOT / "zh"
@@ -50,7 +52,8 @@ NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*")
 HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
-IMAGE = re.compile(r"\.\./book/images/([\w.-]+)")
+IMAGE = re.compile(r"\.\./book/images/([\w.-]+)")  # from zh/notebooks/
+PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")  # from zh/book/
 GLOSSARY = ZH / "book" / "glossary.md"
 SEARCH_TERMS = ZH / "search_terms.txt"
 
@@ -128,10 +131,10 @@ def headings(text: str) -> list[tuple[int, str]]:
 
 
 def slugify(title: str) -> str:
-    """The anchor MyST gives a heading (myst_parser's default_slugify)."""
+    """The anchor MyST gives a heading: its default slug of the heading's plain text
+    (links, emphasis, code and math marks removed, as MyST renders them)."""
     title = re.sub(r"[*_`]", "", re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title))
-    title = re.sub(r"\$([^$]*)\$", r"\1", title)
-    return re.sub(r"[^\w\u4e00-\u9fff\- ]", "", title.lower().replace(" ", "-"))
+    return default_slugify(re.sub(r"\$([^$]*)\$", r"\1", title))
 
 
 def problems_of_entry(
@@ -150,11 +153,12 @@ def problems_of_entry(
             f"(hash {sha}, now {digest(english)}); translate the new text, set the hash"
         ]
     out = []
-    if CJK.search(prose(english)) is None and re.search("[A-Za-z]{3}", prose(english)):
+    english_prose = prose(english)
+    if not CJK.search(english_prose) and re.search("[A-Za-z]{3}", english_prose):
         if not CJK.search(chinese):
             out.append(f"{where} is still in English")
     missing = sorted(
-        set(NUMBER.findall(prose(english))) - set(NUMBER.findall(prose(chinese)))
+        set(NUMBER.findall(english_prose)) - set(NUMBER.findall(prose(chinese)))
     )
     if missing:
         out.append(f"{where} lacks numbers of the English text: {', '.join(missing)}")
@@ -177,15 +181,34 @@ def anchor_map(nb: dict, entries: dict) -> dict[str, str]:
     return mapping
 
 
-def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
-    """The English notebook with each markdown cell's text replaced by its translation,
-    and links to sections pointing at the Chinese headings."""
-    out = copy.deepcopy(nb)
+def relink(text: str, anchors: dict, here: str = "") -> str:
+    """Links to a notebook's section (`06_masks.ipynb#the-padding-mask`, or `#...`
+    within notebook `here`) pointed at the anchor of the Chinese heading."""
 
-    def relink(match: re.Match, here: str) -> str:
+    def chinese(match: re.Match) -> str:
         target = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb") or here
         return f"]({match[1]}#{anchors.get(target, {}).get(match[2], match[2])})"
 
+    return SECTION_LINK.sub(chinese, text)
+
+
+def localise_images(text: str, pattern: re.Pattern) -> str:
+    """A diagram drawn in Chinese (zh/book/images/) is used from there; any other image
+    from the English edition's book/images/."""
+
+    def path(match: re.Match) -> str:
+        if (ZH / "book" / "images" / match[1]).exists():
+            return match[0]
+        return f"../../book/images/{match[1]}"
+
+    return pattern.sub(path, text)
+
+
+def chinese_notebook(nb: dict, name: str, entries: dict, anchors: dict) -> dict:
+    """The English notebook `name` with each markdown cell's text replaced by its
+    translation, links to sections pointing at the Chinese headings, and each figure
+    captioned with its translated title."""
+    out = copy.deepcopy(nb)
     for cell in out["cells"]:
         caption = entries.get(f"figure:{cell['id']}")
         if cell["cell_type"] == "code" and caption:
@@ -194,11 +217,9 @@ def chinese_notebook(nb: dict, entries: dict, anchors: dict) -> dict:
             # the caption is Markdown: <pad> must not become an HTML tag
             mystnb["figure"] = {"caption": caption[1].replace("<", "\\<")}
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
-            text = entries[cell["id"]][1]
-            text = SECTION_LINK.sub(lambda m: relink(m, nb["_name"]), text)
-            text = IMAGE.sub(image_path, join_lines(text))
+            text = relink(entries[cell["id"]][1], anchors, name)
+            text = localise_images(join_lines(text), IMAGE)
             cell["source"] = text.splitlines(keepends=True)
-    del out["_name"]
     return out
 
 
@@ -231,14 +252,6 @@ def join_lines(text: str) -> str:
     return "\n".join(out)
 
 
-def image_path(match: re.Match) -> str:
-    """A diagram drawn in Chinese (zh/book/images/) is used from there; any other image
-    from the English edition's book/images/."""
-    if (ZH / "book" / "images" / match[1]).exists():
-        return match[0]
-    return f"../../book/images/{match[1]}"
-
-
 def search_terms() -> str:
     """The glossary's Chinese terms, one per line: jieba (the search index's word
     splitter) keeps each as one word, so searching for 束搜索 finds beam search."""
@@ -264,26 +277,25 @@ def run(update: bool, check: bool) -> list[str]:
     for name, nb in english.items():
         path = TRANSLATIONS / f"{name}.md"
         found = read_translations(path) if path.exists() else {}
+        texts = {key: text for key, text, _ in units(nb)}
         if update:
-            keys = {key for key, _, _ in units(nb)}
-            found = {k: v for k, v in found.items() if k in keys}
-            for key, english_text, _ in units(nb):
+            found = {k: v for k, v in found.items() if k in texts}
+            for key, english_text in texts.items():
                 found.setdefault(key, (digest(english_text), english_text))
             TRANSLATIONS.mkdir(parents=True, exist_ok=True)
             write_translations(path, nb, found)
         entries[name] = found
-        keys = {key for key, _, _ in units(nb)}
-        for extra in sorted(set(found) - keys):
+        for extra in sorted(set(found) - set(texts)):
             problems.append(
                 f"zh/translations/{name}.md: {extra} is not in {name}.ipynb "
                 "(run tools/zh_edition.py --update to drop it)"
             )
-        for key, english_text, _ in units(nb):
+        for key, english_text in texts.items():
             problems += problems_of_entry(name, key, english_text, found.get(key))
     anchors = {n: anchor_map(nb, entries[n]) for n, nb in english.items()}
     for name, nb in english.items():
         target = ZH_NOTEBOOKS / f"{name}.ipynb"
-        made = chinese_notebook({**nb, "_name": name}, entries[name], anchors)
+        made = chinese_notebook(nb, name, entries[name], anchors)
         if check:
             if not target.exists():
                 problems.append(f"zh/notebooks/{name}.ipynb is missing")
@@ -313,9 +325,6 @@ def run(update: bool, check: bool) -> list[str]:
     return problems
 
 
-PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")
-
-
 def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
     """A Chinese book page as the notebooks are made: links to a notebook's section
     point at its Chinese heading, a paragraph's Chinese lines joined, an image not
@@ -324,17 +333,7 @@ def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8")
-
-    def relink(match: re.Match) -> str:
-        target = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb")
-        return f"]({match[1]}#{anchors.get(target, {}).get(match[2], match[2])})"
-
-    def image(match: re.Match) -> str:
-        if (ZH / "book" / "images" / match[1]).exists():
-            return match[0]
-        return f"../../book/images/{match[1]}"
-
-    fixed = PAGE_IMAGE.sub(image, join_lines(SECTION_LINK.sub(relink, text)))
+    fixed = localise_images(join_lines(relink(text, anchors)), PAGE_IMAGE)
     if fixed == text:
         return []
     if check:
