@@ -14,7 +14,7 @@ from transformer_lib import exercises as ex
 from transformer_lib.gpt import GPT, GPTConfig, KVCache, generate
 from transformer_lib.modern import GroupedQueryAttention, Rotary, SwiGLU, repeat_kv
 from transformer_lib.multi_head import merge_heads, split_heads
-from transformer_lib.muon import MuonAdamW, newton_schulz
+from transformer_lib.muon import Muon, MuonAdamW, newton_schulz
 from transformer_lib.tiled_attention import tiled_attention
 
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
@@ -147,6 +147,43 @@ def test_newton_schulz_equals_pytorchs():
         G = torch.randn(shape)
         theirs = muon._zeropower_via_newtonschulz(G, NS_COEFFICIENTS, 5, 1e-7).float()
         assert (newton_schulz(G) - theirs).norm() / theirs.norm() < 0.03
+        assert torch.equal(newton_schulz(G, dtype=torch.bfloat16), theirs)
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon: 2.9+")
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_in_bf16_equals_torchs_muon(nesterov):
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.randn(40, 24, generator=g), torch.randn(24, 72, generator=g)]
+    ours = [torch.nn.Parameter(w.clone()) for w in weights]
+    theirs = [torch.nn.Parameter(w.clone()) for w in weights]
+    kw = dict(lr=0.03, weight_decay=0.05, momentum=0.9, nesterov=nesterov)
+    opts = (
+        Muon(ours, dtype=torch.bfloat16, **kw),
+        torch.optim.Muon(theirs, adjust_lr_fn="match_rms_adamw", **kw),
+    )
+    for _ in range(4):
+        grads = [torch.randn(w.shape, generator=g) for w in weights]
+        for params, opt in zip((ours, theirs), opts):
+            for p, grad in zip(params, grads):
+                p.grad = grad.clone()
+            opt.step()
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    # a state saved by torch's Muon (checkpoints made before the course had its own)
+    Muon(ours, lr=0.03).load_state_dict(opts[1].state_dict())
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_muon_iterates_in_bf16_only_where_native(monkeypatch, native):
+    import transformer_lib.muon as muon
+
+    monkeypatch.setattr(muon, "bf16_supported", lambda device: native)
+    p = torch.nn.Parameter(torch.randn(8, 4))
+    assert Muon([p], lr=0.1).dtype == (torch.bfloat16 if native else torch.float32)
+    assert Muon([p], lr=0.1, dtype=torch.float32).dtype == torch.float32
+    model = GPT(GPTConfig.tiny())
+    assert MuonAdamW(model, lr=1e-3).muon.dtype == Muon([p], lr=0.1).dtype
 
 
 @pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon: 2.9+")
@@ -162,7 +199,6 @@ def test_one_muon_step_by_hand():
     assert_close(p.detach(), want, atol=2e-3, rtol=1e-3)
 
 
-@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon: 2.9+")
 @pytest.mark.parametrize("tie_weights", [True, False])
 def test_muon_adamw_splits_every_parameter_once(tie_weights):
     model = GPT(GPTConfig.tiny(tie_weights=tie_weights, mlp="swiglu", n_kv_heads=1))

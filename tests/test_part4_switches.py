@@ -93,10 +93,6 @@ def test_the_cosine_planned_on_the_clock_ends_at_the_budget():
     assert learning_rate(steps, run) == pytest.approx(5.5e-3)
 
 
-NO_MUON = not hasattr(torch.optim, "Muon")
-
-
-@pytest.mark.skipif(NO_MUON, reason="torch.optim.Muon arrived in torch 2.9")
 def test_muon_trains_resumes_and_splits_the_parameters(tmp_path):
     model = GPT(GPTConfig.tiny())
     opt = MuonAdamW(model, lr=1e-3)
@@ -113,7 +109,6 @@ def test_muon_trains_resumes_and_splits_the_parameters(tmp_path):
     assert resumed["step"] == 9
 
 
-@pytest.mark.skipif(NO_MUON, reason="torch.optim.Muon arrived in torch 2.9")
 def test_train_lm_flags_reach_the_model(tmp_path, capsys):
     out = str(tmp_path / "rope.pt")
     flags = ["--preset", "tiny", "--max-iters", "2", "--batch-size", "2"]

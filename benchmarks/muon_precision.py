@@ -1,0 +1,86 @@
+"""What the precision of Muon's Newton-Schulz iteration costs a training step: the CPU
+preset of notebook 11 (batch 16, context 128) with AdamW, and with Muon iterating in
+bf16 (torch.optim.Muon's choice) and in fp32, in milliseconds per step.
+
+    python benchmarks/muon_precision.py         # this CPU, about 2 minutes on 2 cores
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/muon_precision.py
+
+The second command makes a CPU with AVX-512 act as one without it (most laptops): oneDNN
+and PyTorch's kernels stop at AVX2, so bf16 is emulated. Each row is timed in three
+interleaved rounds after a warm-up; the fastest round counts, so a busy moment slows no
+row more than another. The result is merged into benchmarks/results/muon_precision.json
+under "native bf16" or "emulated bf16", whichever this CPU is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.lm_train import get_batch, load_lm_data
+from transformer_lib.muon import MuonAdamW
+from transformer_lib.runtime import describe_machine
+from transformer_lib.training import bf16_supported, make_adamw
+
+ROWS = ("AdamW", "Muon, bf16 iteration", "Muon, fp32 iteration")
+
+
+def build(row: str) -> tuple[GPT, object]:
+    """The CPU preset and the optimizer of one row, from the same seed."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.cpu(vocab_size=65))
+    if row == "AdamW":
+        return model, make_adamw(model, 5e-3, 0.1, (0.9, 0.99))
+    optimizer = MuonAdamW(model, lr=5e-3)
+    optimizer.muon.dtype = torch.bfloat16 if "bf16" in row else torch.float32
+    return model, optimizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
+    ap.add_argument("--json", default="benchmarks/results/muon_precision.json")
+    a = ap.parse_args()
+    data = load_lm_data("char")
+    cpu = torch.device("cpu")
+    kind = "native bf16" if bf16_supported(cpu) else "emulated bf16"
+    machine = describe_machine(cpu)
+    print(machine, "|", kind, flush=True)
+    built = {row: build(row) for row in ROWS}
+    g = torch.Generator().manual_seed(0)
+    best = dict.fromkeys(ROWS, float("inf"))
+    for r in range(4):  # round 0 warms up
+        for row, (model, optimizer) in built.items():
+            n = 2 if r == 0 else a.steps
+            t0 = time.perf_counter()
+            for _ in range(n):
+                x, y = get_batch(data.train_ids, 16, 128, g)
+                _, loss = model(x, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            if r:
+                best[row] = min(best[row], (time.perf_counter() - t0) / n)
+    ms = {row: 1000 * t for row, t in best.items()}
+    print("| optimizer | ms per step | vs AdamW |\n| --- | ---: | ---: |")
+    for row, t in ms.items():
+        print(f"| {row} | {t:.1f} | {t / ms['AdamW']:.2f}x |")
+    path = Path(a.json)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[kind] = {
+        "machine": machine,
+        "torch": torch.__version__,
+        "steps": a.steps,
+        "ms_per_step": ms,
+    }
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {path} ({kind})")
+
+
+if __name__ == "__main__":
+    main()
