@@ -5,7 +5,8 @@
 Columns: glosses, "中文（English）" pairs; nested, a parenthesis inside a parenthesis;
 adjacent, two parentheses back to back 「）（」; long, sentences over 120 characters
 (a sentence ends at 。！？ or at the end of a paragraph, list item or heading; code
-blocks and table rows are not read; inline code and math count as written).
+blocks, display math, HTML tags (figures), table rows and link targets are not read;
+inline code and math count as written).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ LONG = 120
 def sentences(text: str) -> list[str]:
     """The sentences of a Markdown text, whitespace inside each collapsed."""
     text = ENTRY.sub("\n\n", FENCE.sub("\n\n", text))
+    text = re.sub(r"\$\$.*?\$\$|<[^>]+>", "\n\n", text, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
     text = "\n".join(line for line in text.splitlines() if not line.startswith("|"))
     out = []
     for block in BREAK.split(text):
