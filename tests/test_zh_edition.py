@@ -268,3 +268,22 @@ def test_one_term_each_and_no_nested_glosses(file):
     another parenthesis or right after one."""
     problems = by_file().get(file, [])
     assert not problems, "\n".join(problems)
+
+
+def test_a_link_to_a_heading_that_is_gone_is_reported(tmp_path):
+    """A book page keeps the Chinese anchor once written; after the heading is renamed
+    the check names the link instead of letting the book build fail on it."""
+    anchors = {"01_tokenization": {"padding-a-batch": "把一个批量补齐"}}
+    page = tmp_path / "notation.md"
+    page.write_text(
+        "[01](../notebooks/01_tokenization.ipynb#填充一个批量)\n"
+        "[01](../notebooks/01_tokenization.ipynb#padding-a-batch)\n",
+        encoding="utf-8",
+    )
+    text = zh_edition.relink(page.read_text(encoding="utf-8"), anchors)
+    problems = zh_edition.dangling_links("zh/book/notation.md", text, anchors)
+    assert problems == [
+        "zh/book/notation.md links to ../notebooks/01_tokenization.ipynb#填充一个批量, "
+        "which no heading of the Chinese 01_tokenization has: link to its English "
+        "anchor or its new heading"
+    ]

@@ -381,14 +381,30 @@ def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
         return []
     text = path.read_text(encoding="utf-8")
     fixed = localise_images(join_lines(relink(text, anchors)), PAGE_IMAGE)
+    problems = dangling_links(f"zh/{path.relative_to(ZH)}", fixed, anchors)
     if fixed == text:
-        return []
+        return problems
     if check:
-        return [
+        return problems + [
             f"zh/{path.relative_to(ZH)} needs its links fixed: run tools/zh_edition.py"
         ]
     path.write_text(fixed, encoding="utf-8")
-    return []
+    return problems
+
+
+def dangling_links(where: str, text: str, anchors: dict) -> list[str]:
+    """Links to a notebook's section that no heading of its Chinese edition has (a
+    page keeps the Chinese anchor once written, so renaming a heading breaks it)."""
+    out = []
+    for match in SECTION_LINK.finditer(text):
+        name = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb")
+        known = set(anchors.get(name, {}).values())
+        if match[1].endswith(".ipynb") and known and match[2] not in known:
+            out.append(
+                f"{where} links to {match[1]}#{match[2]}, which no heading of the "
+                f"Chinese {name} has: link to its English anchor or its new heading"
+            )
+    return out
 
 
 def page_problems(page: str) -> list[str]:
