@@ -166,3 +166,124 @@ def test_chinese_lines_of_a_paragraph_are_joined_without_a_space():
     assert zh_edition.join_lines(text) == (
         "## 标题\n正文在每个注意力，[笔记本 03](x) 加的\nGPT 的\n```\n代码\n行\n```"
     )
+
+
+@pytest.mark.parametrize(
+    "english, chinese",
+    [
+        ("4.4M parameters", "440 万个参数"),
+        ("26.9k tokens/s", "每秒 2.69 万个词元"),
+        ("38M of them", "约 3800 万个"),
+        ("6.7B parameters", "67 亿个参数"),
+        ("1.2 million pairs", "120 万个句对"),
+        ("3x faster", "快到 3 倍"),
+        ("18.4x less memory", "内存只有 1/18.4"),
+        ("a share of 0.04", "占 1/25"),
+        ("4.4M parameters", "4,400,000 个参数"),
+        ("50,000 rows", "5 万行"),
+    ],
+)
+def test_a_number_may_be_written_the_chinese_way(english, chinese):
+    assert zh_edition.missing_numbers(english, chinese) == []
+
+
+@pytest.mark.parametrize(
+    "english, chinese, missing",
+    [
+        ("4.4M parameters", "450 万个参数", "4.4"),
+        ("26.9k tokens/s", "每秒 2.96 万个词元", "26.9"),
+        ("38M of them", "约 380 万个", "38"),
+        ("6.7B parameters", "76 亿个参数", "6.7"),
+        ("3x faster", "快到 4 倍", "3"),
+        ("a share of 0.04", "占 1/24", "0.04"),
+        ("50,000 rows", "50000 行", "50,000"),
+        ("50,000 rows", "5 千行", "50,000"),
+    ],
+)
+def test_a_number_that_differs_still_fails(english, chinese, missing):
+    assert zh_edition.missing_numbers(english, chinese) == [missing]
+    sha = zh_edition.digest(english)
+    problems = zh_edition.problems_of_entry("x", "abc", english, (sha, chinese))
+    assert problems == [
+        f"zh/translations/x.md: cell abc lacks numbers of the English text: {missing}"
+    ]
+
+
+def test_the_term_check_names_the_file_the_cell_and_the_variant():
+    texts = [
+        ("zh/translations/x.md", "cell abc", "与 PyTorch 对照检验。"),
+        ("zh/translations/x.md", "cell def", "每个块有一个 MLP 和 `MLP` 类。"),
+        ("zh/book/y.md", "line 3", "被遮住的位置"),
+        ("zh/diagram_labels.yml", "label 'x'", "相加 & LayerNorm"),
+        ("zh/translations/x.md", "cell ghi", "（**自注意力**（self-attention））"),
+        ("zh/translations/x.md", "cell jkl", "词元（token）（见下）"),
+    ]
+    assert zh_edition.term_problems(texts) == [
+        "zh/translations/x.md: cell abc writes '检验'; write '检查'",
+        "zh/translations/x.md: cell def writes 'MLP'; write '前馈网络'",
+        "zh/book/y.md: line 3 writes '遮住'; write '屏蔽'",
+        "zh/diagram_labels.yml: label 'x' writes 'LayerNorm'; write '层归一化'",
+        "zh/translations/x.md: cell ghi has a parenthesis inside a parenthesis: "
+        "…（**自注意力**（self-attention））…",
+        "zh/translations/x.md: cell jkl has two parentheses back to back: "
+        "…词元（token）（见下）…",
+    ]
+
+
+def test_code_names_and_formulas_are_not_terms():
+    texts = [
+        (
+            "zh/translations/x.md",
+            "cell a",
+            "`nn.LayerNorm` 与 `GatedMLP`，$\\text{FFN}$",
+        ),
+        ("zh/diagram_labels.yml", "label 'f'", "x ← LayerNorm(x + Sublayer(x))"),
+        ("zh/translations/x.md", "cell b", "[层归一化](07_encoder.ipynb#layernorm)"),
+        ("zh/translations/x.md", "cell c", "校验 sha256；MLPs 不是 MLP_ 也不是 xMLP"),
+    ]
+    assert zh_edition.term_problems(texts) == []
+
+
+def test_zh_terms_lists_each_variant_once():
+    terms = zh_edition.load_terms()
+    preferred = [t["preferred"] for t in terms]
+    variants = [v for t in terms for v in t["forbidden"]]
+    assert len(set(variants)) == len(variants)
+    assert not set(preferred) & set(variants)
+
+
+def by_file() -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {}
+    for line in zh_edition.term_problems():
+        problems.setdefault(line.split(":")[0], []).append(line)
+    return problems
+
+
+@pytest.mark.parametrize(
+    "file",
+    sorted({file for file, _, _ in zh_edition.chinese_texts()}),
+)
+def test_one_term_each_and_no_nested_glosses(file):
+    """Each concept has one Chinese term (zh/terms.yml); a gloss is never inside
+    another parenthesis or right after one."""
+    problems = by_file().get(file, [])
+    assert not problems, "\n".join(problems)
+
+
+def test_a_link_to_a_heading_that_is_gone_is_reported(tmp_path):
+    """A book page keeps the Chinese anchor once written; after the heading is renamed
+    the check names the link instead of letting the book build fail on it."""
+    anchors = {"01_tokenization": {"padding-a-batch": "把一个批量补齐"}}
+    page = tmp_path / "notation.md"
+    page.write_text(
+        "[01](../notebooks/01_tokenization.ipynb#填充一个批量)\n"
+        "[01](../notebooks/01_tokenization.ipynb#padding-a-batch)\n",
+        encoding="utf-8",
+    )
+    text = zh_edition.relink(page.read_text(encoding="utf-8"), anchors)
+    problems = zh_edition.dangling_links("zh/book/notation.md", text, anchors)
+    assert problems == [
+        "zh/book/notation.md links to ../notebooks/01_tokenization.ipynb#填充一个批量, "
+        "which no heading of the Chinese 01_tokenization has: link to its English "
+        "anchor or its new heading"
+    ]

@@ -19,10 +19,14 @@ The book pages `zh/book/*.md` are translated whole; each starts with
 `--check` changes nothing and exits 1 with one line per problem: an English prose
 cell changed after its translation was made (stale), a cell with no translation, a
 translation still in English, a number of the English text missing from the
-translation, headings that do not match, or a Chinese notebook whose code differs from
-its English source. `--update` adds the entries of new markdown cells (English text, to
-be translated) to the translation files and drops entries of cells that no longer
-exist.
+translation (a number may be written the Chinese way: "4.4M" as 440 万, "26.9k" as
+2.69 万, "0.04" as 1/25), headings that do not match, or a Chinese notebook whose code
+differs from its English source. `--update` adds the entries of new markdown cells
+(English text, to be translated) to the translation files and drops entries of cells
+that no longer exist.
+
+`term_problems()` (run by tests/test_zh_edition.py) finds a variant of a term that
+zh/terms.yml forbids, a parenthesis inside a parenthesis and two back to back.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ import hashlib
 import json
 import re
 import sys
+from decimal import Decimal
 from pathlib import Path
 
+import yaml
 from myst_parser.mdit_to_docutils.base import default_slugify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,12 +55,25 @@ ENTRY = re.compile(r"^<!-- (cell|figure) (\S+) en ([0-9a-f]{12}) -->[ \t]*$", re
 SOURCE = re.compile(r"\A<!-- source (\S+) en ([0-9a-f]{12}) -->[ \t]*\n")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*")
+# a number of the English with its scale: 4.4M, 26.9k, 6.7B, 38 million
+SCALED = re.compile(
+    r"(?<![A-Za-z0-9_.])(\d+(?:[.,]\d+)*)"
+    r"(?:([kKMB])(?![A-Za-z0-9_])| (thousand|million|billion)\b)?"
+)
+SCALES = {"k": 3, "K": 3, "M": 6, "B": 9, "thousand": 3, "million": 6, "billion": 9}
+# a number written the Chinese way: 440 万, 67 亿, 2.69 万, or a fraction 1/25.6
+CHINESE_FORM = re.compile(
+    r"(?<![A-Za-z0-9_.])(\d+(?:[.,]\d+)*)(?:/(\d+(?:\.\d+)?)| ?([千万亿]))"
+)
+CHINESE_SCALES = {"千": 3, "万": 4, "亿": 8}
 HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
 IMAGE = re.compile(r"\.\./book/images/([\w.-]+)")  # from zh/notebooks/
 PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")  # from zh/book/
 GLOSSARY = ZH / "book" / "glossary.md"
+TERMS = ZH / "terms.yml"
+DIAGRAM_LABELS = ZH / "diagram_labels.yml"
 SEARCH_TERMS = ZH / "search_terms.txt"
 
 
@@ -157,9 +176,7 @@ def problems_of_entry(
     if not CJK.search(english_prose) and re.search("[A-Za-z]{3}", english_prose):
         if not CJK.search(chinese):
             out.append(f"{where} is still in English")
-    missing = sorted(
-        set(NUMBER.findall(english_prose)) - set(NUMBER.findall(prose(chinese)))
-    )
+    missing = missing_numbers(english_prose, prose(chinese))
     if missing:
         out.append(f"{where} lacks numbers of the English text: {', '.join(missing)}")
     en_levels = [level for level, _ in headings(english)]
@@ -167,6 +184,36 @@ def problems_of_entry(
     if en_levels != zh_levels:
         out.append(f"{where} has headings of levels {zh_levels}, English {en_levels}")
     return out
+
+
+def value(number: str) -> Decimal:
+    return Decimal(number.replace(",", ""))
+
+
+def missing_numbers(english: str, chinese: str) -> list[str]:
+    """The numbers of an English text that its Chinese translation lacks. A number is
+    there when the Chinese has it as written, or has its value written the Chinese way:
+    with 千/万/亿 (4.4M as 440 万, 26.9k tokens as 2.69 万个), or as a fraction (0.04 as
+    1/25). An English number with a scale (4.4M) may also be written out (4,400,000)."""
+    written = set(NUMBER.findall(chinese))
+    chinese_forms = set()
+    for number, denominator, scale in CHINESE_FORM.findall(chinese):
+        if denominator:
+            if value(denominator):
+                chinese_forms.add(value(number) / value(denominator))
+        else:
+            chinese_forms.add(value(number).scaleb(CHINESE_SCALES[scale]))
+    plain = {value(n) for n in written}
+    missing = set()
+    for number, letter, word in SCALED.findall(english):
+        if number in written:
+            continue
+        scale = SCALES.get(letter or word, 0)
+        amount = value(number).scaleb(scale)
+        if amount in chinese_forms or (scale and amount in plain):
+            continue
+        missing.add(number)
+    return sorted(missing)
 
 
 def anchor_map(nb: dict, entries: dict) -> dict[str, str]:
@@ -334,14 +381,30 @@ def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
         return []
     text = path.read_text(encoding="utf-8")
     fixed = localise_images(join_lines(relink(text, anchors)), PAGE_IMAGE)
+    problems = dangling_links(f"zh/{path.relative_to(ZH)}", fixed, anchors)
     if fixed == text:
-        return []
+        return problems
     if check:
-        return [
+        return problems + [
             f"zh/{path.relative_to(ZH)} needs its links fixed: run tools/zh_edition.py"
         ]
     path.write_text(fixed, encoding="utf-8")
-    return []
+    return problems
+
+
+def dangling_links(where: str, text: str, anchors: dict) -> list[str]:
+    """Links to a notebook's section that no heading of its Chinese edition has (a
+    page keeps the Chinese anchor once written, so renaming a heading breaks it)."""
+    out = []
+    for match in SECTION_LINK.finditer(text):
+        name = match[1].rsplit("/", 1)[-1].removesuffix(".ipynb")
+        known = set(anchors.get(name, {}).values())
+        if match[1].endswith(".ipynb") and known and match[2] not in known:
+            out.append(
+                f"{where} links to {match[1]}#{match[2]}, which no heading of the "
+                f"Chinese {name} has: link to its English anchor or its new heading"
+            )
+    return out
 
 
 def page_problems(page: str) -> list[str]:
@@ -361,6 +424,73 @@ def page_problems(page: str) -> list[str]:
             f"(hash {mark[2]}, now {digest(english)})"
         ]
     return []
+
+
+def load_terms() -> list[dict]:
+    """zh/terms.yml: one Chinese term per concept, with the variants it forbids."""
+    return yaml.safe_load(TERMS.read_text(encoding="utf-8"))["terms"]
+
+
+def variant_pattern(variant: str) -> re.Pattern:
+    """A Latin variant (MLP, LayerNorm) is one as a whole word, and not when a "("
+    follows it (a formula: LayerNorm(x)); a Chinese one anywhere."""
+    if re.fullmatch(r"[A-Za-z][\w ]*", variant):
+        return re.compile(rf"(?<![\w.]){re.escape(variant)}(?![\w(])")
+    return re.compile(re.escape(variant))
+
+
+NESTED = re.compile(r"（[^（）]*（")
+BACK_TO_BACK = re.compile(r"）\s*（")
+
+
+def chinese_texts() -> list[tuple[str, str, str]]:
+    """(file, place, text) of every Chinese text of the edition a reader sees: each
+    translation entry, each line of a Chinese book page (not the glossary, which names
+    each term's English) and each Chinese diagram label."""
+    out = []
+    for path in sorted(TRANSLATIONS.glob("*.md")):
+        for key, (_, text) in read_translations(path).items():
+            kind, _, cell_id = key.rpartition(":")
+            out.append(
+                (f"zh/translations/{path.name}", f"{kind or 'cell'} {cell_id}", text)
+            )
+    for path in sorted((ZH / "book").glob("*.md")):
+        if path == GLOSSARY:
+            continue
+        lines = FENCE.sub(lambda m: "\n" * m[0].count("\n"), path.read_text("utf-8"))
+        for number, line in enumerate(lines.splitlines(), 1):
+            out.append((f"zh/book/{path.name}", f"line {number}", line))
+    if DIAGRAM_LABELS.exists():
+        labels = yaml.safe_load(DIAGRAM_LABELS.read_text(encoding="utf-8"))
+        for english, chinese in labels.items():
+            out.append(("zh/diagram_labels.yml", f"label {english[:40]!r}", chinese))
+    return out
+
+
+def term_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """One line per forbidden variant of a term (zh/terms.yml), per parenthesis inside
+    a parenthesis and per two parentheses back to back, in the edition's Chinese
+    prose (code, math and link targets are not read)."""
+    patterns = [
+        (term["preferred"], variant, variant_pattern(variant))
+        for term in load_terms()
+        for variant in term["forbidden"]
+    ]
+    out = []
+    for file, place, text in chinese_texts() if texts is None else texts:
+        text = prose(text)
+        for preferred, variant, pattern in patterns:
+            if pattern.search(text):
+                out.append(f"{file}: {place} writes {variant!r}; write {preferred!r}")
+        for pattern, what in (
+            (NESTED, "a parenthesis inside a parenthesis"),
+            (BACK_TO_BACK, "two parentheses back to back"),
+        ):
+            for match in pattern.finditer(text):
+                inner = match.end() - 1  # the second "（"
+                near = text[max(inner - 12, 0) : inner + 18].replace("\n", "")
+                out.append(f"{file}: {place} has {what}: …{near}…")
+    return out
 
 
 def main() -> None:
