@@ -140,7 +140,10 @@ def write_translations(path: Path, nb: dict, entries: dict) -> None:
 def prose(text: str) -> str:
     """Text without code blocks, inline code, math, links' targets and HTML tags."""
     text = FENCE.sub("", text)
-    text = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$|`[^`\n]*`", "", text, flags=re.S)
+    # inline math may run over a line break, never over a blank line
+    text = re.sub(
+        r"\$\$.*?\$\$|\$(?:[^$\n]|\n(?!\n))+\$|`[^`\n]*`", "", text, flags=re.S
+    )
     text = re.sub(r"\]\([^)]*\)|<[^>]+>|https?://\S+", "", text)
     return text
 
