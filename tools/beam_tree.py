@@ -1,16 +1,17 @@
 """Draw a beam-search tree from a real run of a trained translator (notebook 10's
 figure).
 
-    python tools/beam_tree.py notebooks/runs/translator.pt        # after the full
-    training python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3
-    --out book/images/x.svg
+    python tools/beam_tree.py notebooks/runs/translator.pt   # after the full training
+    python tools/beam_tree.py CKPT --sentence "Where is the station?" --beam 3
 
-It traces the library's beam search step by step for one sentence (same scores: summed
-log-probabilities, finished hypotheses divided by the GNMT length penalty), checks that
-the traced winner is what `transformer_lib.decoding.beam_search` returns, and draws the
-kept hypotheses of each step with their scores beside the greedy path, into
-book/images/beam_tree.svg, and puts the figure's description (with the new numbers) as
-the image's alt text in notebook 10.
+It picks the first of a few short sentences (or the one given) on which beam search
+finds a more probable translation than greedy decoding, traces the library's beam
+search step by step on it (finished hypotheses ranked by their summed log-probability
+divided by the GNMT length penalty), checks that the traced winner is what
+`transformer_lib.decoding.beam_search` returns, and draws the kept hypotheses of each
+step beside the greedy path, every node with one kind of score (the summed
+log-probability of its prefix), into book/images/beam_tree.svg; the figure's
+description (with the new numbers) becomes the image's alt text in notebook 10.
 """
 
 import argparse
@@ -44,7 +45,7 @@ def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
 
     Returns (steps, finished): steps[t] = [(parent_slot, token, cumulative logp)] for
     the live beams after step t; finished = [(step, parent_slot, normalised score,
-    tokens)].
+    tokens, summed logp with <eos>)].
     """
     memory, src_mask = model.encode(src)
     memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
@@ -64,7 +65,7 @@ def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
             if tok == eos_id:
                 hyp = ys[beam, 1:].tolist()
                 norm = s / length_penalty_gnmt(len(hyp) + 1, alpha)
-                finished.append((t, beam, norm, hyp))
+                finished.append((t, beam, norm, hyp, s))
             else:
                 kept.append((beam, tok, s))
                 rows.append(beam)
@@ -83,14 +84,14 @@ def trace_beam(model, src, bos_id, eos_id, K=3, alpha=0.6, max_len=12):
 
 
 def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, source=""):
-    """The SVG: one column per step, the kept hypotheses with their summed
-    log-probabilities."""
+    """The SVG: one column per step, each kept or finished hypothesis with its summed
+    log-probability."""
     n = len(steps)
     col, row = 118, 58
     width = max(760, 150 + (n + 1) * col)
     per_step = [sum(f[0] == t for f in finished) for t in range(n + 1)]
     extra = max(per_step) if per_step else 1
-    height = 120 + (K + extra - 1) * row + 150
+    height = 120 + (K + extra - 1) * row + 170
     best = max(finished, key=lambda f: f[2])
     tok = lambda i: tgt_tok.decode([i], skip_special=False)  # noqa: E731
     text = lambda ids: tgt_tok.decode(ids, skip_special=True) or "(empty)"  # noqa: E731
@@ -134,15 +135,17 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
             s.line([(px, py), (x, y + 18)], color=MUTED)
             pos[(t, j)] = (x + 96, y + 18)
     seen = [0] * (n + 1)
-    for t, parent, norm, hyp in finished:
+    for done in finished:
+        t, parent, _, _, summed = done
         x = 110 + t * col
         y = y0 + (K + seen[t]) * row
         seen[t] += 1
-        kind = "out" if (t, parent, norm, hyp) == best else "off"
+        kind = "out" if done == best else "off"
         px, py = pos[(t - 1, parent)] if t else pos[(-1, 0)]
-        s.box(x, y, 96, 36, f"<eos> {norm:.2f}", kind, size=12, dash=kind == "off")
+        s.box(x, y, 96, 36, f"<eos> {summed:.2f}", kind, size=12, dash=kind == "off")
         s.line([(px, py), (x, y + 18)], color=MUTED, dash=True)
     yb = y0 + (K + extra - 1) * row + 56
+    lp = length_penalty_gnmt(len(best[3]) + 1, alpha)
     s.text(
         20,
         yb,
@@ -152,7 +155,16 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
         anchor="start",
         color=PALETTE["out"][1],
     )
-    yg = yb + 30
+    # the ranking's arithmetic for the winner: numbers only, the same in Chinese
+    s.text(
+        20,
+        yb + 20,
+        f"“{text(best[3])}”: {best[4]:.2f} / {lp:.3f} = {best[2]:.2f}",
+        size=13,
+        anchor="start",
+        color=PALETTE["out"][1],
+    )
+    yg = yb + 50
     s.text(20, yg + 22, "greedy", size=14, anchor="start", weight="bold")
     total = 0.0
     for t, (token, lp) in enumerate(greedy_logp_steps):
@@ -193,29 +205,55 @@ def greedy_with_logp(model, src, bos_id, eos_id, max_len=12):
     return out
 
 
+# Short sentences (so that the tree stays readable), notebook 10's examples first.
+CANDIDATES = [
+    "Where is the station?",
+    "I don't like cats.",
+    "He is my brother.",
+    "What time is it?",
+    "I want to go home.",
+    "This book is mine.",
+    "We are hungry.",
+    "Open the door.",
+]
+
+
 def beam_tree(
     checkpoint,
-    sentence="Where is the station?",
+    sentences=CANDIDATES,
     K=3,
     alpha=0.6,
     out=ROOT / "book" / "images" / "beam_tree.svg",
 ):
-    """Trace, check against the library and draw; returns the output path."""
+    """Draw the first sentence on which beam search finds a more probable translation
+    than greedy decoding, after checking the trace against the library; returns the
+    output path."""
     model, src_tok, tgt_tok, _ = load_translator(checkpoint, device="cpu")
     model.eval()
-    src = torch.tensor(encode_sources([sentence], src_tok, model.config.context_len))
     bos, eos = tgt_tok.bos_id, tgt_tok.eos_id
-    steps, finished = trace_beam(model, src, bos, eos, K=K, alpha=alpha)
-    best = max(finished, key=lambda f: f[2])[3]
-    lib = beam_search(
-        model, src, bos, eos, beam_size=K, length_penalty=alpha, max_len=12
-    )[0]
-    assert best == lib, f"traced beam {best} differs from the library's {lib}"
-    g = greedy_with_logp(model, src, bos, eos)
-    greedy = [t for t, _ in g if t != eos]
-    assert greedy == greedy_decode(model, src, bos, eos, max_len=12)[0]
+    for sentence in sentences:
+        src = torch.tensor(
+            encode_sources([sentence], src_tok, model.config.context_len)
+        )
+        steps, finished = trace_beam(model, src, bos, eos, K=K, alpha=alpha)
+        best = max(finished, key=lambda f: f[2])
+        lib = beam_search(
+            model, src, bos, eos, beam_size=K, length_penalty=alpha, max_len=12
+        )[0]
+        assert best[3] == lib, f"traced beam {best[3]} differs from the library's {lib}"
+        g = greedy_with_logp(model, src, bos, eos)
+        greedy = [t for t, _ in g if t != eos]
+        assert greedy == greedy_decode(model, src, bos, eos, max_len=12)[0]
+        total = sum(lp for _, lp in g)
+        if best[3] != greedy and best[4] > total:
+            break
+        print(f"{sentence!r}: beam search finds nothing more probable than greedy")
+    else:
+        sys.exit(
+            "beam search beats greedy decoding on none of the sentences; "
+            'give others with --sentence "..." --sentence "..."'
+        )
     greedy_logp_steps[:] = g
-    total = sum(lp for _, lp in g)
     svg = draw(
         sentence,
         tgt_tok,
@@ -255,7 +293,11 @@ def main() -> None:
     p.add_argument(
         "checkpoint", help="a translator checkpoint, e.g. notebooks/runs/translator.pt"
     )
-    p.add_argument("--sentence", default="Where is the station?")
+    p.add_argument(
+        "--sentence",
+        action="append",
+        help="a sentence to try (repeatable); default: a few short ones, in order",
+    )
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))
     p.add_argument(
@@ -264,7 +306,7 @@ def main() -> None:
         help="whose <img> of the tree gets the new description as alt text",
     )
     a = p.parse_args()
-    out = beam_tree(a.checkpoint, a.sentence, a.beam, out=a.out)
+    out = beam_tree(a.checkpoint, a.sentence or CANDIDATES, a.beam, out=a.out)
     print("wrote", out)
     desc = re.search(r"<desc[^>]*>(.*?)</desc>", out.read_text(encoding="utf-8"), re.S)
     if update_alt(Path(a.notebook), out.name, html.unescape(desc[1])):

@@ -47,6 +47,16 @@ def _stack(s, x, y_bottom, w, parts, h=34, gap=14):
     return boxes
 
 
+def _block_frame(s, x, y, w, h, *lines):
+    """A dashed frame around a block, its label right of the centre line, where the
+    arrow between the blocks runs."""
+    s.frame(x, y, w, h)
+    for k, line in enumerate(lines):
+        s.text(
+            x + w / 2 + 10, y + 16 + 14 * k, line, size=12, anchor="start", color=MUTED
+        )
+
+
 @diagram
 def course_map():
     s = Svg(
@@ -82,7 +92,7 @@ def course_map():
             ("embedding + positions", "embed", "02, 03"),
         ],
     )
-    s.frame(30, 322, w + 20, 214, "encoder block × N · 07")
+    _block_frame(s, 30, 310, w + 20, 226, "encoder block", "× L · 07")
     enc = _stack(
         s,
         40,
@@ -111,7 +121,7 @@ def course_map():
             ("embedding + positions", "embed", "02, 03"),
         ],
     )
-    s.frame(dx - 10, 230, w + 20, 306, "decoder block × N · 08")
+    _block_frame(s, dx - 10, 218, w + 20, 318, "decoder block", "× L · 08")
     dec = _stack(
         s,
         dx,
@@ -146,7 +156,7 @@ def course_map():
             ("embedding + positions", "embed", "02, 03"),
         ],
     )
-    s.frame(gx - 10, 322, w + 20, 214, "GPT block × N, pre-norm · 11")
+    _block_frame(s, gx - 10, 310, w + 20, 226, "GPT block × L", "pre-norm · 11")
     g = _stack(
         s,
         gx,
@@ -275,7 +285,12 @@ def attention_one_query():
         f"sum to 1; the output is the weighted average of the value vectors, "
         f"{fmt(np.round(out, 2))}.",
     )
-    heads = ["key k_j", "score q·k_j / √d_k", "softmax weight", "value v_j"]
+    heads = [
+        "key k_{j}",
+        "score q·k_{j} / √d_{k}",
+        "softmax weight w_{j}",
+        "value v_{j}",
+    ]
     xs = [110, 300, 470, 700]
     for x, h in zip(xs, heads):
         s.text(x + 60, 70, h, size=13, weight="bold")
@@ -307,7 +322,7 @@ def attention_one_query():
         244,
         330,
         32,
-        f"output = Σ weight_j · v_j = {fmt(np.round(out, 2))}",
+        f"output = Σ_{{j}} w_{{j}} v_{{j}} = {fmt(np.round(out, 2))}",
         "out",
         size=13,
     )
@@ -470,7 +485,7 @@ def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
 def encoder_decoder_blocks():
     s = Svg(
         900,
-        470,
+        480,
         "The encoder block and the decoder block (post-norm, as in the paper)",
         "Left, the encoder block: self-attention, add and LayerNorm, "
         "feed-forward, add and "
@@ -480,7 +495,9 @@ def encoder_decoder_blocks():
         "cross-attention "
         "whose queries come from the decoder and whose keys and values are "
         "the encoder's "
-        "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm.",
+        "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm. "
+        "Between them, the pre-norm sublayer that notebook 09 trains: LayerNorm, "
+        "sublayer, then add the input.",
     )
     _sublayer_column(
         s,
@@ -496,7 +513,8 @@ def encoder_decoder_blocks():
         bottom=420,
         w=210,
     )
-    s.text(185, 452, "x: source tokens (B, S, d_model)", size=12, color=MUTED)
+    # below the input arrows' tails, which start 30 px under the blocks
+    s.text(185, 468, "x: source tokens (B, S, d_model)", size=12, color=MUTED)
     dec = _sublayer_column(
         s,
         560,
@@ -513,15 +531,31 @@ def encoder_decoder_blocks():
         bottom=420,
         w=210,
     )
-    s.text(665, 452, "y: target tokens so far (B, T, d_model)", size=12, color=MUTED)
+    s.text(665, 468, "y: target tokens so far (B, T, d_model)", size=12, color=MUTED)
     cx, cy, cw, ch = dec[2]
     s.box(330, cy - 6, 150, 48, "memory", "data", size=14, sub="encoder output")
     s.line([(185, 206), (185, 150), (405, 150), (405, cy - 6)], dash=True)
     s.text(
-        300, 140, "output of the last of N blocks", size=11, color=MUTED, anchor="start"
+        300, 140, "output of the last of L blocks", size=11, color=MUTED, anchor="start"
     )
     s.arrow(480, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
     s.text(520, cy + ch / 2 - 8, "K, V", size=12, color=PALETTE["attn"][1])
+    # the variant the course trains (Seq2SeqConfig(norm_first=True)): norm first
+    s.text(405, 350, "as trained in 09: pre-norm", size=12, weight="bold")
+    mini = _stack(
+        s,
+        350,
+        446,
+        110,
+        [("LayerNorm", "norm"), ("sublayer", "attn"), ("+", "norm")],
+        h=22,
+        gap=10,
+    )
+    s.line(
+        [(405, 452), (338, 452), (338, mini[2][1] + 11), (350, mini[2][1] + 11)],
+        color=PALETTE["norm"][1],
+    )
+    s.arrow(405, 462, 405, 446)
     return s
 
 
@@ -643,7 +677,7 @@ def gpt_block():
         sub="(B, T, d_model)",
     )
     s.arrow(180, 510, 180, 494)
-    s.frame(30, 96, 300, 344, "block × n_layers")
+    s.frame(30, 96, 300, 344, "block × L (n_layers)")
     blk = _sublayer_column(
         s,
         70,
@@ -664,7 +698,7 @@ def gpt_block():
         60, 20, 240, 46, "RMSNorm · LM head", "out", size=14, sub="logits (B, T, vocab)"
     )
     s.arrow(180, blk[-1][1] - 22, 180, 66)
-    s.frame(420, 170, 440, 150, "inside the MLP")
+    s.frame(394, 170, 496, 150, "inside the MLP")
     for i, (lab, sub) in enumerate(
         [
             ("Linear", "d_model → 4·d_model"),
@@ -672,11 +706,11 @@ def gpt_block():
             ("Linear", "4·d_model → d_model"),
         ]
     ):
-        s.box(436 + i * 142, 216, 126, 56, lab, "ffn", size=14, sub=sub)
+        s.box(408 + i * 162, 216, 146, 56, lab, "ffn", size=14, sub=sub)
         if i:
-            s.arrow(436 + i * 142 - 16, 244, 436 + i * 142, 244)
+            s.arrow(408 + i * 162 - 16, 244, 408 + i * 162, 244)
     mx, my, mw, mh = blk[4]
-    s.line([(mx + mw, my + mh / 2), (420, 245)], dash=True, color=MUTED, arrow=False)
+    s.line([(mx + mw, my + mh / 2), (394, 245)], dash=True, color=MUTED, arrow=False)
     s.text(
         640, 380, "pre-norm: the residual path is a plain sum,", size=13, color=MUTED
     )
@@ -1010,12 +1044,13 @@ def tiled_attention():
         weight="bold",
     )
     lines = [
-        "m′ = max(m, max s)          running maximum",
-        "ℓ′ = e^(m−m′)·ℓ + Σ e^(s−m′)    running sum",
-        "o′ = e^(m−m′)·o + Σ e^(s−m′)·v  running output",
+        ("m′ = max(m, max s)", "running maximum"),
+        ("ℓ′ = e^{m−m′} ℓ + Σ e^{s−m′}", "running sum"),
+        ("o′ = e^{m−m′} o + Σ e^{s−m′} v", "running output"),
     ]
-    for k, line in enumerate(lines):
-        s.text(tx, 120 + 30 * k, line, size=13, anchor="start", mono=True)
+    for k, (formula, meaning) in enumerate(lines):
+        s.text(tx, 120 + 30 * k, formula, size=15, anchor="start")
+        s.text(tx + 250, 120 + 30 * k, meaning, size=12, anchor="start", color=MUTED)
     s.text(tx, 230, "after the last tile: output = o / ℓ", size=14, anchor="start")
     s.text(
         tx,

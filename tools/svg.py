@@ -5,6 +5,7 @@ attention orange, feed-forward blue, norm and residual yellow, embeddings green,
 output purple, data grey.
 """
 
+import re
 from html import escape
 
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
@@ -23,6 +24,24 @@ def translate(text: str) -> str:
     if any(c.isalpha() and c.isascii() for c in text):
         MISSING.append(text)
     return text
+
+
+SCRIPT = re.compile(r"([_^])\{([^{}]*)\}")
+
+
+def scripts(text: str, size: float) -> str:
+    """Escaped SVG text with `_{...}` as a subscript and `^{...}` as a superscript
+    (tspans at 70% of the size), so that `k_{j}` reads as math, not as code."""
+    out, end = [], 0
+    for m in SCRIPT.finditer(text):
+        shift = 0.25 * size if m[1] == "_" else -0.4 * size
+        out.append(escape(text[end : m.start()]))
+        out.append(
+            f'<tspan dy="{shift:.1f}" font-size="{0.7 * size:.1f}">{escape(m[2])}'
+            f'</tspan><tspan dy="{-shift:.1f}">\u200b</tspan>'
+        )
+        end = m.end()
+    return "".join(out) + escape(text[end:])
 
 
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
@@ -64,13 +83,15 @@ class Svg:
         mono=False,
         italic=False,
     ):
+        """A line of text; `_{j}` and `^{m−m′}` in it are set as subscript and
+        superscript."""
         font = MONO if mono else (CJK_FONT if LABELS else FONT)
         s = translate(str(s))
         style = ' font-style="italic"' if italic else ""
         self.add(
             f'<text x="{x:.1f}" y="{y:.1f}" font-family="{font}" font-size="{size}" '
             f'font-weight="{weight}" fill="{color}" text-anchor="{anchor}"{style}>'
-            f"{escape(str(s))}</text>"
+            f"{scripts(s, size)}</text>"
         )
 
     def box(

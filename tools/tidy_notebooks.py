@@ -6,7 +6,9 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
 - a `# NBVAL_IGNORE_OUTPUT` comment line (and a `# (why ...)` line right after it)
   becomes the cell tag `nbval-ignore-output`, which nbval reads just like the comment;
 - a cell that draws a figure gets alt text from the titles its code sets (cell metadata
-  `mystnb.image.alt`, which the book puts on the image) unless it has alt text already.
+  `mystnb.image.alt`, which the book puts on the image) unless it has alt text already,
+  and a numbered caption with the same text (`mystnb.figure.caption`; the Chinese
+  edition puts the translated title there).
 `--check` exits 1 if any notebook would change.
 """
 
@@ -51,6 +53,10 @@ def _set_alt(cell: dict) -> None:
         image["alt"] = alt
     if not image:
         del cell["metadata"]["mystnb"]
+        return
+    # the caption is Markdown: <pad> must not become an HTML tag
+    caption = image["alt"].removeprefix("Figure: ").replace("<", "\\<")
+    cell["metadata"]["mystnb"]["figure"] = {"caption": caption}
 
 
 def tidy_cell(cell: dict) -> None:
