@@ -15,6 +15,7 @@ SPEC = DataFile(
     "corpus/text.txt",
     "https://example.invalid/text.txt",
     hashlib.sha256(CONTENT).hexdigest(),
+    len(CONTENT),
 )
 
 
@@ -100,6 +101,7 @@ def test_download_extracts_member_from_pinned_zip(folders, tmp_path, monkeypatch
         "pairs/cmn.txt",
         archive.as_uri(),
         SPEC.sha256,
+        SPEC.size,
         archive_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
         member="cmn.txt",
     )
@@ -109,10 +111,11 @@ def test_download_extracts_member_from_pinned_zip(folders, tmp_path, monkeypatch
         "pairs/other.txt",
         archive.as_uri(),
         SPEC.sha256,
+        SPEC.size,
         archive_sha256="0" * 64,
         member="cmn.txt",
     )
-    with pytest.raises(DataUnavailableError, match="served an archive with sha256"):
+    with pytest.raises(DataUnavailableError, match="now serves another archive"):
         fetch(wrong)
 
 
@@ -145,6 +148,7 @@ def test_the_public_test_is_cut_from_its_upstream_file_by_label(
         "t/eng-cmn.tsv",
         (tmp_path / "test.txt").as_uri(),
         hashlib.sha256(kept).hexdigest(),
+        len(kept),
         keep_labels=("cmn_Hans", "cmn_Hant"),
     )
     assert fetch(spec).read_bytes() == kept

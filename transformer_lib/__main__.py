@@ -1,7 +1,9 @@
 """Command line: `python -m transformer_lib COMMAND`.
 
     python -m transformer_lib fetch-data   # download (or copy from
-    $TRANSFORMER_DATA_MIRROR) and verify every corpus
+    $TRANSFORMER_DATA_MIRROR, a folder or an http(s) URL) and verify every corpus
+    python -m transformer_lib pack-data OUT_DIR   # those files and their manifest,
+    a mirror to publish
 
 Each part of the course adds its commands from its own module: a module with
 `register(commands)` adds subparsers, each with `set_defaults(run=function)`;
@@ -23,7 +25,7 @@ def fetch_data(args: argparse.Namespace) -> int:
     for spec in ALL_FILES:
         try:
             print(f"ok      {fetch(spec)}")
-        except DataUnavailableError as e:
+        except (DataUnavailableError, OSError) as e:  # OSError: not ours to foresee
             print(f"missing {spec.relpath}: {e}", file=sys.stderr)
             failed += 1
     if failed:
@@ -32,6 +34,19 @@ def fetch_data(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if failed else 0
+
+
+def pack_data(args: argparse.Namespace) -> int:
+    """Write every pinned data file, its manifest and a README into `args.out_dir`."""
+    from transformer_lib.data import DataUnavailableError, pack
+
+    try:
+        written = pack(args.out_dir)
+    except (DataUnavailableError, OSError) as e:
+        print(f"pack-data: {e}", file=sys.stderr)
+        return 1
+    print(*(f"wrote   {p}" for p in written), sep="\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "fetch-data", help="fetch and verify every pinned data file"
     ).set_defaults(run=fetch_data)
+    pack = commands.add_parser(
+        "pack-data",
+        help="copy every data file, verified, with its manifest into a folder to "
+        "publish as a mirror",
+    )
+    pack.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder")
+    pack.set_defaults(run=pack_data)
     # Parts II and III register their commands here, one line each.
     from transformer_lib import lm_cli, mt_cli
 
