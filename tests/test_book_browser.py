@@ -68,7 +68,7 @@ PLUMBING = ("NBVAL", "default_exp", "google.colab")  # must run, never show
 #   page) and display equation whose content is wider than its box (it would scroll);
 # - "page_width": how wide the document is (wider than the window: the page pans);
 # - "hidden_tables": each table wider than the box it scrolls in whose box shows no cue
-#   that there is more to the right (the shadow of custom.css is a background gradient);
+#   that there is more to the right (wide_tables.js fades the box's edge with a mask);
 # - "missing_glyphs": the CJK characters that the page's font draws as the missing-glyph
 #   box (each is drawn on a canvas and compared with a code point no font has).
 LAYOUT_JS = """<script>
@@ -100,7 +100,8 @@ window.addEventListener("load", function () {
         box = box.parentElement;
       }
       if (!box || box === document.body) { box = table.parentElement; }
-      var cue = /gradient/.test(getComputedStyle(box).backgroundImage);
+      var style = getComputedStyle(box);
+      var cue = /gradient/.test(style.maskImage || style.webkitMaskImage);
       if (table.offsetWidth > box.clientWidth + 1 && !cue) {
         hidden.push(table.textContent.trim().replace(/\\s+/g, " ").slice(0, 70));
       }
@@ -398,7 +399,7 @@ def test_nothing_scrolls_sideways_at_1280(book):
 def test_pages_fit_a_phone(book):
     """At 390 px (a phone) no page of either edition is wider than the screen (the
     header's buttons fit, a long name in a heading breaks), and no table hides columns
-    past the right edge without a cue: it fits, or its box shows a shadow there."""
+    past the right edge without a cue: it fits, or its box fades out there."""
     problems = []
     for page in toc_pages():
         report = probe(book, page, WIDTHS["phone"])
