@@ -30,12 +30,14 @@ $(BOOK_STAMP): requirements-book.txt
 install: $(STAMP)
 
 # Both editions: English at _build/html/, the Chinese edition (中文版, its notebooks generated
-# from the English ones and zh/translations/ by tools/zh_edition.py) at _build/html/zh/.
+# from the English ones and zh/translations/ by tools/zh_edition.py) at _build/html/zh/,
+# each trimmed to the files its pages load (tools/ship_book.py).
 book: $(BOOK_STAMP)
 	$(BIN)/python tools/zh_edition.py
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	$(BIN)/jupyter-book build -W -n --keep-going zh --path-output _build/zh
 	rm -rf _build/html/zh && cp -r _build/zh/_build/html _build/html/zh
+	$(BIN)/python tools/ship_book.py _build/html _build/html/zh
 	@echo "The book: $(CURDIR)/_build/html/index.html (中文版: $(CURDIR)/_build/html/zh/index.html)"
 
 # Is every translation of the Chinese edition current, and its code the English code?

@@ -63,20 +63,47 @@ KEY_PAGES = [
 ]
 WIDTHS = {"desktop": 1280, "phone": 390}
 PLUMBING = ("NBVAL", "default_exp", "google.colab")  # must run, never show
-# Appended to a copy of a page: after MathJax, list the code cells and display equations
-# whose content is wider than their box (they would scroll sideways), and the CJK
-# characters of the page that its font draws as the missing-glyph box (each is drawn on
-# a canvas and compared with a code point no font has), into <pre id="layout-report">.
+# Appended to a copy of a page: after MathJax, report into <pre id="layout-report">
+# - "wide": each code cell, printed output, command block (a fenced block of a book
+#   page) and display equation whose content is wider than its box (it would scroll);
+# - "page_width": how wide the document is (wider than the window: the page pans);
+# - "hidden_tables": each table wider than the box it scrolls in whose box shows no cue
+#   that there is more to the right (wide_tables.js fades the box's edge with a mask);
+# - "missing_glyphs": the CJK characters that the page's font draws as the missing-glyph
+#   box (each is drawn on a canvas and compared with a code point no font has).
 LAYOUT_JS = """<script>
 window.addEventListener("load", function () {
   var mj = window.MathJax && MathJax.startup && MathJax.startup.promise;
   (mj || Promise.resolve()).then(function () {
     var wide = [];
-    var sel = "div.cell_input pre, div.math, mjx-container[display='true']";
+    var sel = "div.cell_input pre, div.cell_output pre, div.highlight pre, " +
+      "div.math, mjx-container[display='true']";
+    var kindOf = function (el) {
+      if (el.closest("div.cell_input")) { return "code"; }
+      if (el.closest("div.cell_output")) { return "output"; }
+      if (el.closest("div.highlight")) { return "command"; }
+      return "math";
+    };
     document.querySelectorAll(sel).forEach(function (el) {
-      if (el.scrollWidth > el.clientWidth + 1) {
-        var kind = el.closest("div.cell_input") ? "code" : "math";
-        wide.push([kind, el.textContent.trim().replace(/\\s+/g, " ").slice(0, 70)]);
+      if (el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1) {
+        var text = el.textContent.trim().replace(/\\s+/g, " ");
+        wide.push([kindOf(el), text.slice(0, 70)]);
+      }
+    });
+    var hidden = [];
+    document.querySelectorAll("main table").forEach(function (table) {
+      var box = table.parentElement;
+      var scrolls = function (el) {
+        return /(auto|scroll)/.test(getComputedStyle(el).overflowX);
+      };
+      while (box && box !== document.body && !scrolls(box)) {
+        box = box.parentElement;
+      }
+      if (!box || box === document.body) { box = table.parentElement; }
+      var style = getComputedStyle(box);
+      var cue = /gradient/.test(style.maskImage || style.webkitMaskImage);
+      if (table.offsetWidth > box.clientWidth + 1 && !cue) {
+        hidden.push(table.textContent.trim().replace(/\\s+/g, " ").slice(0, 70));
       }
     });
     var main = document.querySelector("main") || document.body;
@@ -91,13 +118,20 @@ window.addEventListener("load", function () {
       return ctx.getImageData(0, 0, 40, 40).data.join(",");
     };
     var nothing = draw(String.fromCodePoint(0x10fffd));
-    var cjk = /[\u2e80-\u9fff\uff00-\uffef]/g;
+    var cjk = /[\\u2e80-\\u9fff\\uff00-\\uffef]/g;
     var chars = Array.from(new Set(document.body.innerText.match(cjk)));
     var missing = chars.filter(function (ch) { return draw(ch) === nothing; });
     var out = document.createElement("pre");
     out.id = "layout-report";
-    out.textContent = JSON.stringify({wide: wide, missing_glyphs: missing.join("")});
+    out.textContent = JSON.stringify({
+      wide: wide,
+      page_width: document.documentElement.scrollWidth,
+      window_width: window.innerWidth,
+      hidden_tables: hidden,
+      missing_glyphs: missing.join("")
+    });
     document.body.appendChild(out);
+    if (window.parent !== window) { window.parent.postMessage(out.textContent, "*"); }
   });
 });
 </script>"""
@@ -155,13 +189,18 @@ def build(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def book() -> Path:
-    """Build both editions exactly as `make book` does (from the Chinese notebooks as
-    committed: tests/test_zh_edition.py checks that they are current), and insist that
-    the builds are clean."""
+    """Build and trim both editions exactly as `make book` does (from the Chinese
+    notebooks as committed: tests/test_zh_edition.py checks that they are current), and
+    insist that the builds are clean."""
     build(".")
     build("zh", "--path-output", "_build/zh")
     shutil.rmtree(HTML / "zh", ignore_errors=True)
     shutil.copytree(ROOT / "_build" / "zh" / "_build" / "html", HTML / "zh")
+    subprocess.run(
+        [sys.executable, "tools/ship_book.py", str(HTML), str(HTML / "zh")],
+        cwd=ROOT,
+        check=True,
+    )
     return HTML
 
 
@@ -260,18 +299,25 @@ def test_no_missing_glyphs(book, rendered):
 
 
 def test_screenshots_of_key_pages(book):
+    """Screenshots to look at; a phone's (390 px) shows the page in a frame at the left
+    of a wider window (see `framed`)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     taken = []
     for page in (p for p in KEY_PAGES if p in toc_pages()):
         for device, width in WIDTHS.items():
             shot = SCREENSHOTS / f"{page.replace('/', '__')}-{width}px.png"
             shot.unlink(missing_ok=True)
-            chromium(
-                "--virtual-time-budget=10000",
-                f"--window-size={width},2400",
-                f"--screenshot={shot}",
-                (book / f"{page}.html").as_uri(),
-            )
+            shown, window = framed(book / f"{page}.html", width, 2400)
+            try:
+                chromium(
+                    "--virtual-time-budget=10000",
+                    f"--window-size={window},2400",
+                    f"--screenshot={shot}",
+                    shown.as_uri(),
+                )
+            finally:
+                if shown.name.endswith(f".frame-{width}.html"):
+                    shown.unlink()
             assert shot.is_file() and shot.stat().st_size > 20_000, (
                 f"no {device} screenshot of {page}"
             )
@@ -286,39 +332,85 @@ def notebooks_formatted() -> bool:
     return not re.search(r'^\s*"notebooks/\*\.ipynb"', text, re.MULTILINE)
 
 
+# Headless Chromium lays a window out at least 500 px wide, so a phone's width is given
+# to a frame: the page runs in an <iframe> of that width, its media queries see the
+# phone, and the layout report reaches the outer page as a message.
+FRAME = """<!DOCTYPE html><html><body style="margin:0">
+<iframe src="{src}" style="border:0;width:{width}px;height:{height}px"></iframe>
+<script>
+window.addEventListener("message", function (event) {{
+  var out = document.createElement("pre");
+  out.id = "layout-report";
+  out.textContent = event.data;
+  document.body.appendChild(out);
+}});
+</script></body></html>"""
+WINDOW_MIN = 500
+
+
+def framed(page: Path, width: int, height: int) -> tuple[Path, int]:
+    """A page to load and the window width to load it in: `page` itself when the window
+    can be `width` wide, else a wrapper beside it showing `page` in a frame of `width`
+    by `height` (the caller deletes it)."""
+    if width >= WINDOW_MIN:
+        return page, width
+    wrapper = page.with_name(f"{page.stem}.frame-{width}.html")
+    wrapper.write_text(FRAME.format(src=page.name, width=width, height=height))
+    return wrapper, WINDOW_MIN
+
+
 @functools.cache
 def probe(book: Path, page: str, width: int = 1280) -> dict:
-    """{"wide": [kind, start of text] of each code cell or display equation wider than
-    its box, "missing_glyphs": the CJK characters drawn as missing-glyph boxes}."""
+    """The layout report of LAYOUT_JS for `page` at `width` px: the blocks wider than
+    their box, the page's width, the tables hidden without a cue, the CJK characters
+    drawn as missing-glyph boxes."""
     source = book / f"{page}.html"
-    copy = source.with_name(source.stem + ".layout-probe.html")
+    copy = source.with_name(f"{source.stem}.layout-probe-{width}.html")
     copy.write_text(source.read_text().replace("</body>", LAYOUT_JS + "</body>"))
+    shown, window = framed(copy, width, 900)
     try:
         dom = chromium(
             "--virtual-time-budget=15000",
-            f"--window-size={width},900",
+            f"--window-size={window},900",
             "--dump-dom",
-            copy.as_uri(),
+            shown.as_uri(),
         )
     finally:
         copy.unlink()
+        if shown != copy:
+            shown.unlink()
     report = BeautifulSoup(dom, "html.parser").select_one("#layout-report")
-    assert report is not None, f"{page}: the layout probe did not run"
+    assert report is not None, f"{page}: the layout probe did not run at {width} px"
     return json.loads(report.get_text())
 
 
 def test_nothing_scrolls_sideways_at_1280(book):
-    """No display equation is cut at 1280 px; nor any code cell, once the notebooks are
-    formatted."""
+    """At 1280 px no display equation, printed output or command block is wider than
+    its column (outputs and commands wrap: custom.css); nor any code cell, once the
+    notebooks are formatted."""
     problems = []
     for page in toc_pages():
         for kind, text in probe(book, page)["wide"]:
-            if (
-                kind == "math"
-                or notebooks_formatted()
-                or not page.startswith("notebooks/")
-            ):
+            if kind != "code" or notebooks_formatted():
                 problems.append(f"{page}: {kind} wider than its column: {text}")
+    assert not problems, "\n".join(problems)
+
+
+def test_pages_fit_a_phone(book):
+    """At 390 px (a phone) no page of either edition is wider than the screen (the
+    header's buttons fit, a long name in a heading breaks), and no table hides columns
+    past the right edge without a cue: it fits, or its box fades out there."""
+    problems = []
+    for page in toc_pages():
+        report = probe(book, page, WIDTHS["phone"])
+        if report["page_width"] > report["window_width"]:
+            problems.append(
+                f"{page}: {report['page_width']} px wide on a "
+                f"{report['window_width']} px screen"
+            )
+        problems += [
+            f"{page}: a table hides columns: {t}" for t in report["hidden_tables"]
+        ]
     assert not problems, "\n".join(problems)
 
 

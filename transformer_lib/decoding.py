@@ -38,9 +38,8 @@ def _decode_loop(
     model.eval()
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
-    ys = torch.full(
-        (src.shape[0], 1), bos_id, dtype=torch.long, device=src.device
-    )  # (B, 1)
+    # (B, 1)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         next_id = next_token(model.decode(ys, memory, src_mask)[:, -1])  # (B,)

@@ -22,9 +22,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C) -> (B, T, C)."""
-        return self.linear2(
-            self.dropout(torch.relu(self.linear1(x)))
-        )  # (B, T, F) in between
+        # (B, T, F) in between
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 # %% ../notebooks/07_encoder.ipynb #38554f49
 class EncoderLayer(nn.Module):

@@ -29,6 +29,5 @@ def causal_mask(
     keys kept from earlier steps and T new queries after them: each new query still sees
     everything up to itself.
     """
-    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(
-        diagonal=past
-    )  # (T, past + T)
+    # (T, past + T)
+    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)

@@ -21,9 +21,8 @@ def sinusoidal_positional_encoding(context_len: int, d_model: int) -> torch.Tens
     angles = pos * freq  # (N, ceil(C/2)): the outer product
     pe = torch.zeros(context_len, d_model)  # (N, C)
     pe[:, 0::2] = torch.sin(angles)
-    pe[:, 1::2] = torch.cos(
-        angles[:, : d_model // 2]
-    )  # an odd C has one sine more than cosines
+    # an odd C has one sine more than cosines
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return pe
 
 # %% ../notebooks/03_positional_encoding.ipynb #817d7e76
@@ -71,9 +70,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, context_len: int, d_model: int, dropout: float = 0.0):
         super().__init__()
         self.d_model, self.context_len = d_model, context_len
-        self.embedding = nn.Embedding(
-            context_len, d_model
-        )  # (N, C): one learned row per position
+        # (N, C): one learned row per position
+        self.embedding = nn.Embedding(context_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)  # GPT-2's initialisation
         self.dropout = nn.Dropout(dropout)
 
@@ -82,9 +80,8 @@ class LearnedPositionalEmbedding(nn.Module):
         C)."""
         T = _check_positions(x, offset, self.context_len, self.d_model)
         positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        return self.dropout(
-            x + self.embedding(positions)
-        )  # (B, T, C): (T, C) broadcasts over B
+        # (B, T, C): (T, C) broadcasts over B
+        return self.dropout(x + self.embedding(positions))
 
     def extra_repr(self) -> str:
         return f"context_len={self.context_len}, d_model={self.d_model}"

@@ -28,9 +28,8 @@ def filter_logits(
     if top_p is not None:
         sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
         cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = (
-            cum - sorted_logits.softmax(-1) >= top_p
-        )  # mass before this token already reaches top_p
+        # mass before this token already reaches top_p
+        drop = cum - sorted_logits.softmax(-1) >= top_p
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 

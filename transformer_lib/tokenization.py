@@ -338,9 +338,8 @@ def train_hf_bpe(
     )
 
     tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=False
-    )  # GPT-2's chunks, bytes as symbols
+    # GPT-2's chunks, bytes as symbols
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -381,9 +380,8 @@ def gpt2_merges() -> list[tuple[int, int]]:
     }
     ids = {bytes([b]): b for b in range(256)}  # bytes -> our id
     merges = []
-    for line in (
-        fetch(GPT2_VOCAB_BPE).read_text(encoding="utf-8").splitlines()[1:]
-    ):  # line 0: a version
+    # line 0: a version
+    for line in fetch(GPT2_VOCAB_BPE).read_text(encoding="utf-8").splitlines()[1:]:
         a, b = (bytes(byte_of[ch] for ch in part) for part in line.split(" "))
         merges.append((ids[a], ids[b]))
         ids[a + b] = 256 + len(merges) - 1

@@ -203,9 +203,8 @@ def collate(
     """[(src, tgt), ...] -> src (B, S), tgt_in (B, T), tgt_out (B, T): teacher forcing
     with targets shifted by one."""
     src = pad_batch([s for s, _ in examples], src_pad_id)
-    tgt = pad_batch(
-        [t for _, t in examples], tgt_pad_id
-    )  # <bos> y_1 ... y_n <eos> <pad>...
+    # <bos> y_1 ... y_n <eos> <pad>...
+    tgt = pad_batch([t for _, t in examples], tgt_pad_id)
     return (
         src,
         tgt[:, :-1],
@@ -227,9 +226,8 @@ def label_smoothed_cross_entropy(
     """
     logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    smooth = -logp.mean(
-        dim=-1
-    )  # (B, T): cross-entropy against the uniform distribution
+    # (B, T): cross-entropy against the uniform distribution
+    smooth = -logp.mean(dim=-1)
     keep = target != ignore_index
     loss = (1 - smoothing) * nll + smoothing * smooth
     return loss[keep].sum() / keep.sum().clamp(min=1)

@@ -56,9 +56,8 @@ def use_cjk_fallback_fonts() -> list[str]:
     return fonts
 
 
-sns.set_theme(
-    context="notebook", style="white"
-)  # the one theme of the course's figures
+# the one theme of the course's figures
+sns.set_theme(context="notebook", style="white")
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #1800b3b0
