@@ -24,8 +24,8 @@ def newton_schulz(
 
     Five steps of the odd polynomial X <- aX + b(XX^T)X + c(XX^T)^2 X, from X = G/||G||,
     push every singular value of X towards 1: those above about ||G|| / 500 end in about
-    0.7-1.2, which is enough; smaller ones grow about a^5 = 490 times. The iteration runs
-    in `dtype` (G's own if None); the result has G's dtype.
+    0.7-1.2, which is enough; smaller ones grow about a^5 = 490 times. It iterates in
+    `dtype` (G's own if None); the result has G's dtype.
     """
     a, b, c = coefficients
     X = G.to(dtype or G.dtype)
@@ -81,9 +81,9 @@ class Muon(torch.optim.Optimizer):
                 M = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
                 M.lerp_(p.grad, 1 - mu)  # M = mu M + (1 - mu) G
                 update = p.grad.lerp(M, mu) if group["nesterov"] else M
-                O = newton_schulz(update, group["ns_steps"], dtype=self.dtype)
+                ortho = newton_schulz(update, group["ns_steps"], dtype=self.dtype)
                 p.mul_(1 - lr * group["weight_decay"])
-                p.add_(O, alpha=-lr * (0.2 * math.sqrt(max(p.shape))))
+                p.add_(ortho, alpha=-lr * (0.2 * math.sqrt(max(p.shape))))
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0013
 def muon_split(
