@@ -48,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         "fetch-data", help="fetch and verify every pinned data file"
     ).set_defaults(run=fetch_data)
     # Parts II and III register their commands here, one line each.
-    from transformer_lib import lm_cli, mt_cli
+    from transformer_lib import exercises, lm_cli, mt_cli
 
     mt_cli.register(commands)  # Part II: train-mt, translate
     lm_cli.register(commands)  # Part III: train-lm, generate
+    exercises.register(commands)  # the build-its: check
     args = parser.parse_args(argv)
     return args.run(args)
 
