@@ -1,7 +1,7 @@
 """Notebook 13's parts against references: RoPE against the complex-number form, GQA
 against PyTorch's attention, SwiGLU against its formula, Newton-Schulz against its
-polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention, and
-the exercise's checker against wrong solutions."""
+polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention (the
+build-it's checker is tested in test_exercises.py)."""
 
 import math
 
@@ -199,4 +199,3 @@ def test_tiled_attention_cross_lengths_and_errors():
     )
     with pytest.raises(ValueError, match="T_q == T_k"):
         tiled_attention(q, k, v, 4, causal=True)
-
