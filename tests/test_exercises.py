@@ -1,37 +1,85 @@
-"""Every exercise checker passes a right solution and fails a deliberately wrong one
-with a precise message."""
+"""Every build-it's checker in both directions: it passes the solution in solutions/,
+says "not implemented yet" for the notebook's untouched stub, and names the mistake of
+typical wrong answers. Also: checkers print one line, return None and leave the global
+random stream alone; `python -m transformer_lib check` reads a notebook's build-its."""
 
 import hashlib
+import importlib.util
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from transformer_lib import exercises as ex
-from transformer_lib.masks import causal_mask, padding_mask
-from transformer_lib.multi_head import merge_heads, split_heads
-from transformer_lib.sampling import filter_logits
-from transformer_lib.tokenization import merge
+from transformer_lib.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = [(nb, name, check) for nb, items in ex.BUILD_ITS.items() for name, check in items]
+IDS = [f"{nb}-{name}" for nb, name, _ in ALL]
 
 
-def fails(check, fn, message):
-    """The checker raises ExerciseError whose text contains `message` (a regex)."""
-    with pytest.raises(ex.ExerciseError, match=message):
-        check(fn)
+def solution(nb: str):
+    """The module solutions/NN_*.py."""
+    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
+    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def sha256_file(path, chunk=1 << 20):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def stubs(nb: str) -> dict:
+    """The notebook's build-it cells, run as saved."""
+    path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
+    namespace: dict = {}
+    for source in ex.build_it_cells(path):
+        exec(compile(source, str(path), "exec"), namespace)
+    return namespace
+
+
+def fails(check, fn, message: str) -> None:
+    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
+    status, text = ex.outcome(check, fn)
+    assert status == "fail", (status, text)
+    assert re.search(message, text), text
+
+
+@pytest.mark.parametrize("nb,name,check", ALL, ids=IDS)
+def test_the_solution_passes(nb, name, check, capsys):
+    fn = getattr(solution(nb), name)
+    assert ex.outcome(check, fn)[0] == "pass", ex.outcome(check, fn)
+    assert check(fn) is None  # no stray True under the cell
+    assert capsys.readouterr().out.startswith(f"\u2713 {check.title} passes: ")
+
+
+@pytest.mark.parametrize("nb,name,check", ALL, ids=IDS)
+def test_the_untouched_stub_is_not_implemented_yet(nb, name, check, capsys):
+    namespace = stubs(nb)
+    assert name in namespace, f"notebook {nb} has no build-it cell defining {name}"
+    assert ex.outcome(check, namespace[name]) == ("todo", ex.TODO)
+    check(namespace[name])
+    assert capsys.readouterr().out == f"\u00b7 {check.title}: {ex.TODO}\n"
+
+
+@pytest.mark.parametrize("nb,name,check", ALL, ids=IDS)
+def test_a_checker_leaves_the_random_stream_alone(nb, name, check, capsys):
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    check(getattr(solution(nb), name))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_every_notebook_has_a_build_it():
+    assert sorted(ex.BUILD_ITS) == [f"{i:02d}" for i in range(14)]
+
+
+# wrong answers, one test per build-it ------------------------------------------------
 
 
 def test_sha256():
-    assert ex.check_sha256(sha256_file)
     fails(
         ex.check_sha256,
         lambda p: hashlib.sha256(p.read_bytes()).digest(),
@@ -40,55 +88,105 @@ def test_sha256():
     fails(
         ex.check_sha256,
         lambda p: hashlib.sha256(p.read_bytes()[: 2**20]).hexdigest(),
-        "of a 3145735-byte file",
+        "a 3145735-byte file: got",
     )
 
 
-def test_merge():
-    assert ex.check_merge(merge)
+def test_bpe_merges():
+    from transformer_lib.tokenization import train_bpe
 
-    def drops_last(
-        ids, pair, new_id
-    ):  # a common slip: the loop stops one token early and loses the last one
-        out, i = [], 0
-        while i < len(ids) - 1:
-            if (ids[i], ids[i + 1]) == pair:
-                out, i = out + [new_id], i + 2
-            else:
-                out, i = out + [ids[i]], i + 1
-        return out
+    # the reference agrees with the library's train_bpe on a text of one chunk
+    assert ex.bpe_merges_reference(list(b"aaabdaaabac"), 3) == train_bpe(
+        "aaabdaaabac", 3
+    )
+    right = solution("01").my_bpe_merges
+
+    def first_seen(ids, n):  # Counter.most_common breaks ties by first occurrence
+        from collections import Counter
+
+        from transformer_lib.tokenization import merge
+
+        merges = []
+        while len(merges) < n and len(ids) > 1:
+            pair = Counter(zip(ids, ids[1:])).most_common(1)[0][0]
+            ids = merge(ids, pair, 256 + len(merges))
+            merges.append(pair)
+        return merges
+
+    fails(ex.check_bpe_merges, first_seen, r"on a tie take the smallest pair")
+
+    def never_merges(ids, n):  # picks the pair, forgets to replace it
+        from collections import Counter
+
+        return [Counter(zip(ids, ids[1:])).most_common(1)[0][0]] * min(n, len(ids) - 1)
+
+    fails(ex.check_bpe_merges, never_merges, r"was merged already")
+    fails(
+        ex.check_bpe_merges,
+        lambda ids, n: right(ids, n) + [(0, 0)],
+        r"returned 4 merges, expected 3: stop when",
+    )
+    fails(ex.check_bpe_merges, lambda ids, n: right(ids, n - 1), "stopped after 2")
+
+
+def test_token_embedding():
+    Right = solution("02").MyTokenEmbedding
+
+    class Unscaled(Right):
+        def forward(self, ids):
+            return self.weight[ids]
 
     fails(
-        ex.check_merge,
-        drops_last,
-        re.escape("merge([1, 1, 1], (1, 1), 9) returned [9], expected [9, 1]"),
+        ex.check_token_embedding, Unscaled, r"not scaled: multiply by sqrt\(d_model\)"
     )
 
+    class StdOne(Right):
+        def __init__(self, V, C):
+            super().__init__(V, C)
+            self.weight = nn.Parameter(torch.randn(V, C))
 
-def test_embedding_lookup():
-    assert ex.check_embedding_lookup(
-        lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w * math.sqrt(w.shape[1])
-    )
     fails(
-        ex.check_embedding_lookup,
-        lambda ids, w: w[ids],
-        r"entries differ from the reference: at \[0, 0, 0\]",
+        ex.check_token_embedding,
+        StdOne,
+        r"starts with std 0\.99\d, expected 1/sqrt\(d_model\) = 0\.125",
     )
-    fails(
-        ex.check_embedding_lookup,
-        lambda ids, w: w[ids.flatten()],
-        r"shape \(10, 8\), expected \(2, 5, 8\)",
-    )
+
+    class PlainTensor(nn.Module):
+        def __init__(self, V, C):
+            super().__init__()
+            self.weight = torch.randn(V, C) * C**-0.5
+
+    fails(ex.check_token_embedding, PlainTensor, "a plain tensor is not trained")
+
+    class Detached(Right):
+        def forward(self, ids):
+            return self.weight.detach()[ids] * self.d_model**0.5
+
+    fails(ex.check_token_embedding, Detached, "no gradient reached weight")
+
+
+def test_sinusoidal_positions():
+    def sc(N, C):  # cosines in the even columns, sines in the odd ones
+        pos = torch.arange(N, dtype=torch.float32)[:, None]
+        a = pos * 10000.0 ** (-torch.arange(0, C, 2).float() / C)
+        pe = torch.zeros(N, C)
+        pe[:, 0::2], pe[:, 1::2] = a.cos(), a[:, : C // 2].sin()
+        return pe
+
+    fails(ex.check_sinusoidal_positions, sc, "column 0 holds cos")
+
+    def exponent_i(N, C):  # w_i = 10000^(-i/C): the exponent forgets the 2
+        pos = torch.arange(N, dtype=torch.float32)[:, None]
+        a = pos * 10000.0 ** (-torch.arange(0, (C + 1) // 2).float() / C)
+        pe = torch.zeros(N, C)
+        pe[:, 0::2], pe[:, 1::2] = a.sin(), a[:, : C // 2].cos()
+        return pe
+
+    fails(ex.check_sinusoidal_positions, exponent_i, "frequency 10000")
 
 
 def test_rope():
-    assert ex.check_rope(ex.rope_reference)
-
-    def halves(
-        x,
-        # rotates the first half against the second half: a real convention, but not
-        # this one
-    ):
+    def halves(x):  # rotates the first half against the second half
         T, C = x.shape[-2:]
         ang = torch.arange(T, dtype=x.dtype)[:, None] * 10000 ** (
             -torch.arange(0, C, 2, dtype=x.dtype) / C
@@ -98,145 +196,302 @@ def test_rope():
             [x1 * ang.cos() - x2 * ang.sin(), x1 * ang.sin() + x2 * ang.cos()], -1
         )
 
-    fails(ex.check_rope, halves, r"apply_rope: \d+ of 112 entries differ")
+    fails(ex.check_rope, halves, "rotates the first half against the second half")
+    fails(ex.check_rope, lambda x: ex.rope_reference(x, base=100.0), "entries differ")
+
+
+def attention_with(scale=None, after=False, softmax_dim=-1, keep_nan=False):
+    """Attention with a usual mistake."""
+
+    def attention(q, k, v, mask=None):
+        s = (
+            q
+            @ k.transpose(-2, -1)
+            / (math.sqrt(q.size(-1)) if scale is None else scale)
+        )
+        if mask is not None and not after:
+            s = s.masked_fill(~mask, -math.inf)
+        w = s.softmax(softmax_dim)
+        if mask is not None and after:
+            w = w.masked_fill(~mask, 0.0)
+        if not keep_nan:
+            w = w.nan_to_num(0.0)
+        return w @ v, w
+
+    return attention
 
 
 def test_attention():
-    assert ex.check_attention(
-        lambda q, k, v, mask=None: F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask
-        )
-    )
-
-    def unscaled(q, k, v, mask=None):
-        s = q @ k.transpose(-2, -1)
-        return (s if mask is None else s.masked_fill(~mask, -math.inf)).softmax(-1) @ v
-
-    fails(ex.check_attention, unscaled, "attention without a mask: .* entries differ")
-
-    def mask_ignored(q, k, v, mask=None):
-        return F.scaled_dot_product_attention(q, k, v)
-
-    fails(ex.check_attention, mask_ignored, "attention with a mask: .* entries differ")
-
-
-def test_split_and_merge_heads():
-    assert ex.check_split_heads(split_heads) and ex.check_merge_heads(merge_heads)
+    fails(ex.check_attention, attention_with(after=True), r"row 0 of the weights sums")
+    fails(ex.check_attention, attention_with(scale=1.0), "without the 1/sqrt")
+    fails(ex.check_attention, attention_with(scale=8.0), r"divided by d_k, not sqrt")
+    fails(ex.check_attention, attention_with(scale=2.0), r"sqrt\(4\), v's width")
+    fails(ex.check_attention, attention_with(softmax_dim=-2), "over the keys")
+    fails(ex.check_attention, attention_with(keep_nan=True), "weights are NaN")
     fails(
-        ex.check_split_heads,
-        lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),
-        "split_heads.*entries differ",
+        ex.check_attention,
+        lambda q, k, v, mask=None: attention_with()(q, k, v, mask)[0],
+        r"return a pair \(output, weights\)",
     )
-    fails(
-        ex.check_split_heads,
-        lambda x, h: x.view(*x.shape[:2], h, -1),
-        r"shape \(2, 3, 4, 2\), expected \(2, 4, 3, 2\)",
-    )
-    fails(
-        ex.check_merge_heads,
-        lambda x: x.reshape(x.shape[0], x.shape[2], -1),
-        "merge_heads.*entries differ",
-    )
+
+
+def test_multi_head_attention():
+    Right = solution("05").MyMultiHeadAttention
+
+    class WideScale(Right):
+        def __init__(self, C, H):
+            super().__init__(C, H)
+            self.d_head = C  # divides by sqrt(d_model)
+
+        def split(self, x):
+            B, T, C = x.shape
+            return x.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+
+    fails(ex.check_multi_head_attention, WideScale, r"sqrt\(d_model\) = 4")
+
+    class Reshaped(Right):  # splits and merges the heads with a plain reshape
+        def split(self, x):
+            return x.reshape(x.size(0), self.n_heads, x.size(1), self.d_head)
+
+        def forward(self, query, key=None, value=None, mask=None):
+            y = _attend(self, query, key, value, mask)  # (B, H, T, D)
+            return self.out_proj(y.reshape(query.shape))
+
+    fails(ex.check_multi_head_attention, Reshaped, r"reshape\(B, H, T, D\)")
+
+    class NoMask(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            return super().forward(query, key, value)
+
+    fails(ex.check_multi_head_attention, NoMask, "the mask was ignored")
+
+    class Named(Right):
+        def __init__(self, C, H):
+            super().__init__(C, H)
+            self.w_o = self.out_proj
+            del self.out_proj
+
+    fails(ex.check_multi_head_attention, Named, r"missing \['out_proj.weight'")
+
+
+def _attend(m, query, key, value, mask):
+    """Reshaped heads' attention, (B, H, T, D) before the merge."""
+    key = query if key is None else key
+    value = key if value is None else value
+    q, k, v = m.split(m.q_proj(query)), m.split(m.k_proj(key)), m.split(m.v_proj(value))
+    s = q @ k.transpose(-2, -1) / math.sqrt(m.d_head)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    return s.softmax(-1) @ v
 
 
 def test_masks():
-    assert ex.check_causal_mask(causal_mask) and ex.check_padding_mask(padding_mask)
+    right = solution("06").my_masks
+
+    def upper(src, tgt, pad):
+        s, t = right(src, tgt, pad)
+        return s, t.transpose(-1, -2) & (tgt != pad)[:, None, None, :]
+
+    fails(ex.check_masks, upper, r"query 0 may see key 1, a later token")
+
+    def no_tgt_padding(src, tgt, pad):
+        T = tgt.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return right(src, tgt, pad)[0], causal.expand(tgt.size(0), 1, T, T)
+
+    fails(ex.check_masks, no_tgt_padding, "the target's padding is missing")
+
+    def rows(src, tgt, pad):
+        T = tgt.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return right(src, tgt, pad)[0], causal & (tgt != pad)[:, None, :, None]
+
+    fails(ex.check_masks, rows, "padding masks the query rows")
     fails(
-        ex.check_causal_mask,
-        lambda T: torch.ones(T, T).tril(),
+        ex.check_masks,
+        lambda s, t, p: (right(s, t, p)[0].float(), right(s, t, p)[1]),
         "dtype torch.float32, expected torch.bool",
     )
-    fails(
-        ex.check_causal_mask,
-        lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
-        r"causal_mask\(4\): 12 of 16 entries",
-    )
-    fails(
-        ex.check_padding_mask,
-        lambda ids, pad: ids != pad,
-        r"shape \(3, 5\), expected \(3, 1, 1, 5\)",
-    )
 
 
-def test_post_norm_layer():
-    def post(layer, x, mask):
-        x = layer.norm1(x + layer.self_attn(x, mask=mask)[0])
-        return layer.norm2(x + layer.ff(x))
+def test_encoder_layer():
+    Right = solution("07").MyEncoderLayer
 
-    assert ex.check_post_norm_layer(post)
+    class PostNorm(Right):
+        def forward(self, x, mask=None):
+            x = self.norm1(x + self.self_attn(x, mask=mask)[0])
+            return self.norm2(x + self.ff(x))
 
-    def pre(layer, x, mask):
-        x = x + layer.self_attn(layer.norm1(x), mask=mask)[0]
-        return x + layer.ff(layer.norm2(x))
+    fails(ex.check_encoder_layer, PostNorm, "this is post-norm")
 
-    fails(ex.check_post_norm_layer, pre, "this is the pre-norm order")
+    class NoMask(Right):
+        def forward(self, x, mask=None):
+            return super().forward(x)
 
-    def no_mask(layer, x, mask):
-        return post(layer, x, None)
+    fails(ex.check_encoder_layer, NoMask, "mask was not passed")
 
-    fails(ex.check_post_norm_layer, no_mask, "post-norm layer: .* entries differ")
+    class NoResidual(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[0]
+            return self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, NoResidual, r"not added to its input \(the residual")
+
+    class OneNorm(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + self.ff(self.norm1(x))
+
+    fails(ex.check_encoder_layer, OneNorm, "norm1 is used twice")
 
 
-def shift(seqs, bos, eos, pad):
-    T = max(map(len, seqs)) + 1
-    rows = [
-        ([bos] + s + [pad] * (T - 1 - len(s)), s + [eos] + [pad] * (T - 1 - len(s)))
-        for s in seqs
-    ]
-    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+def test_decoder_layer():
+    Right = solution("08").MyDecoderLayer
+
+    class SelfCross(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = x + self.cross_attn(h, h, h, mask=tgt_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, SelfCross, "cross-attention read x")
+
+    class NoCausal(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            return super().forward(x, memory, None, memory_mask)
+
+    fails(ex.check_decoder_layer, NoCausal, "self-attention ignored tgt_mask")
+
+    class NoMemoryMask(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            return super().forward(x, memory, tgt_mask, None)
+
+    fails(ex.check_decoder_layer, NoMemoryMask, "ignored memory_mask")
+
+    class CrossFirst(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.cross_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, CrossFirst, "cross-attention came first")
 
 
 def test_shift_targets():
-    assert ex.check_shift_targets(shift)
-    fails(
-        ex.check_shift_targets,
-        lambda *a: shift(*a)[::-1],
-        r"tgt_in: .* at \[0, 0\] got 5, expected 1",
-    )
-    fails(ex.check_shift_targets, lambda *a: shift(*a)[0], "return a pair")
+    right = solution("08").my_shift_targets
+    fails(ex.check_shift_targets, lambda *a: right(*a)[::-1], "are swapped")
+    fails(ex.check_shift_targets, lambda *a: right(*a)[0], "return a pair")
+
+    def no_eos(seqs, bos, eos, pad):  # off by one: y without <eos>
+        tgt_in, tgt_out = right(seqs, bos, eos, pad)
+        return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
+
+    fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
 
 
-def test_label_smoothing():
-    def smoothed(logits, targets, eps, pad_id):
-        logp = logits.log_softmax(-1)
-        keep = targets != pad_id
-        nll = -logp.gather(-1, targets[:, None])[:, 0]
-        loss = (1 - eps) * nll - eps * logp.mean(-1)
-        return loss[keep].mean()
+def step_with(ignore=True, smoothing=True, zero=True, step=True, read_out=False):
+    """A training step with a usual mistake."""
 
-    assert ex.check_label_smoothing(smoothed)
-    fails(
-        ex.check_label_smoothing,
-        lambda logits, t, e, p: F.cross_entropy(logits, t, label_smoothing=e),
-        "padding targets were counted",
-    )
-    fails(
-        ex.check_label_smoothing,
-        lambda logits, t, e, p: F.cross_entropy(logits, t, ignore_index=p),
-        r"eps=0.1: got",
-    )
+    def train_step(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        logits = model(src, tgt_out if read_out else tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id if ignore else -100,
+            label_smoothing=eps if smoothing else 0.0,
+        )
+        if zero:
+            optimizer.zero_grad()
+        loss.backward()
+        if step:
+            optimizer.step()
+        return loss.item()
+
+    return train_step
 
 
-def test_top_p():
-    assert ex.check_top_p(lambda logits, p: filter_logits(logits, top_p=p))
+def test_train_step():
+    assert ex.outcome(ex.check_train_step, step_with())[0] == "pass"
+    fails(ex.check_train_step, step_with(ignore=False), "padded targets were counted")
+    fails(ex.check_train_step, step_with(smoothing=False), "pass label_smoothing")
+    fails(ex.check_train_step, step_with(read_out=True), "the model read tgt_out")
+    fails(ex.check_train_step, step_with(zero=False), "call optimizer.zero_grad")
+    fails(ex.check_train_step, step_with(step=False), "call optimizer.step")
 
-    def strict(
-        logits, p
-    ):  # keeps tokens while the mass so far is below p: drops the one that reaches it
-        s, order = logits.sort(-1, descending=True)
-        drop = s.softmax(-1).cumsum(-1) > p
-        return logits.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+    def returns_tensor(*args):
+        step_with()(*args)
+        return torch.tensor(1.0)
 
-    fails(ex.check_top_p, strict, r"top_p\(p=0.5\): .* got -inf, expected")
+    fails(ex.check_train_step, returns_tensor, r"as a float \(loss.item\(\)\)")
+
+
+def test_training_loop():
+    right = solution("09").my_train
+
+    def late_lr(model, optimizer, batches, lr_at, train_step):  # the rate set after
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            losses.append(train_step(model, optimizer, batch))
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(s)
+        return losses
+
+    fails(ex.check_training_loop, late_lr, r"step 0 ran at 123")
+
+    def next_lr(model, optimizer, batches, lr_at, train_step):  # off by one
+        return right(model, optimizer, batches, lambda s: lr_at(s + 1), train_step)
+
+    fails(ex.check_training_loop, next_lr, r"step 0 ran at lr_at\(1\)")
+
+    def no_train(model, optimizer, batches, lr_at, train_step):
+        model.train = lambda mode=True: model  # as if model.train() were forgotten
+        return right(model, optimizer, batches, lr_at, train_step)
+
+    fails(ex.check_training_loop, no_train, "ran in eval mode")
+
+    def skips_last(model, optimizer, batches, lr_at, train_step):
+        return right(model, optimizer, batches[:-1], lr_at, train_step)
+
+    fails(ex.check_training_loop, skips_last, "returned 5 losses for 6 batches")
+
+    def no_nan_check(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        out = []
+        for s, batch in enumerate(batches):
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(s)
+            out.append(train_step(model, optimizer, batch))
+        return out
+
+    fails(ex.check_training_loop, no_nan_check, "NaN loss at step 2 went unnoticed")
+
+
+def test_top_p_sampling():
+    def crossing_dropped(logits, p, generator=None):  # keeps only while cum <= p
+        probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
+        drop = probs.cumsum(-1) > p
+        drop[:, 0] = False
+        pick = torch.multinomial(probs.masked_fill(drop, 0), 1, generator=generator)
+        return order.gather(-1, pick).squeeze(-1)
+
+    fails(ex.check_top_p_sampling, crossing_dropped, "never drawn: the token whose")
+
+    def sorted_positions(logits, p, generator=None):  # forgets to map back to ids
+        probs, _ = logits.softmax(-1).sort(dim=-1, descending=True)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= p, 0)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    fails(ex.check_top_p_sampling, sorted_positions, r"p=0.45: drew token 0")
+
+    def no_filter(logits, p, generator=None):
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+    fails(ex.check_top_p_sampling, no_filter, "outside the smallest set")
 
 
 def test_beam_search():
-    assert ex.check_beam_search(
-        lambda step, beam, max_len, eos: ex.beam_search_reference(
-            step, beam, max_len, eos
-        )
-    )
-
     def greedy(step, beam, max_len, eos):
         tokens, score = [], 0.0
         for _ in range(max_len):
@@ -247,52 +502,83 @@ def test_beam_search():
                 break
         return tokens, score
 
+    fails(ex.check_beam_search, greedy, r"beam=2: got tokens \[0, 0, 2\], expected \[1")
+    right = solution("10").my_beam_search
     fails(
         ex.check_beam_search,
-        greedy,
-        r"beam=2: got tokens \[0, 0, 2\], expected \[1, 1, 2\]",
+        lambda *a: (right(*a)[0], math.exp(right(*a)[1])),
+        "tokens right, but log-prob",
     )
 
 
-def test_get_batch():
-    from transformer_lib.lm_train import get_batch
+def test_gpt_block():
+    Right = solution("11").MyBlock
 
-    assert ex.check_get_batch(get_batch)
+    class NotCausal(Right):
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def same_as_x(ids, B, T, g):
-        x, _ = get_batch(ids, B, T, g)
-        return x, x.clone()
+    fails(ex.check_gpt_block, NotCausal, "the attention must be causal")
 
-    fails(ex.check_get_batch, same_as_x, "y .*entries differ")
+    class ExactGelu(Right):
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.fc_out(F.gelu(self.fc(self.norm2(x))))
 
-    def one_start(ids, B, T, g):
-        x = ids[:T].repeat(B, 1)
-        return x, x + 1
+    fails(ex.check_gpt_block, ExactGelu, "tanh approximation")
 
-    fails(ex.check_get_batch, one_start, "every row starts at the same place")
+    class PostNorm(Right):
+        def forward(self, x):
+            x = self.norm1(x + self.attn(x))
+            return self.norm2(x + self.fc_out(F.gelu(self.fc(x), approximate="tanh")))
+
+    fails(ex.check_gpt_block, PostNorm, r"MyBlock\(x\): .* entries differ")
 
 
-def tiled(q, k, v, block):
-    out = torch.zeros_like(q[..., : v.shape[-1]])
-    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
-    denom = torch.zeros_like(m)
-    for s in range(0, k.shape[-2], block):
-        scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
-        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
-        p = (scores - m_new).exp()
-        rescale = (m - m_new).exp()
-        denom = denom * rescale + p.sum(-1, keepdim=True)
-        out = out * rescale + p @ v[..., s : s + block, :]
-        m = m_new
-    return out / denom
+def test_kv_cache():
+    Right = solution("11").MyKVCache
+
+    class OnlyNew(Right):
+        def update(self, k, v):
+            super().update(k, v)
+            return k, v
+
+    fails(ex.check_kv_cache, OnlyNew, "after 5 tokens update returned 1 keys")
+
+    class KeysTwice(Right):
+        def update(self, k, v):
+            keys, _ = super().update(k, v)
+            return keys, keys
+
+    fails(ex.check_kv_cache, KeysTwice, "values after 4 tokens: .* entries differ")
+
+    class CountsUpdates(Right):
+        def update(self, k, v):
+            out = super().update(k, v)
+            self.length += 1 - k.size(2)
+            return out
+
+    fails(ex.check_kv_cache, CountsUpdates, "cache.length is 1 after 4 tokens")
+
+    class NoLength(Right):
+        def update(self, k, v):
+            out = super().update(k, v)
+            self.length = 0
+            return out
+
+    fails(ex.check_kv_cache, NoLength, "cache.length is 0 after 4 tokens")
 
 
 def test_tiled_attention():
-    assert ex.check_tiled_attention(tiled)
+    right = solution("12").my_tiled_attention
 
-    def per_block_softmax(
-        q, k, v, block
-    ):  # normalises each block on its own and averages the blocks
+    def per_block_softmax(q, k, v, block):  # normalises each block on its own
         outs = [
             F.scaled_dot_product_attention(
                 q, k[..., s : s + block, :], v[..., s : s + block, :]
@@ -301,8 +587,117 @@ def test_tiled_attention():
         ]
         return torch.stack(outs).mean(0)
 
+    fails(ex.check_tiled_attention, per_block_softmax, "block=1: .* entries differ")
+
+    def no_rescale(q, k, v, block):  # forgets to rescale the running sums
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+        for s in range(0, k.size(-2), block):
+            scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(8)
+            m = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p = (scores - m).exp()
+            ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
+        return out / ell
+
+    fails(ex.check_tiled_attention, no_rescale, "block=1: .* entries differ")
+    assert ex.outcome(ex.check_tiled_attention, right)[0] == "pass"
+
+
+def grouped(q, k, v, tile_heads=False, causal=True):
+    """A right solution, or with the heads tiled (0, 1, 0, 1: .repeat) or no mask."""
+    g = q.size(1) // k.size(1)
+    if tile_heads:
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+    else:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def test_grouped_attention():
+    assert ex.outcome(ex.check_grouped_attention, grouped)[0] == "pass"
     fails(
-        ex.check_tiled_attention,
-        per_block_softmax,
-        "tiled attention, block=1: .* entries differ",
+        ex.check_grouped_attention,
+        lambda q, k, v: grouped(q, k, v, tile_heads=True),
+        r"H_kv=2: query head 1 read key/value head 1, expected head 0 \(heads 0 to 1",
     )
+    fails(
+        ex.check_grouped_attention,
+        lambda q, k, v: grouped(q, k, v, causal=False),
+        "apply the causal mask",
+    )
+    fails(
+        ex.check_grouped_attention,
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q[:, : k.size(1)], k, v, is_causal=True
+        ),
+        r"shape \(2, 2, 6, 8\), expected \(2, 4, 6, 8\)",
+    )
+
+
+def test_swiglu():
+    Right = solution("13").MySwiGLU
+
+    def with_forward(forward):
+        return type("Wrong", (Right,), {"forward": forward})
+
+    fails(
+        ex.check_swiglu,
+        with_forward(lambda m, x: m.proj(m.gate(x) * F.silu(m.up(x)))),
+        "the SiLU went on up",
+    )
+    fails(
+        ex.check_swiglu,
+        with_forward(lambda m, x: m.proj(F.gelu(m.gate(x)) * m.up(x))),
+        "uses GELU",
+    )
+    fails(
+        ex.check_swiglu,
+        with_forward(lambda m, x: m.proj(F.silu(m.gate(x)))),
+        r"up\(x\) is missing",
+    )
+
+
+# the learner's record ---------------------------------------------------------------
+
+
+def test_record_counts_what_passes(capsys):
+    sol = solution("03")
+    assert (
+        ex.record("03", {"my_sinusoidal_positions": sol.my_sinusoidal_positions}) == 1
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("\u2713 03 my_sinusoidal_positions passes")
+    assert (
+        out[1] == "\u00b7 03 my_apply_rope: my_apply_rope is not defined: run its cell"
+    )
+
+
+def test_record_reports_an_error_of_the_learners_code(capsys):
+    assert ex.record("12", {"my_tiled_attention": lambda q, k, v, b: 1 / 0}) == 0
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_check_command_reads_the_saved_notebook(tmp_path, capsys):
+    nb = next((ROOT / "notebooks").glob("04_*.ipynb"))
+    assert main(["check", "04", "--notebooks", str(nb.parent)]) == 1
+    out = capsys.readouterr().out
+    assert f"\u00b7 04 my_attention: {ex.TODO}" in out
+    assert out.endswith("0 of 1 build-its pass\n")
+    # the learner fills in the stub and saves: the command sees it
+    import json
+
+    data = json.loads(nb.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        if "build-it" in cell["metadata"].get("tags", []):
+            src = (
+                ROOT / "solutions" / "04_scaled_dot_product_attention.py"
+            ).read_text()
+            cell["source"] = src
+    (tmp_path / nb.name).write_text(json.dumps(data), encoding="utf-8")
+    assert main(["check", "04", "--notebooks", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.endswith("1 of 1 build-its pass\n")
+
+
+def test_check_command_refuses_an_unknown_notebook(capsys):
+    assert main(["check", "99"]) == 2
+    assert "no notebook '99'" in capsys.readouterr().out

@@ -1,7 +1,7 @@
 """Notebook 13's parts against references: RoPE against the complex-number form, GQA
 against PyTorch's attention, SwiGLU against its formula, Newton-Schulz against its
-polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention, and
-the exercise's checker against wrong solutions."""
+polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention (the
+build-it's checker is tested in test_exercises.py)."""
 
 import math
 
@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from transformer_lib import exercises as ex
 from transformer_lib.gpt import GPT, GPTConfig, KVCache, generate
 from transformer_lib.modern import GroupedQueryAttention, Rotary, SwiGLU, repeat_kv
 from transformer_lib.multi_head import merge_heads, split_heads
@@ -236,37 +235,3 @@ def test_tiled_attention_cross_lengths_and_errors():
     )
     with pytest.raises(ValueError, match="T_q == T_k"):
         tiled_attention(q, k, v, 4, causal=True)
-
-
-def fails(fn, message):
-    with pytest.raises(ex.ExerciseError, match=message):
-        ex.check_grouped_attention(fn)
-
-
-def grouped(q, k, v, tile_heads=False, causal=True):
-    """A right solution, or with the heads tiled (0, 1, 0, 1: .repeat) or no mask."""
-    g = q.size(1) // k.size(1)
-    if tile_heads:
-        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
-    else:
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def test_check_grouped_attention():
-    assert ex.check_grouped_attention(grouped)
-    fails(
-        lambda q, k, v: grouped(q, k, v, tile_heads=True),
-        r"H_kv=2: query head 1 read key/value head 1, expected head 0 \(heads 0 to 1",
-    )
-    fails(lambda q, k, v: grouped(q, k, v, causal=False), "apply the causal mask")
-    fails(
-        lambda q, k, v: F.scaled_dot_product_attention(
-            q[:, : k.size(1)], k, v, is_causal=True
-        ),
-        r"shape \(2, 2, 6, 8\), expected \(2, 4, 6, 8\)",
-    )
-    fails(
-        lambda q, k, v: grouped(q, k, v) * 1.01,
-        "entries differ from the reference",
-    )

@@ -12,7 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "transformer_lib"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-HAND_WRITTEN = {"__init__", "__main__", "data", "cli_args", "mt_cli", "lm_cli"}
+HAND_WRITTEN = {
+    "__init__",
+    "__main__",
+    "data",
+    "cli_args",
+    "mt_cli",
+    "lm_cli",
+    "exercises",
+}
 PART_II = {
     "encoder",
     "seq2seq",
@@ -24,7 +32,7 @@ PART_II = {
 PART_III = {"gpt", "lm_train", "gpt2_weights", "perf"}
 PART_IV = {"modern", "muon", "tiled_attention"}  # notebook 13: builds on Part III
 SHARED = {"training", "checkpoints", "files", "sampling"}
-# the exercises' checkers: one part from each notebook, any Part as reference
+# the build-its' checkers (written by hand): any Part as reference
 TOOLING = {"exercises"}
 MODULES = sorted(p.stem for p in LIB.glob("*.py"))
 
@@ -125,27 +133,7 @@ def frame(path: Path) -> list[tuple[int, str]]:
     return marks
 
 
-# TODO(h-buildit): 09 and 10 still have their "Exercises that build" before the Summary;
-# h-buildit moves them after it. Remove these marks when that branch is merged.
-BUILDIT_PENDING = {"09", "10"}
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="TODO(h-buildit): exercises before the Summary in 09 and 10",
-            ),
-        )
-        if p.stem[:2] in BUILDIT_PENDING
-        else p
-        for p in NOTEBOOKS
-    ],
-    ids=lambda p: p.stem[:2],
-)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
 def test_each_notebook_is_framed_learn_content_summary_exercises(path):
     marks = frame(path)
     what = [m for _, m in marks]

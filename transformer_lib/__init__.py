@@ -14,12 +14,12 @@ export`). One concept a module:
                   decoding (10)                                         the
                   English-Chinese translator
     Part III      gpt, lm_train, gpt2_weights (11)  perf (12)           the GPT language
-    model exercises     exercises (00-12)                                      the
+    model exercises     exercises (by hand)                                    the
     checkers of the build-it exercises command line  __main__, mt_cli, lm_cli, cli_args
     flags in, library calls out
 
 Part II and Part III never import each other. Written by hand: data (the corpora, pinned
-by sha256) and the command line.
+by sha256), the command line and the checkers of the build-its (exercises).
 
     from transformer_lib.runtime import get_device, set_seed, pick
     from transformer_lib.data import load_tiny_shakespeare, load_tatoeba_pairs

@@ -70,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder")
     pack.set_defaults(run=pack_data)
     # Parts II and III register their commands here, one line each.
-    from transformer_lib import lm_cli, mt_cli
+    from transformer_lib import exercises, lm_cli, mt_cli
 
     mt_cli.register(commands)  # Part II: train-mt, translate
     lm_cli.register(commands)  # Part III: train-lm, generate
+    exercises.register(commands)  # the build-its: check
     args = parser.parse_args(argv)
     return args.run(args)
 
