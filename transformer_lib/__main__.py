@@ -11,6 +11,7 @@ Each part of the course adds its commands from its own module: a module with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -23,7 +24,7 @@ def fetch_data(args: argparse.Namespace) -> int:
     for spec in ALL_FILES:
         try:
             print(f"ok      {fetch(spec)}")
-        except DataUnavailableError as e:
+        except (DataUnavailableError, OSError) as e:
             print(f"missing {spec.relpath}: {e}", file=sys.stderr)
             failed += 1
     if failed:
@@ -56,7 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     return args.run(args)
 
 
+def run_command(argv: list[str] | None = None) -> int:
+    """`main`, with what ends a command from outside as one line, never a traceback:
+    Ctrl-C (status 130), and a reader that went away (`| head`: quietly, status 141)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("python -m transformer_lib: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # later writes (and Python's own flush at exit) go nowhere instead of failing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
     # A log redirected to a file keeps every line up to a kill.
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.exit(main())
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(line_buffering=True)
+    sys.exit(run_command())

@@ -215,15 +215,20 @@ def load_weights(model: nn.Module, weights: dict, path: str | os.PathLike) -> No
 MAX_LAYERS, MAX_SIZE, MAX_TABLE = 1000, 2**24, 2**28  # layers; any size; table numbers
 
 
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def build_checked(make: Callable[[dict], nn.Module], config: dict, weights, path):
     """`make(config)` with `weights` loaded, built only once a model of the same
     config on the meta device (shapes, no memory) has been found to fit them."""
-    sizes = {k: v for k, v in config.items() if isinstance(v, int)}
-    if (
-        sizes.get("n_layers", 0) > MAX_LAYERS
-        or max(sizes.values(), default=0) > MAX_SIZE
-    ):
-        raise CheckpointError(f"{path}: its config asks for an absurd model {sizes}")
+    limit = lambda k: MAX_LAYERS if k == "n_layers" else MAX_SIZE  # noqa: E731
+    absurd = [f"{k}={v}" for k, v in config.items() if _int(v) and v > limit(k)]
+    if absurd:
+        raise CheckpointError(
+            f"{path}: its config asks for an absurd model ({', '.join(absurd)}); the "
+            "file is damaged or was edited"
+        )
     with torch.device("meta"):
         shapes = make(config)
     problems = weight_problems(shapes, weights)
