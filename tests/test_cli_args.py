@@ -4,6 +4,7 @@ read_texts, --model KEY=VALUE."""
 from __future__ import annotations
 
 import argparse
+import re
 import io
 import sys
 
@@ -173,7 +174,7 @@ def test_key_value_overrides_refuses(item, words):
     ],
 )
 def test_values_that_would_break_decoding_or_adam_are_refused(fn, text, words):
-    with pytest.raises(argparse.ArgumentTypeError, match=words.replace("[", r"\[")):
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
         fn(text)
 
 

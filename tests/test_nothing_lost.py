@@ -307,3 +307,62 @@ def test_a_folder_named_like_a_temporary_file_is_left_alone(tmp_path):
     (tmp_path / ".ck.pt.abc.tmp").mkdir()
     assert start_run(out, "refuse", log=lambda *_: None) is False
     unlock_run(out)
+
+
+sys.path.insert(0, str(ROOT / "tools"))
+import zh_edition  # noqa: E402
+from test_zh_edition import edition  # noqa: E402, F401  (a copy of the edition)
+
+
+def _zh_notebooks(edition_path: Path) -> dict[str, bytes]:
+    folder = edition_path.parent.parent / "zh" / "notebooks"
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.ipynb"))}
+
+
+@pytest.mark.parametrize("damage", ["missing", "cut", "doubled"])
+def test_zh_edition_never_writes_half_a_book(edition, damage):  # noqa: F811
+    translations = edition.parent.parent / "zh" / "translations"
+    path = translations / "05_multi_head_attention.md"
+    text = path.read_text(encoding="utf-8")
+    if damage == "missing":
+        path.unlink()
+    elif damage == "cut":
+        path.write_text(text[: len(text) // 2], encoding="utf-8")
+    else:
+        first = text[: text.index("<!--", 1)]  # the first entry, given again
+        path.write_text(text + "\n" + first, encoding="utf-8")
+    before = _zh_notebooks(edition)
+    with pytest.raises(zh_edition.IncompleteTranslations) as refused:
+        zh_edition.run(update=False, check=False)
+    assert all("05_multi_head_attention.md" in line for line in refused.value.args[0])
+    assert _zh_notebooks(edition) == before  # not one notebook written
+    if damage == "doubled":
+        problems = zh_edition.run(update=False, check=True)
+        assert any(p.endswith("has two entries") for p in problems)
+
+
+def test_zh_edition_writes_notebooks_whole_or_not_at_all(edition, monkeypatch):  # noqa: F811
+    target = edition.parent.parent / "zh" / "notebooks" / "06_masks.ipynb"
+    before = target.read_bytes()
+    real = zh_edition.atomic_write
+
+    def full_disk(path, write):
+        def half(f):
+            write(f)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return real(path, half)
+
+    monkeypatch.setattr(zh_edition, "atomic_write", full_disk)
+    with pytest.raises(DiskFullError):
+        zh_edition.run(update=False, check=False)
+    assert target.read_bytes() == before  # still the whole, valid notebook
+
+
+def test_quick_mode_refuses_values_it_does_not_know(monkeypatch):
+    from transformer_lib import runtime
+
+    for value in ("2", "y", "quick", "1.0"):
+        monkeypatch.setenv("TRANSFORMER_QUICK", value)
+        with pytest.raises(ValueError, match="give 1 .quick mode. or 0"):
+            runtime.is_quick()
