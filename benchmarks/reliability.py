@@ -118,6 +118,10 @@ def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]
 
     def setup() -> None:
         os.setpgrp()
+        # stop signals as a terminal's job has them, even when the harness runs in the
+        # background (where SIGINT is ignored, and the child would inherit that)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
         if umask is not None:
             os.umask(umask)
         if address_space is not None:

@@ -58,9 +58,9 @@ class DiskFullError(OSError):
 
     def __init__(self, path: Path, needed: int | None = None):
         free = shutil.disk_usage(path.parent).free / 1e6
-        need = f", {needed / 1e6:.1f} MB needed" if needed else ""
+        need = f", {needed / 1e6:.3g} MB needed" if needed else ""
         super().__init__(
-            f"cannot write {path}: the disk is full ({free:.1f} MB free{need}); the "
+            f"cannot write {path}: the disk is full ({free:.3g} MB free{need}); the "
             "file there before is kept: free some space or choose another path"
         )
         self.errno = errno.ENOSPC
@@ -68,9 +68,9 @@ class DiskFullError(OSError):
 
 def check_free_space(path: str | os.PathLike, needed: int) -> None:
     """Raise DiskFullError when the folder of `path` has not `needed` bytes free (and
-    1 MB to spare)."""
+    64 kB to spare)."""
     path = Path(path)
-    if shutil.disk_usage(path.parent).free < needed + 2**20:
+    if shutil.disk_usage(path.parent).free < needed + 2**16:
         raise DiskFullError(path, needed)
 
 
