@@ -658,10 +658,8 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
         model, optimizer, batches, run = start_lm(
             s, data, rank, world, device, resume, say
         )
-        use_bf16, autocast = (
-            uses_bf16(s.dtype, device),
-            mixed_precision(s.dtype, device),
-        )
+        use_bf16 = uses_bf16(s.dtype, device)
+        autocast = mixed_precision(s.dtype, device)
         fwd = wrap_model(model, s, world, local_rank, device)
         say(describe_run(s, model, device, use_bf16, world))
         job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
