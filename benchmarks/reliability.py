@@ -3357,7 +3357,7 @@ def _r223(env: Env) -> Outcome:
         p = env.popen(
             L("--max-iters", "30", "--eval-interval", "10", "--out", str(out)), folder
         )
-        seen = _wait_text(p, p.stderr, "disk is full", 240)
+        seen = _wait_text(p, p.stdout, "disk is full", 240)  # said, then retried
         kill_group(p)
         p.communicate()
         if "disk is full" not in seen:
