@@ -4,8 +4,8 @@ read_texts, --model KEY=VALUE."""
 from __future__ import annotations
 
 import argparse
-import re
 import io
+import re
 import sys
 
 import pytest
