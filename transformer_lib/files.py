@@ -70,6 +70,7 @@ def check_free_space(path: str | os.PathLike, needed: int) -> None:
     """Raise DiskFullError when the folder of `path` has not `needed` bytes free (and
     64 kB to spare)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if shutil.disk_usage(path.parent).free < needed + 2**16:
         raise DiskFullError(path, needed)
 
