@@ -201,3 +201,11 @@ def test_arguments_and_inputs_that_are_not_text(tmp_path, monkeypatch):
     bom = tmp_path / "bom.txt"
     bom.write_bytes("\ufeffHello.\n".encode())
     assert ca.read_texts([], str(bom)) == ["Hello."]
+
+
+def test_lines_end_only_at_newlines_and_a_prompt_file_is_read_as_it_is(tmp_path):
+    f = tmp_path / "in.txt"
+    f.write_text("One\u2028still one.\fand\vthis.\r\nTwo.\n", encoding="utf-8")
+    assert ca.read_texts([], str(f)) == ["One\u2028still one.\fand\vthis.", "Two."]
+    f.write_text("  ROMEO:\n\n  JULIET:\n", encoding="utf-8")
+    assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"

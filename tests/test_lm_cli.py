@@ -264,3 +264,14 @@ def test_ctrl_c_anywhere_is_one_line_and_status_130(monkeypatch, capsys):
     assert entry.run_command([]) == 130
     err = capsys.readouterr().err
     assert err == "python -m transformer_lib: interrupted (Ctrl-C)\n"
+
+
+def test_a_stdout_that_cannot_take_the_text_is_one_line(monkeypatch, capsys):
+    import transformer_lib.__main__ as entry
+
+    def ascii_stdout(argv=None):
+        "汉".encode("ascii")  # what print does on an ASCII stdout
+
+    monkeypatch.setattr(entry, "main", ascii_stdout)
+    assert entry.run_command([]) == 1
+    assert "set PYTHONIOENCODING=utf-8" in capsys.readouterr().err

@@ -69,6 +69,14 @@ def run_command(argv: list[str] | None = None) -> int:
         # later writes (and Python's own flush at exit) go nowhere instead of failing
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except UnicodeEncodeError as e:  # e.g. a Chinese answer on an ASCII stdout
+        hint = "" if e.encoding == "utf-8" else "; set PYTHONIOENCODING=utf-8"
+        print(
+            f"python -m transformer_lib: cannot write text as {e.encoding} "
+            f"({e.reason}){hint}",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ __all__ = [
     "default_device",
     "Parser",
     "read_texts",
+    "read_text",
     "check_text",
     "key_value_overrides",
     "MIN_TEMPERATURE",
@@ -292,7 +293,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _read_file(path: str) -> str:
+def read_text(path: str) -> str:
     """The text of `path` ('-' = standard input), at most MAX_INPUT_BYTES, or a
     ValueError saying in one line what went wrong."""
     if path == "-":
@@ -358,7 +359,9 @@ def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str
         check_text(arg, f"argument {i}")
     texts = [t.strip() for t in (args_list or [])]
     if path is not None:
-        texts += [line.strip() for line in _read_file(path).splitlines()]
+        # lines end at \n (and \r\n) only: not at U+2028, \f or \v as splitlines'
+        lines = read_text(path).replace("\r\n", "\n").split("\n")
+        texts += [line.strip() for line in lines]
     return [t for t in texts if t]
 
 

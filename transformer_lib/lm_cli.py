@@ -29,7 +29,7 @@ from transformer_lib.cli_args import (
     non_negative_int,
     positive_float,
     positive_int,
-    read_texts,
+    read_text,
     run_reported,
     seed,
     temperature,
@@ -135,7 +135,7 @@ def generate_command(args: argparse.Namespace) -> int:
     try:
         check_text(prompt, "--prompt")
         if args.prompt_file is not None:
-            prompt = "\n".join(read_texts([], args.prompt_file))
+            prompt = read_text(args.prompt_file)  # as it is: spaces and blank lines
         args.device = args.device or default_device()
     except ValueError as e:
         print(f"generate: {e}", file=sys.stderr)
