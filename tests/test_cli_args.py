@@ -169,7 +169,7 @@ def test_key_value_overrides_refuses(item, words):
         (ca.top_p, "1e-300", "rounds to 0"),
         (ca.beta, "1", "not in [0, 1)"),
         (ca.beta, "1.5", "give a beta"),
-        (ca.beam_size, "100000", "at most 64"),
+        (ca.beam_size, "100000", "at most 1000"),
         (ca.length_penalty, "1e308", "too large"),
     ],
 )

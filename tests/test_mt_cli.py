@@ -265,7 +265,7 @@ def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_ref
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--beam-size", "100000"], "at most 64"),
+        (["--beam-size", "100000"], "at most 1000"),
         (["--length-penalty", "1e308"], "too large"),
     ],
 )

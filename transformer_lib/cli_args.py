@@ -136,21 +136,21 @@ def probability(text: str) -> float:
     return value
 
 
-# below this, top-p rounds to 0 in float32 or filters out every token but the first
-MIN_TOP_P = 1e-6
-MAX_BEAM = 64  # beams are decoded as one batch: far beyond this, memory runs out
+# float32's smallest normal number: a top-p below it rounds to 0 when sampling
+MIN_TOP_P = 1.1754943508222875e-38
+MAX_BEAM = 1000  # beams are decoded as one batch: far beyond this, memory runs out
 MAX_LENGTH_PENALTY = 10.0  # alpha of (5 + length)^alpha / 6^alpha; 0.6 to 2 are usual
 MAX_INPUT_BYTES = 64 * 2**20  # --input, --prompt-file: 64 MB of text
 
 
 def top_p(text: str) -> float:
-    """A top-p threshold in [MIN_TOP_P, 1]: '0.9' -> 0.9; '0', '1e-300', '1.5' are
-    refused."""
+    """A top-p threshold in [MIN_TOP_P, 1]: '0.9' -> 0.9, '1e-9' -> 1e-9; '0', '1e-300'
+    and '1.5' are refused."""
     value = probability(text)
     if value < MIN_TOP_P:
         raise argparse.ArgumentTypeError(
-            f"{value:g} is too small to compute (it rounds to 0); give a number in "
-            f"[{MIN_TOP_P:g}, 1], or --temperature 0 for the most likely token"
+            f"{value:g} is too small for float32 (it rounds to 0); give a number in "
+            f"[{MIN_TOP_P:.3g}, 1], or --temperature 0 for the most likely token"
         )
     return value
 
@@ -171,7 +171,7 @@ def beam_size(text: str) -> int:
     value = positive_int(text)
     if value > MAX_BEAM:
         raise argparse.ArgumentTypeError(
-            f"{value} beams is too many; give at most {MAX_BEAM} (4 to 8 is usual)"
+            f"{value} beams are too many; give at most {MAX_BEAM} (4 to 8 is usual)"
         )
     return value
 

@@ -87,8 +87,7 @@ def train_command(args: argparse.Namespace) -> int:
         return 2
     if not args.out:
         print(
-            "train-lm: note: no --out, so this run is not saved (give --out PATH to "
-            "keep it)",
+            "note: no --out, so this run is not saved (give --out PATH to keep it)",
             file=sys.stderr,
         )
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
