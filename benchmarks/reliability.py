@@ -1,34 +1,35 @@
-"""Re-run the reliability review's 217 attempts (shared/reviews/reliability.md, issue
-16) and judge each one.
+"""Attack the course's command line and library the way hostile testers did, and
+judge each attempt: the 217 attempts of the first reliability review (issue 16) and
+area 8, the classes of attack of the second (issue 23).
 
-    python benchmarks/reliability.py                 # every attempt: about 10 minutes
-    on 2 busy cores python benchmarks/reliability.py --only 2        # one area (number
-    or name prefix: 'checkpoints') python benchmarks/reliability.py --ids 12,13,74  #
-    chosen rows, to debug one fix python benchmarks/reliability.py --list          # the
-    rows and how each is judged, without running
+    python benchmarks/reliability.py                 # every attempt: about 15 minutes
+                                                     # on 2 busy cores
+    python benchmarks/reliability.py --quick         # area 8 only: what CI runs
+    python benchmarks/reliability.py --only 2        # one area (number or name
+                                                     # prefix: 'checkpoints')
+    python benchmarks/reliability.py --ids 12,13,74  # chosen rows, to debug one fix
+    python benchmarks/reliability.py --list          # the rows, without running
 
-Each attempt keeps the review's row number. A CLI attempt runs `python -m
-transformer_lib ...` in a fresh folder under a temporary directory (its own data folder,
-copied from $TRANSFORMER_DATA_MIRROR); a library attempt calls the API in this process.
-Judges follow the policy of issue 16:
+Each attempt keeps its row number. A CLI attempt runs `python -m transformer_lib ...`
+in a fresh folder under a temporary directory (its own data folder, copied from
+$TRANSFORMER_DATA_MIRROR); a library attempt calls the API in this process. The
+judges:
 
-* PASS: what the policy asks. For input a user can type that must be refused: a non-zero
-  exit, one
-  line on stderr naming what was wrong, no traceback anywhere, nothing lost. For valid
-  input: success.
-* WEAK (as the review defines it): survives, but with a cryptic message, several lines,
-  or a silent
-  acceptance of a meaningless value.
-* FAIL: a traceback on CLI input (a crash; the issue asks for none), valid input
-  refused, a flag of
-  the new interface not recognised, a silent wrong result, or lost or corrupted work.
-* SKIP: cannot be run here (no `setpriv` to drop root's capabilities; the whole
-  unit-test suite
-  unless --unit-tests; a CUDA machine for the rows about CPU-only torch).
+* PASS: what the policy asks. For input a user can type that must be refused: a
+  non-zero exit, one line on stderr naming what was wrong, no traceback anywhere,
+  nothing lost. For valid input: success.
+* WEAK: survives, but with a cryptic message, several lines, or a silent acceptance of
+  a meaningless value.
+* FAIL: a traceback on CLI input (a crash), valid input refused, a flag of the
+  interface not recognised, a silent wrong result, or lost, overwritten or corrupted
+  work (two runs on one checkpoint that both end as if alone, a stop signal that
+  saves nothing, a half-written book).
+* SKIP: cannot be run here (no `setpriv` to drop root's capabilities; no root to mount
+  a full disk; the whole unit-test suite unless --unit-tests; a CUDA machine for the
+  rows about CPU-only torch).
 
-Exit status 1 when any attempt FAILs. Written against the new CLI of issue 16 (train-mt
---out, --warmup-steps, --prompt-file, --input, ...), so on older code many rows FAIL by
-design.
+Exit status 1 when any attempt FAILs. tests/test_reliability.py runs `--quick` (and
+everything with RELIABILITY_FULL=1).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ AREAS = {
     5: "5 API misuse",
     6: "6 Numerics",
     7: "7 Unit tests",
+    8: "8 Round two",
 }
 ORDER = {"PASS": 0, "SKIP": 0, "WEAK": 1, "FAIL": 2}
 TRACEBACK = "Traceback (most recent call last)"
@@ -116,6 +118,10 @@ def _preexec(umask: int | None, address_space: int | None) -> Callable[[], None]
 
     def setup() -> None:
         os.setpgrp()
+        # stop signals as a terminal's job has them, even when the harness runs in the
+        # background (where SIGINT is ignored, and the child would inherit that)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
         if umask is not None:
             os.umask(umask)
         if address_space is not None:
@@ -1965,7 +1971,7 @@ def _r118(env: Env) -> Outcome:
         or re.search(r"lock|already|another|running", ea + eb, re.I)
     ):
         return "PASS", "one run refused or warned"
-    return "WEAK", "both ran to the end, no warning"
+    return "FAIL", "both ran to the end, no warning: one run's work is lost"
 
 
 def _before_training(r: Result, *patterns: str) -> Outcome:
@@ -3210,6 +3216,543 @@ row(
 )(_unit_tests(["--deselect", "tests/test_book_browser.py"]))
 
 
+# ---- 8 Round two (issue 23): one writer per checkpoint, every stop signal, full
+# disks, damaged resumes and loads, bounded inputs, typed input, silent acceptance,
+# the Chinese edition's tool. A run whose work is lost is a FAIL.
+def _one_line(r: Result, *patterns: str) -> Outcome:
+    """A refusal of input a user gave: a lost or silent acceptance is a FAIL here."""
+    return refused(r, *patterns, silent="FAIL")
+
+
+def _wait_text(p: subprocess.Popen, stream, text: str, timeout: float) -> str:
+    """Read `stream` of `p` line by line until one holds `text` (or it ends)."""
+    seen, end = "", time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = stream.readline()
+        if not line:
+            break
+        seen += line
+        if text in line:
+            break
+    return seen
+
+
+@row(218, 8, "two train-lm runs on one new --out: the second refused naming the first")
+def _r218(env: Env) -> Outcome:
+    folder = env.fresh("lock")
+    out = folder / "same.pt"
+    args = L("--max-iters", "300", "--eval-interval", "5", "--out", str(out))
+    first = env.popen(args + ["--seed", "1"], folder)
+    _wait_text(first, first.stdout, "layers,", 120)  # it has started: lock taken
+    second = env.cli(args + ["--seed", "2"], cwd=folder, timeout=300)
+    kill_group(first, signal.SIGINT)  # the first run stops and saves
+    first.communicate(timeout=300)
+    saved = (_load(out) or {}).get("settings", {}).get("seed")
+    if second.rc == 0:
+        return (
+            "FAIL",
+            f"both ran (rc 0); the checkpoint holds seed {saved}: one is lost",
+        )
+    o = _one_line(second, r"in use by another run", r"process \d+")
+    if o[0] == "PASS" and saved != 1:
+        return "FAIL", f"the first run's checkpoint was not kept (seed {saved})"
+    return o
+
+
+@row(219, 8, "a start (start_run) during another run's save keeps that save's file")
+def _r219(env: Env) -> Outcome:
+    from transformer_lib.checkpoints import start_run
+
+    folder = env.fresh("race")
+    out = folder / "race.pt"
+    holder = subprocess.Popen(
+        [
+            PY,
+            "-c",
+            "import sys, time; from transformer_lib.checkpoints import "
+            "start_run; start_run(sys.argv[1], 'refuse'); print('held', flush=True); "
+            "time.sleep(60)",
+            str(out),
+        ],
+        env=env.env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=os.setpgrp,
+    )
+    try:
+        _wait_text(holder, holder.stdout, "held", 60)
+        tmp = folder / f".{out.name}.saving.tmp"  # the save it is writing
+        tmp.write_bytes(b"half a checkpoint")
+        try:
+            start_run(out, "restart", log=lambda *_: None)
+            return "FAIL", "a second start_run was allowed while another run held it"
+        except OSError as e:
+            if not tmp.exists():
+                return "FAIL", "the other run's save was deleted"
+            return "PASS", f"{type(e).__name__}: {e}"[:200]
+    finally:
+        kill_group(holder)
+        holder.wait()
+
+
+def _stopped_by(env: Env, sig: int, name: str) -> Outcome:
+    """train-lm stopped by `sig` mid-run saves the step it reached, as Ctrl-C does."""
+    folder = env.fresh(name)
+    out = folder / "t.pt"
+    args = L("--max-iters", "100000", "--eval-interval", "100000", "--out", str(out))
+    p = env.popen(args, folder)
+    _wait_text(p, p.stdout, "layers,", 120)
+    time.sleep(3)  # some steps, no evaluation (so no save) yet
+    kill_group(p, sig)
+    _, err = p.communicate(timeout=120)
+    step = (_load(out) or {}).get("step")
+    if not step:
+        return "FAIL", f"killed by {name} without a save (rc {p.returncode}): work lost"
+    o = refused(Result(p.returncode, "", err, 0), r"stopped at step", r"saved")
+    return o[0], f"saved step {step}; " + o[1]
+
+
+row(220, 8, "train-lm stopped by SIGTERM (timeout, docker stop, Slurm)")(
+    lambda e: _stopped_by(e, signal.SIGTERM, "sigterm")
+)
+row(221, 8, "train-lm stopped by SIGHUP (the terminal closed)")(
+    lambda e: _stopped_by(e, signal.SIGHUP, "sighup")
+)
+
+
+@row(222, 8, "Ctrl-C during generate: status 130, one line, no traceback")
+def _r222(env: Env) -> Outcome:
+    p = env.popen(G(env, "--max-new-tokens", "100000"), env.fresh("int"))
+    time.sleep(8)  # loading and generating
+    kill_group(p, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    o = refused(Result(p.returncode, "", err, 0), r"interrupted")
+    return ("FAIL", f"rc {p.returncode}: {o[1]}") if p.returncode != 130 else o
+
+
+def _tmpfs_skip() -> str | None:
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return "needs root to mount a small tmpfs (a full disk)"
+    return None
+
+
+@row(
+    223,
+    8,
+    "train-lm onto a full disk (600 kB tmpfs): one line, path and space",
+    _tmpfs_skip,
+)
+def _r223(env: Env) -> Outcome:
+    folder = env.fresh("full")
+    disk = folder / "tiny"
+    disk.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)],
+        capture_output=True,
+    ).returncode:
+        return "SKIP", "mount refused (no CAP_SYS_ADMIN)"
+    try:
+        out = disk / "a.pt"
+        (disk / "filler").write_bytes(b"\0" * 200_000)  # the disk is partly full
+        p = env.popen(
+            L("--max-iters", "30", "--eval-interval", "10", "--out", str(out)), folder
+        )
+        seen = _wait_text(p, p.stdout, "disk is full", 240)  # said, then retried
+        kill_group(p)
+        p.communicate()
+        if "disk is full" not in seen:
+            return "FAIL", f"no full-disk message: {seen.strip()[-200:]}"
+        line = next(ln for ln in seen.splitlines() if "disk is full" in ln)
+        if str(out) not in line or "MB free" not in line:
+            return "WEAK", f"the message lacks the path or the space: {line[:200]}"
+        return "PASS", line[:200]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def _damage(env: Env, src: Path, name: str, edit) -> Path:
+    return _edited(src, env.fresh(name) / f"{name}.pt", edit)
+
+
+LM_RESUME_DAMAGE = {
+    "no settings": lambda s: s.pop("settings"),
+    "history a string": lambda s: s.update(history="x"),
+    "no torch_rng": lambda s: s.pop("torch_rng"),
+    "short batch_rng": lambda s: s.update(batch_rng=s["torch_rng"][:3]),
+    "step a string": lambda s: s.update(step="20"),
+    "misshapen weight": lambda s: s["model"].update(
+        {"tok_emb.weight": s["model"]["tok_emb.weight"][:3]}
+    ),
+    "misshapen moment": lambda s: s["optimizer"]["state"][0].update(
+        exp_avg=s["optimizer"]["state"][0]["exp_avg"].flatten()[:2]
+    ),
+}
+
+
+@row(224, 8, "train-lm --resume of 7 damaged checkpoints: refused before training")
+def _r224(env: Env) -> Outcome:
+    from transformer_lib.lm_train import TrainSettings, load_lm_data, train_lm
+
+    outcomes, data = [], load_lm_data()
+    for name, edit in LM_RESUME_DAMAGE.items():
+        bad = _damage(env, lm_ckpt(env), "resume", edit)
+        before = bad.read_bytes()
+        s = TrainSettings(
+            preset="tiny",
+            max_iters=30,
+            eval_interval=10,
+            eval_windows=2,
+            out=str(bad),
+            resume=True,
+            device="cpu",
+            progress=False,
+            verbose=False,
+        )
+        o = api(
+            lambda: train_lm(s, data), r"cannot be resumed|do not fit", raised="FAIL"
+        )
+        if bad.read_bytes() != before:
+            o = ("FAIL", "the checkpoint was rewritten")
+        outcomes.append((o[0], f"{name}: {o[1]}"))
+    return worst(outcomes)
+
+
+MT_RESUME_DAMAGE = {
+    "no train_config": lambda s: s.pop("train_config"),
+    "rng a list": lambda s: s.update(rng=[1, 2]),
+    "best_model a list": lambda s: s.update(best_model=[]),
+    "misshapen recent": lambda s: s["recent_models"].append({"x": s["rng"]}),
+    "history missing": lambda s: s.pop("history"),
+}
+
+
+@row(225, 8, "train-mt resume (resume_run) of 5 damaged checkpoints: refused")
+def _r225(env: Env) -> Outcome:
+    import torch
+
+    from transformer_lib.mt_train import TrainConfig, resume_run
+    from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
+    from transformer_lib.training import make_adamw
+
+    good = torch.load(mt_ckpt(env), weights_only=True)
+    t = dict(good["train_config"], betas=tuple(good["train_config"]["betas"]))
+    outcomes = []
+    for name, edit in MT_RESUME_DAMAGE.items():
+        bad = _damage(env, mt_ckpt(env), "mt-resume", edit)
+        model = Transformer(Seq2SeqConfig(**good["config"]))
+        opt = make_adamw(model, 1e-3)
+        o = api(
+            lambda: resume_run(
+                bad,
+                model,
+                opt,
+                TrainConfig(**t),
+                good["tokenizer"],
+                log=lambda *_: None,
+            ),
+            r"cannot be resumed|do not fit",
+            raised="FAIL",
+        )
+        outcomes.append((o[0], f"{name}: {o[1]}"))
+    return worst(outcomes)
+
+
+def _flip_weights(src: Path, dest: Path) -> Path:
+    """A copy of `src` with one byte of its first tensor flipped (its CRC now wrong)."""
+    import struct
+    import zipfile
+
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as z:
+        info = next(i for i in z.infolist() if "/data/" in i.filename)
+    n, m = struct.unpack("<HH", data[info.header_offset + 26 :][:4])
+    data[info.header_offset + 30 + n + m + 8] ^= 0xFF
+    dest.write_bytes(bytes(data))
+    return dest
+
+
+@row(
+    226, 8, "generate/translate loaders: bad merges, bad HF JSON, NaN, CRC, huge config"
+)
+def _r226(env: Env) -> Outcome:
+    from transformer_lib.lm_train import load_lm
+    from transformer_lib.mt_train import load_translator
+
+    lm, mt = lm_ckpt(env), mt_ckpt(env)
+    nan = lambda s: [w.fill_(float("nan")) for w in s["model"].values()]  # noqa: E731
+    cases = {
+        "mt merge out of range": (
+            load_translator,
+            _damage(
+                env,
+                mt,
+                "oob",
+                lambda s: s["tokenizer"]["src"]["merges"].append([99999, 3]),
+            ),
+        ),
+        "lm HF tokenizer JSON broken": (
+            load_lm,
+            _damage(
+                env, lm, "hf", lambda s: s["tokenizer"].update(type="hf_bpe", json="{")
+            ),
+        ),
+        "lm NaN weights": (load_lm, _damage(env, lm, "nan", nan)),
+        "mt NaN weights": (
+            load_translator,
+            _damage(
+                env,
+                mt,
+                "mtnan",
+                lambda s: [w.fill_(float("nan")) for w in s["best_model"].values()],
+            ),
+        ),
+        "lm flipped byte (CRC)": (
+            load_lm,
+            _flip_weights(lm, env.fresh("crc") / "crc.pt"),
+        ),
+        "lm n_layers=100000": (
+            load_lm,
+            _damage(env, lm, "big", lambda s: s["config"].update(n_layers=100_000)),
+        ),
+        "lm integer weights": (
+            load_lm,
+            _damage(
+                env,
+                lm,
+                "int",
+                lambda s: s["model"].update(
+                    {k: v.long() for k, v in s["model"].items()}
+                ),
+            ),
+        ),
+    }
+    outcomes = []
+    for name, (load, path) in cases.items():
+        o = api(
+            lambda: load(str(path), "cpu"),
+            r"damaged|do not fit|absurd|checksum",
+            raised="FAIL",
+        )
+        outcomes.append((o[0], f"{name}: {o[1]}"))
+    return worst(outcomes)
+
+
+@row(227, 8, "T --input /dev/zero, G --prompt-file /dev/zero: capped, one line")
+def _r227(env: Env) -> Outcome:
+    return worst(
+        [
+            _one_line(
+                env.cli(T(env, "--input", "/dev/zero"), timeout=120), r"more than"
+            ),
+            _one_line(
+                env.cli(G(env, "--prompt-file", "/dev/zero"), timeout=120), r"more than"
+            ),
+        ]
+    )
+
+
+def _closed_stdin() -> None:
+    os.setpgrp()
+    os.close(0)
+
+
+@row(228, 8, "typed input: non-UTF-8 argument, closed stdin, | head, top-p 1e-300, ...")
+def _r228(env: Env) -> Outcome:
+    outcomes = [
+        _one_line(env.cli(T(env, "caf\udce9")), r"not UTF-8"),
+        _one_line(env.cli(G(env, "--top-p", "1e-300")), r"--top-p"),
+        _one_line(
+            env.cli(T(env, "--length-penalty", "1e308", "Hello.")), r"--length-penalty"
+        ),
+        _one_line(env.cli(T(env, "--beam-size", "100000", "Hello.")), r"--beam-size"),
+    ]
+    p = subprocess.run(
+        env.command(T(env, "--input", "-")),
+        env=env.env,
+        capture_output=True,
+        text=True,
+        preexec_fn=_closed_stdin,
+    )
+    outcomes.append(
+        _one_line(
+            Result(p.returncode, p.stdout, p.stderr, 0), r"standard input is closed"
+        )
+    )
+    many = env.fresh("pipe") / "many.txt"
+    many.write_text("This is a sentence.\n" * 200)
+    head = subprocess.Popen(
+        ["head", "-c", "5"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    p = subprocess.run(
+        env.command(T(env, "--method", "greedy", "--input", str(many))),
+        env=env.env,
+        stdout=head.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    head.stdin.close()
+    head.wait()
+    outcomes.append(
+        ("FAIL", f"| head: traceback: {p.stderr.strip()[-150:]}")
+        if TRACEBACK in p.stderr
+        else ("PASS", f"| head: rc {p.returncode}, quiet")
+    )
+    return worst(outcomes)
+
+
+@row(229, 8, "TRANSFORMER_DEVICE=garbage / meta for train-mt and generate")
+def _r229(env: Env) -> Outcome:
+    return worst(
+        [
+            _one_line(
+                env.cli(M("--out", "x.pt"), extra_env={"TRANSFORMER_DEVICE": d}),
+                r"TRANSFORMER_DEVICE",
+            )
+            for d in ("garbage", "meta")
+        ]
+        + [
+            _one_line(
+                env.cli(G(env), extra_env={"TRANSFORMER_DEVICE": "garbage"}),
+                r"TRANSFORMER_DEVICE",
+            )
+        ]
+    )
+
+
+@row(230, 8, "--restart over a README, a symlink --out, --min-lr above --lr")
+def _r230(env: Env) -> Outcome:
+    folder = env.fresh("accept")
+    notes = folder / "notes.txt"
+    notes.write_text((ROOT / "README.md").read_text())
+    readme = _one_line(
+        env.cli(L("--restart", "--out", str(notes)), cwd=folder), r"not a checkpoint"
+    )
+    if notes.read_text() != (ROOT / "README.md").read_text():
+        readme = ("FAIL", "the README copy was replaced")
+    (folder / "store").mkdir()
+    link = folder / "link.pt"
+    link.symlink_to(folder / "store" / "real.pt")
+    r = env.cli(L("--out", str(link)), cwd=folder)
+    linked = succeeded(
+        r,
+        lambda r: (
+            None
+            if link.is_symlink() and (folder / "store" / "real.pt").is_file()
+            else "the link became a regular file"
+        ),
+    )
+    crossed = _one_line(env.cli(L("--lr", "0.001", "--min-lr", "0.01")), r"--min-lr")
+    return worst([readme, linked, crossed])
+
+
+@row(231, 8, "a finite divergence (--lr 10): stopped, nothing saved")
+def _r231(env: Env) -> Outcome:
+    folder = env.fresh("diverge")
+    out = folder / "d.pt"
+    r = env.cli(
+        L(
+            "--lr",
+            "10",
+            "--min-lr",
+            "10",
+            "--warmup-steps",
+            "0",
+            "--max-iters",
+            "60",
+            "--eval-interval",
+            "20",
+            "--out",
+            str(out),
+        ),
+        cwd=folder,
+    )
+    if r.rc == 0:
+        return "FAIL", f"a diverged run was saved with rc 0: {r.last_err()}"
+    return _one_line(r, r"diverged")
+
+
+@row(232, 8, "--resume with --max-iters below the saved step; train-lm without --out")
+def _r232(env: Env) -> Outcome:
+    folder = env.fresh("past")
+    copy = copy_to(lm_ckpt(env), folder, "c.pt")
+    before = copy.read_bytes()
+    past = _one_line(
+        env.cli(L("--max-iters", "5", "--resume", "--out", str(copy))), r"past"
+    )
+    if copy.read_bytes() != before:
+        past = ("FAIL", "the checkpoint was rewritten")
+    r = env.cli(L())
+    said = succeeded(r, lambda r: None if "not saved" in r.err else "nothing said")
+    return worst([past, said])
+
+
+def _quick_modes() -> str | None:
+    from transformer_lib import runtime
+
+    accepted, kept = [], os.environ.get("TRANSFORMER_QUICK")
+    for value in ("2", "y", "quick", "1.0"):
+        os.environ["TRANSFORMER_QUICK"] = value
+        try:
+            runtime.is_quick()
+            accepted.append(value)
+        except ValueError:
+            pass
+    os.environ.pop("TRANSFORMER_QUICK")
+    if kept is not None:
+        os.environ["TRANSFORMER_QUICK"] = kept
+    return f"TRANSFORMER_QUICK={accepted} accepted as a mode" if accepted else None
+
+
+row(233, 8, "TRANSFORMER_QUICK=2 / y / quick / 1.0 refused, not taken as full mode")(
+    lambda e: checked(_quick_modes)
+)
+
+
+def _zh_copy(env: Env) -> Path:
+    """A copy of what tools/zh_edition.py reads and writes."""
+    root = env.fresh("zh")
+    skip = shutil.ignore_patterns("runs", "*.pt", "_build")
+    for part in ("notebooks", "zh", "book", "tools"):
+        shutil.copytree(ROOT / part, root / part, ignore=skip)
+    (root / "transformer_lib").mkdir()
+    for name in ("__init__.py", "files.py"):
+        shutil.copy(ROOT / "transformer_lib" / name, root / "transformer_lib")
+    return root
+
+
+@row(
+    234, 8, "zh_edition.py with a translation missing, cut or doubled: nothing written"
+)
+def _r234(env: Env) -> Outcome:
+    outcomes = []
+    for damage in ("missing", "cut", "doubled"):
+        root = _zh_copy(env)
+        md = root / "zh" / "translations" / "05_multi_head_attention.md"
+        text = md.read_text(encoding="utf-8")
+        if damage == "missing":
+            md.unlink()
+        elif damage == "cut":
+            md.write_text(text[: len(text) // 2], encoding="utf-8")
+        else:
+            md.write_text(text + "\n" + text[: text.index("<!--", 1)], encoding="utf-8")
+        before = {p: p.read_bytes() for p in (root / "zh" / "notebooks").glob("*")}
+        p = subprocess.run(
+            [PY, "tools/zh_edition.py"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env=env.env,
+        )
+        after = {p: p.read_bytes() for p in (root / "zh" / "notebooks").glob("*")}
+        if p.returncode == 0 or after != before:
+            outcomes.append(("FAIL", f"{damage}: rc {p.returncode}, written anyway"))
+        elif TRACEBACK in p.stderr or "nothing written" not in p.stderr:
+            outcomes.append(("WEAK", f"{damage}: {p.stderr.strip()[-200:]}"))
+        else:
+            outcomes.append(("PASS", f"{damage}: rc {p.returncode}, nothing written"))
+    return worst(outcomes)
+
+
 #  -------------------------------------------------------------------------------------
 # main
 def select(args: argparse.Namespace) -> list[Attempt]:
@@ -3300,6 +3843,9 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoints, ...)",
     )
     p.add_argument("--ids", help="comma-separated row numbers")
+    p.add_argument(
+        "--quick", action="store_true", help="area 8 only (a few minutes): for CI"
+    )
     p.add_argument("--list", action="store_true", help="list the attempts and exit")
     p.add_argument(
         "--unit-tests",
@@ -3315,6 +3861,8 @@ def main(argv: list[str] | None = None) -> int:
     UNIT_TESTS = args.unit_tests
     _api_rows()
     _numeric_rows()
+    if args.quick:
+        args.only = args.only or "8"
     attempts = select(args)
     if args.list:
         for a in attempts:

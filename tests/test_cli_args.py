@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import sys
 
 import pytest
@@ -160,3 +161,51 @@ def test_key_value_overrides_types_values():
 def test_key_value_overrides_refuses(item, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):
         ca.key_value_overrides([item], {"dropout": float, "n_layers": int})
+
+
+@pytest.mark.parametrize(
+    "fn, text, words",
+    [
+        (ca.top_p, "1e-300", "rounds to 0"),
+        (ca.beta, "1", "not in [0, 1)"),
+        (ca.beta, "1.5", "give a beta"),
+        (ca.beam_size, "100000", "at most 1000"),
+        (ca.length_penalty, "1e308", "too large"),
+    ],
+)
+def test_values_that_would_break_decoding_or_adam_are_refused(fn, text, words):
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
+        fn(text)
+
+
+@pytest.mark.parametrize("value", ["garbage", "meta", "cuda:7"])
+def test_transformer_device_is_checked_like_the_flag(monkeypatch, value):
+    monkeypatch.setenv("TRANSFORMER_DEVICE", value)
+    if value == "cuda:7" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    with pytest.raises(ValueError, match=f"TRANSFORMER_DEVICE={value}: "):
+        ca.default_device()
+
+
+def test_arguments_and_inputs_that_are_not_text(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="argument 2 is not UTF-8 text"):
+        ca.read_texts(["fine", "caf\udce9"])  # how Python keeps the byte 0xE9 of argv
+    monkeypatch.setattr(sys, "stdin", None)  # started with <&-
+    with pytest.raises(ValueError, match="standard input is closed"):
+        ca.read_texts([], "-")
+    big = tmp_path / "big.txt"
+    big.write_text("a line\n" * 100)
+    monkeypatch.setattr(ca, "MAX_INPUT_BYTES", 500)
+    with pytest.raises(ValueError, match="holds more than"):
+        ca.read_texts([], str(big))
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeffHello.\n".encode())
+    assert ca.read_texts([], str(bom)) == ["Hello."]
+
+
+def test_lines_end_only_at_newlines_and_a_prompt_file_is_read_as_it_is(tmp_path):
+    f = tmp_path / "in.txt"
+    f.write_text("One\u2028still one.\fand\vthis.\r\nTwo.\n", encoding="utf-8")
+    assert ca.read_texts([], str(f)) == ["One\u2028still one.\fand\vthis.", "Two."]
+    f.write_text("  ROMEO:\n\n  JULIET:\n", encoding="utf-8")
+    assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"

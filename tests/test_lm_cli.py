@@ -63,6 +63,7 @@ def test_train_lm_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
         (["--device", "foo"], "--device"),
         (["--resume", "--restart"], "not allowed with"),
         (["--betas", "0.9", "1.5"], "--betas"),
+        (["--betas", "0.9", "1"], "--betas"),
     ],
 )
 def test_train_lm_options_are_checked_in_one_line(flags, message, capsys):
@@ -225,3 +226,52 @@ def test_cached_and_uncached_cli_agree(checkpoint, capsys):
     cached = capsys.readouterr().out
     main(args + ["--no-cache"])
     assert capsys.readouterr().out == cached
+
+
+def test_train_lm_refuses_crossed_rates_and_says_when_nothing_is_saved(
+    tmp_path, capsys, monkeypatch
+):
+    assert main([*TINY, "--lr", "0.001", "--min-lr", "0.01"]) == 2
+    assert "--min-lr 0.01 is above --lr 0.001" in capsys.readouterr().err
+    monkeypatch.setenv("TRANSFORMER_DEVICE", "meta")
+    assert main([*TINY[:-2]]) == 2  # no --device: the variable decides
+    assert "TRANSFORMER_DEVICE=meta: meta is not available" in capsys.readouterr().err
+    monkeypatch.delenv("TRANSFORMER_DEVICE")
+    assert main([*TINY, "--out", ""]) == 0
+    assert "no --out, so this run is not saved" in capsys.readouterr().err
+
+
+def test_generate_refuses_tiny_top_p_bad_bytes_and_a_closed_stdin(
+    checkpoint, capsys, monkeypatch
+):
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", checkpoint, "--top-p", "1e-300"])
+    assert "rounds to 0" in capsys.readouterr().err
+    assert main(["generate", "--checkpoint", checkpoint, "--prompt", "caf\udce9"]) == 2
+    assert "--prompt is not UTF-8 text" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", None)
+    assert main(["generate", "--checkpoint", checkpoint, "--prompt-file", "-"]) == 2
+    assert "standard input is closed" in capsys.readouterr().err
+
+
+def test_ctrl_c_anywhere_is_one_line_and_status_130(monkeypatch, capsys):
+    import transformer_lib.__main__ as entry
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "main", interrupted)
+    assert entry.run_command([]) == 130
+    err = capsys.readouterr().err
+    assert err == "python -m transformer_lib: interrupted (Ctrl-C)\n"
+
+
+def test_a_stdout_that_cannot_take_the_text_is_one_line(monkeypatch, capsys):
+    import transformer_lib.__main__ as entry
+
+    def ascii_stdout(argv=None):
+        "汉".encode("ascii")  # what print does on an ASCII stdout
+
+    monkeypatch.setattr(entry, "main", ascii_stdout)
+    assert entry.run_command([]) == 1
+    assert "set PYTHONIOENCODING=utf-8" in capsys.readouterr().err

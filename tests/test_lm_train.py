@@ -145,7 +145,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
 
 
 def test_a_learning_rate_that_diverges_is_stopped(tmp_path):
-    with pytest.raises(NonFiniteLossError, match="the loss is (nan|inf) at step \\d+"):
+    with pytest.raises(NonFiniteLossError, match="the loss is \\S+ at step \\d+"):
         train(
             tmp_path / "ck.pt",
             lr=1e12,

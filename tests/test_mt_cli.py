@@ -130,6 +130,7 @@ def test_train_mt_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
         (["--max-minutes", "-1"], "--max-minutes"),
         (["--resume", "--restart"], "not allowed with"),
         (["--device", "foo"], "--device"),
+        (["--betas", "0.9", "1"], "--betas"),
     ],
 )
 def test_train_mt_options_are_checked_in_one_line(flags, message, capsys):
@@ -259,3 +260,53 @@ def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_ref
         == 2
     )
     assert "use --method greedy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--beam-size", "100000"], "at most 1000"),
+        (["--length-penalty", "1e308"], "too large"),
+    ],
+)
+def test_translate_refuses_absurd_beams_in_one_line(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", *flags, "Hello."])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_train_mt_refuses_crossed_rates_and_a_bad_device_variable(
+    capsys, monkeypatch, tmp_path
+):
+    out = str(tmp_path / "x.pt")
+    assert main(["train-mt", "--quick", "--out", out, "--min-lr", "1"]) == 2
+    assert "--min-lr 1 is above --lr 0.001" in capsys.readouterr().err
+    monkeypatch.setenv("TRANSFORMER_DEVICE", "garbage")
+    assert main(["train-mt", "--quick", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith("train-mt: TRANSFORMER_DEVICE=garbage")
+
+
+def test_translate_output_into_a_closed_pipe_ends_quietly(checkpoint, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    many = tmp_path / "many.txt"
+    many.write_text("This is a sentence.\n" * 300)
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "transformer_lib", "translate", "--checkpoint"]
+    reader = subprocess.Popen(
+        ["head", "-c", "5"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    writer = subprocess.run(
+        [*command, checkpoint, "--method", "greedy", "--input", str(many)],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    reader.stdin.close()
+    reader.wait()
+    assert writer.returncode == 141 and "Traceback" not in writer.stderr

@@ -214,10 +214,13 @@ def test_atomic_write_keeps_the_old_file_and_gives_the_usual_mode(tmp_path):
 def test_the_policy_for_an_existing_checkpoint(tmp_path):
     path = tmp_path / "ck.pt"
     assert start_run(path, "refuse", log=print) is False  # nothing there: a new run
-    path.write_bytes(b"x")
+    torch.save({"step": 0}, path)  # a file torch.save wrote
     with pytest.raises(FileExistsError, match="--resume .* --restart"):
         start_run(path, "refuse")
     assert start_run(path, "resume") is True and start_run(path, "restart") is False
+    path.write_bytes(b"my notes")  # --restart replaces only a checkpoint
+    with pytest.raises(FileExistsError, match="is not a checkpoint"):
+        start_run(path, "restart")
     with pytest.raises(ValueError, match="existing must be one of"):
         start_run(path, "overwrite")
     with pytest.raises(IsADirectoryError):

@@ -44,6 +44,9 @@ import yaml
 from myst_parser.mdit_to_docutils.base import default_slugify
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from transformer_lib.files import atomic_write  # noqa: E402  (stdlib only, no torch)
+
 NOTEBOOKS = ROOT / "notebooks"
 ZH = ROOT / "zh"
 TRANSLATIONS = ZH / "translations"
@@ -90,9 +93,14 @@ def read_notebook(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write `path` atomically: a full disk or a kill leaves the old file, never a
+    part of the new one."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
 def write_notebook(path: Path, nb: dict) -> None:
-    text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def figure_title(cell: dict) -> str | None:
@@ -134,7 +142,7 @@ def write_translations(path: Path, nb: dict, entries: dict) -> None:
             sha, text = entries[key]
             kind, _, cell_id = key.rpartition(":")
             parts.append(f"<!-- {kind or 'cell'} {cell_id} en {sha} -->\n{text}\n")
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_text(path, "\n".join(parts))
 
 
 def prose(text: str) -> str:
@@ -320,9 +328,39 @@ def code_of(nb: dict) -> list:
     ]
 
 
+def incomplete(english: dict[str, dict]) -> list[str]:
+    """What would make a half-translated book: a translation file missing, an entry
+    missing (a file cut short) or given twice. Nothing is written while any is left."""
+    out = []
+    for name, nb in english.items():
+        path = TRANSLATIONS / f"{name}.md"
+        if not path.exists():
+            out.append(f"zh/translations/{name}.md is missing")
+            continue
+        keys = [
+            m[2] if m[1] == "cell" else f"figure:{m[2]}"
+            for m in ENTRY.finditer(path.read_text(encoding="utf-8"))
+        ]
+        out += [
+            f"zh/translations/{name}.md: {key} has two entries"
+            for key in sorted({k for k in keys if keys.count(k) > 1})
+        ]
+        out += [
+            f"zh/translations/{name}.md: {key} has no entry (a cut file?)"
+            for key, _, _ in units(nb)
+            if key not in keys
+        ]
+    return out
+
+
 def run(update: bool, check: bool) -> list[str]:
     problems = []
     english = {p.stem: read_notebook(p) for p in sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))}
+    if not update:
+        missing = incomplete(english)
+        if missing and not check:
+            raise IncompleteTranslations(missing)
+        problems += [line for line in missing if line.endswith("two entries")]
     entries = {}
     for name, nb in english.items():
         path = TRANSLATIONS / f"{name}.md"
@@ -369,7 +407,7 @@ def run(update: bool, check: bool) -> list[str]:
     for page in PAGES + ZH_PAGES:
         problems += fix_page(ZH / "book" / f"{page}.md", anchors, check)
     if not check:
-        SEARCH_TERMS.write_text(search_terms(), encoding="utf-8")
+        write_text(SEARCH_TERMS, search_terms())
     elif not SEARCH_TERMS.exists() or SEARCH_TERMS.read_text("utf-8") != search_terms():
         problems.append("zh/search_terms.txt is out of date (run tools/zh_edition.py)")
     return problems
@@ -391,7 +429,7 @@ def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
         return problems + [
             f"zh/{path.relative_to(ZH)} needs its links fixed: run tools/zh_edition.py"
         ]
-    path.write_text(fixed, encoding="utf-8")
+    write_text(path, fixed)
     return problems
 
 
@@ -496,12 +534,26 @@ def term_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
     return out
 
 
+class IncompleteTranslations(Exception):
+    """Translations are missing or given twice: no Chinese notebook is written."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; report")
     parser.add_argument("--update", action="store_true", help="add new cells' entries")
     args = parser.parse_args()
-    problems = run(update=args.update, check=args.check)
+    try:
+        problems = run(update=args.update, check=args.check)
+    except IncompleteTranslations as e:
+        for line in e.args[0]:
+            print(line, file=sys.stderr)
+        sys.exit(
+            f"zh_edition: nothing written: {len(e.args[0])} translation(s) missing or "
+            "doubled (run tools/zh_edition.py --update, then translate)"
+        )
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON, disk full
+        sys.exit(f"zh_edition: {e}")
     for line in problems:
         print(line, file=sys.stderr if args.check else sys.stdout)
     if args.check and problems:

@@ -13,6 +13,7 @@ Each part of the course adds its commands from its own module: a module with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -25,7 +26,7 @@ def fetch_data(args: argparse.Namespace) -> int:
     for spec in ALL_FILES:
         try:
             print(f"ok      {fetch(spec)}")
-        except (DataUnavailableError, OSError) as e:  # OSError: not ours to foresee
+        except (DataUnavailableError, OSError) as e:
             print(f"missing {spec.relpath}: {e}", file=sys.stderr)
             failed += 1
     if failed:
@@ -79,7 +80,30 @@ def main(argv: list[str] | None = None) -> int:
     return args.run(args)
 
 
+def run_command(argv: list[str] | None = None) -> int:
+    """`main`, with what ends a command from outside as one line, never a traceback:
+    Ctrl-C (status 130), and a reader that went away (`| head`: quietly, status 141)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("python -m transformer_lib: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # later writes (and Python's own flush at exit) go nowhere instead of failing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except UnicodeEncodeError as e:  # e.g. a Chinese answer on an ASCII stdout
+        hint = "" if e.encoding == "utf-8" else "; set PYTHONIOENCODING=utf-8"
+        print(
+            f"python -m transformer_lib: cannot write text as {e.encoding} "
+            f"({e.reason}){hint}",
+            file=sys.stderr,
+        )
+        return 1
+
+
 if __name__ == "__main__":
     # A log redirected to a file keeps every line up to a kill.
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.exit(main())
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(line_buffering=True)
+    sys.exit(run_command())

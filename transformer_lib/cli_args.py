@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,14 +31,22 @@ __all__ = [
     "positive_float",
     "non_negative_float",
     "probability",
+    "top_p",
+    "beta",
+    "beam_size",
+    "length_penalty",
     "temperature",
     "seed",
     "device",
+    "default_device",
     "Parser",
     "read_texts",
+    "read_text",
+    "check_text",
     "key_value_overrides",
     "MIN_TEMPERATURE",
     "MAX_SEED",
+    "MAX_INPUT_BYTES",
 ]
 
 # logits / t must stay finite: with |logits| ~ 1e3, t below this overflows fp32's 3e38
@@ -127,6 +136,57 @@ def probability(text: str) -> float:
     return value
 
 
+# float32's smallest normal number: a top-p below it rounds to 0 when sampling
+MIN_TOP_P = 1.1754943508222875e-38
+MAX_BEAM = 1000  # beams are decoded as one batch: far beyond this, memory runs out
+MAX_LENGTH_PENALTY = 10.0  # alpha of (5 + length)^alpha / 6^alpha; 0.6 to 2 are usual
+MAX_INPUT_BYTES = 64 * 2**20  # --input, --prompt-file: 64 MB of text
+
+
+def top_p(text: str) -> float:
+    """A top-p threshold in [MIN_TOP_P, 1]: '0.9' -> 0.9, '1e-9' -> 1e-9; '0', '1e-300'
+    and '1.5' are refused."""
+    value = probability(text)
+    if value < MIN_TOP_P:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is too small for float32 (it rounds to 0); give a number in "
+            f"[{MIN_TOP_P:.3g}, 1], or --temperature 0 for the most likely token"
+        )
+    return value
+
+
+def beta(text: str) -> float:
+    """An Adam beta (decay of a moment average) in [0, 1): '0.9' -> 0.9; '1', '-0.1'
+    are refused."""
+    value = _float(text, "a number in [0, 1), e.g. 0.9 or 0.99")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is not in [0, 1); give a beta such as 0.9 or 0.99"
+        )
+    return value
+
+
+def beam_size(text: str) -> int:
+    """A beam width in [1, MAX_BEAM]: '4' -> 4; '0' and '100000' are refused."""
+    value = positive_int(text)
+    if value > MAX_BEAM:
+        raise argparse.ArgumentTypeError(
+            f"{value} beams are too many; give at most {MAX_BEAM} (4 to 8 is usual)"
+        )
+    return value
+
+
+def length_penalty(text: str) -> float:
+    """Beam search's length penalty alpha in [0, MAX_LENGTH_PENALTY]: '0.6' -> 0.6."""
+    value = non_negative_float(text)
+    if value > MAX_LENGTH_PENALTY:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is too large; give a number in [0, {MAX_LENGTH_PENALTY:g}] "
+            "(0.6 to 2 is usual)"
+        )
+    return value
+
+
 def temperature(text: str) -> float:
     """A sampling temperature: 0 (greedy) or a finite number >= MIN_TEMPERATURE.
 
@@ -203,6 +263,20 @@ def device(text: str) -> str:
     return str(dev)
 
 
+def default_device() -> str:
+    """The device to run on when --device is not given: $TRANSFORMER_DEVICE checked as
+    --device is (ValueError naming the variable), else the best available."""
+    from transformer_lib.runtime import DEVICE_ENV, get_device
+
+    text = os.environ.get(DEVICE_ENV, "")
+    if not text:
+        return str(get_device())
+    try:
+        return device(text)
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"{DEVICE_ENV}={text}: {e}") from None
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr, `PROG: error: MESSAGE (see
     PROG --help)`, exit 2.
@@ -219,14 +293,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _read_file(path: str) -> str:
-    """The text of `path` ('-' = standard input), or a ValueError saying in one line
-    what went wrong."""
+def read_text(path: str) -> str:
+    """The text of `path` ('-' = standard input), at most MAX_INPUT_BYTES, or a
+    ValueError saying in one line what went wrong."""
     if path == "-":
-        data = sys.stdin.buffer.read()
-        where = "standard input"
+        if sys.stdin is None:  # started with standard input closed (<&-)
+            raise ValueError("standard input is closed; give a file with a path")
+        where, data = "standard input", _read_capped(sys.stdin.buffer, "-")
     else:
-        p = Path(path)
+        p, where = Path(path), path
         if not p.exists():
             raise ValueError(
                 f"no file at {path}; give the path of a text file, or - for "
@@ -238,21 +313,36 @@ def _read_file(path: str) -> str:
                 "standard input"
             )
         try:
-            data = p.read_bytes()
+            with open(p, "rb") as f:
+                data = _read_capped(f, path)
         except OSError as e:
             raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
-        where = path
     if b"\0" in data:
         raise ValueError(
             f"{where} holds binary data (a NUL byte); give a UTF-8 text file"
         )
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a BOM is no text
     except UnicodeDecodeError as e:
         raise ValueError(
             f"{where} is not UTF-8 text (bad byte at offset {e.start}); save "
             "it as UTF-8"
         ) from None
+
+
+def _read_capped(f, name: str) -> bytes:
+    """At most MAX_INPUT_BYTES from the binary stream `f`, or a ValueError if it holds
+    more (a huge file, /dev/zero)."""
+    try:
+        data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read {name}: {e.strerror or e}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ValueError(
+            f"{'standard input' if name == '-' else name} holds more than "
+            f"{MAX_INPUT_BYTES // 2**20} MB; split it into smaller files"
+        )
+    return data
 
 
 def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str]:
@@ -265,10 +355,27 @@ def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str
     A missing, unreadable, binary or non-UTF-8 file raises ValueError with a one-line
     message.
     """
+    for i, arg in enumerate(args_list or [], 1):
+        check_text(arg, f"argument {i}")
     texts = [t.strip() for t in (args_list or [])]
     if path is not None:
-        texts += [line.strip() for line in _read_file(path).splitlines()]
+        # lines end at \n (and \r\n) only: not at U+2028, \f or \v as splitlines'
+        lines = read_text(path).replace("\r\n", "\n").split("\n")
+        texts += [line.strip() for line in lines]
     return [t for t in texts if t]
+
+
+def check_text(text: str, what: str) -> str:
+    """`text` if it is valid Unicode; a ValueError naming `what` if the shell passed
+    bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} is not UTF-8 text (a bad byte at character {e.start}); type it "
+            "in a UTF-8 terminal, or use a file saved as UTF-8"
+        ) from None
+    return text
 
 
 def _convert(key: str, text: str, kind: type):

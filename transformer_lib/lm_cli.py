@@ -20,17 +20,20 @@ import sys
 from transformer_lib.cli_args import (
     USER_ERRORS,
     add_existing_checkpoint_flags,
+    beta,
+    check_text,
+    default_device,
     device,
     key_value_overrides,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
-    probability,
-    read_texts,
+    read_text,
     run_reported,
     seed,
     temperature,
+    top_p,
 )
 
 MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
@@ -78,6 +81,15 @@ def train_command(args: argparse.Namespace) -> int:
         model["tie_weights"] = False
     if args.max_iters is None:
         args.max_iters = 1_000_000 if args.time_budget_s else TrainSettings.max_iters
+    problem = _settings_problem(args)
+    if problem:
+        print(f"train-lm: {problem}", file=sys.stderr)
+        return 2
+    if not args.out:
+        print(
+            "note: no --out, so this run is not saved (give --out PATH to keep it)",
+            file=sys.stderr,
+        )
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
     s = TrainSettings(
         **{k: v for k, v in vars(args).items() if k in names},
@@ -88,6 +100,21 @@ def train_command(args: argparse.Namespace) -> int:
         "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
     )
     return status
+
+
+def _settings_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with flags that are each valid but not together, or with
+    $TRANSFORMER_DEVICE (then filled into args.device); None if nothing."""
+    if args.min_lr > args.lr:
+        return (
+            f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}; the rate falls from "
+            "--lr to --min-lr, so give a --min-lr below it"
+        )
+    try:
+        args.device = args.device or default_device()
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def generate_command(args: argparse.Namespace) -> int:
@@ -104,12 +131,14 @@ def generate_command(args: argparse.Namespace) -> int:
         )
         return 2
     prompt = args.prompt
-    if args.prompt_file is not None:
-        try:
-            prompt = "\n".join(read_texts([], args.prompt_file))
-        except ValueError as e:
-            print(f"generate: {e}", file=sys.stderr)
-            return 2
+    try:
+        check_text(prompt, "--prompt")
+        if args.prompt_file is not None:
+            prompt = read_text(args.prompt_file)  # as it is: spaces and blank lines
+        args.device = args.device or default_device()
+    except ValueError as e:
+        print(f"generate: {e}", file=sys.stderr)
+        return 2
     try:
         text = generate_text(
             args.checkpoint,
@@ -195,7 +224,7 @@ def register(commands) -> None:
     p.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
     p.add_argument(
         "--betas",
-        type=probability,
+        type=beta,
         nargs=2,
         default=list(d.betas),
         metavar=("B1", "B2"),
@@ -262,7 +291,7 @@ def register(commands) -> None:
     g.add_argument(
         "--top-k", type=non_negative_int, default=200, help="0 = no top-k filter"
     )
-    g.add_argument("--top-p", type=probability, default=None)
+    g.add_argument("--top-p", type=top_p, default=None)
     g.add_argument("--seed", type=seed, default=0)
     g.add_argument(
         "--no-cache", action="store_true", help="recompute the whole context every step"

@@ -3,10 +3,10 @@
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'RESUMABLE', 'LMData', 'load_lm_data', 'get_batch', 'TrainSettings', 'window_starts',
            'evaluate', 'init_distributed', 'any_rank', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun',
-           'save_lm', 'check_same_settings', 'resume_lm', 'learning_rate', 'LMTraining', 'train_step',
-           'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums',
-           'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt',
-           'generate_text']
+           'save_lm', 'check_same_settings', 'check_not_past', 'resume_lm', 'learning_rate', 'LMTraining', 'save_job',
+           'train_step', 'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation',
+           'rank_checksums', 'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm',
+           'encode_prompt', 'generate_text']
 
 # %% ../notebooks/11_gpt_language_model.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer, is written in the cells
@@ -285,12 +285,15 @@ class LMRun:
 from transformer_lib.checkpoints import (
     CheckpointError,
     CheckpointMismatchError,
+    build_checked,
     changed_settings,
+    check_entries,
     load_checkpoint,
-    load_weights,
+    restore_training,
     save_checkpoint,
     start_run,
 )
+from .files import releasing_lock, save_patiently
 
 # %% ../notebooks/11_gpt_language_model.ipynb #747d9146
 def save_lm(
@@ -346,6 +349,17 @@ def check_same_settings(saved: dict, s: TrainSettings) -> None:
             f"with the same ones, or use --restart or another path for a new run"
         )
 
+
+def check_not_past(s: TrainSettings, step: int) -> None:
+    """Refuse to resume a run saved at `step` with a max_iters or stop_at below it,
+    which would go back on nothing and rewrite the checkpoint."""
+    end = min(s.max_iters, s.stop_at or s.max_iters)
+    if end < step:
+        raise ValueError(
+            f"{s.out} is at step {step}, past the {end} steps asked for; give a larger "
+            "--max-iters (or --stop-at) to train it further"
+        )
+
 # %% ../notebooks/11_gpt_language_model.ipynb #d75631e9
 def resume_lm(
     s: TrainSettings,
@@ -356,8 +370,9 @@ def resume_lm(
     device: torch.device,
     say=print,
 ) -> LMRun:
-    """Load the run saved at s.out into model, optimizer and sampler; refuse one with
-    other settings."""
+    """Load the run saved at s.out into model, optimizer and sampler, after checking
+    every part of it; refuse one with other settings, or past s.max_iters or
+    s.stop_at."""
     state = load_checkpoint(
         s.out,
         kind=CHECKPOINT_FORMAT,
@@ -365,12 +380,14 @@ def resume_lm(
         expected_tokenizer=data.tokenizer.to_dict(),
         map_location=device,
     )
+    parts = dict(settings=dict, optimizer=dict, torch_rng=torch.Tensor)
+    fields = {k: f.type for k, f in LMRun.__dataclass_fields__.items()}
+    check_entries(s.out, state, parts | {"batch_rng": torch.Tensor} | fields)
     check_same_settings(state["settings"], s)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    batches.set_state(state["batch_rng"])
-    run = LMRun(**{k: state[k] for k in LMRun.__dataclass_fields__})
+    check_not_past(s, state["step"])
+    rng = {"torch_rng": torch.set_rng_state, "batch_rng": batches.set_state}
+    restore_training(s.out, state, model, optimizer, rng)
+    run = LMRun(**{k: state[k] for k in fields})
     if s.max_iters > run.schedule_steps:
         say(
             f"extending the run to {s.max_iters} steps; its cosine ended at "
@@ -411,6 +428,14 @@ class LMTraining:
     writer: object = None  # TensorBoard's SummaryWriter, or None
     say: object = print  # prints, or does nothing (--quiet, and ranks above 0)
 
+# %% ../notebooks/11_gpt_language_model.ipynb #1e5a0001
+def save_job(job: LMTraining) -> None:
+    """Save the run to s.out; while the disk is full, say so and try again
+    (`save_patiently`), keeping the trained weights in memory."""
+    s, j = job.s, job
+    save = lambda: save_lm(s.out, s, j.model, j.optimizer, j.data, j.run, j.batches)
+    save_patiently(save, job.say)
+
 # %% ../notebooks/11_gpt_language_model.ipynb #40e83f7f
 def train_step(job: LMTraining) -> tuple[torch.Tensor, float]:
     """One optimizer step at the schedule's learning rate -> (the loss, still on the
@@ -438,7 +463,7 @@ def record_evaluation(job: LMTraining, train_loss: float, lr: float) -> float:
     val, _ = evaluate(
         job.model, job.data.val_ids, max_windows=s.eval_windows, autocast=job.autocast
     )
-    check_finite(val, run.step, lr)
+    check_finite(val, run.step, lr, job.model.config.vocab_size)
     run.history.append(
         {
             "step": run.step,
@@ -467,7 +492,7 @@ def report_evaluation(job: LMTraining, train_loss: float, val: float, lr: float)
             job.writer.add_scalar(name, value, run.step)
         job.writer.flush()
     if s.out:
-        save_lm(s.out, s, job.model, job.optimizer, job.data, run, job.batches)
+        save_job(job)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #2a17d58b
 def progress_bar(s: TrainSettings, run: LMRun):
@@ -500,7 +525,7 @@ def run_steps(job: LMTraining, stop: StopRequest) -> None:
         if run.step % 10 == 0 or last or evaluating:
             # reading the loss waits for the device: only now and then
             last_loss = float(loss.detach())
-            check_finite(last_loss, run.step, lr)
+            check_finite(last_loss, run.step, lr, job.model.config.vocab_size)
         if job.device.type == "cuda":
             torch.cuda.synchronize()
         run.train_time_s += time.perf_counter() - t0
@@ -627,25 +652,29 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     main = rank == 0
     say = print if (main and s.verbose) else (lambda *a, **k: None)
     resume = existing_run(s, main, say)
-    set_seed(s.seed)
-    data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
-    model, optimizer, batches, run = start_lm(s, data, rank, world, device, resume, say)
-    use_bf16, autocast = uses_bf16(s.dtype, device), mixed_precision(s.dtype, device)
-    fwd = wrap_model(model, s, world, local_rank, device)
-    say(describe_run(s, model, device, use_bf16, world))
-    job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
-    job.world, job.main, job.say = world, main, say
-    job.writer = tensorboard_writer(s.log_dir) if main else None
-    with StopRequest() as stop:
-        run_steps(job, stop)
-        if main and s.out:
-            save_lm(s.out, s, model, optimizer, data, run, batches)
-        if stop.requested:
-            message = f"stopped at step {run.step}"
-            if s.out:
-                message += f"; saved {s.out}: run again with --resume to continue"
-            raise TrainingInterrupted(message)
-    return finish_lm(job, use_bf16)
+    with releasing_lock(s.out if main else None):  # taken by existing_run
+        set_seed(s.seed)
+        data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
+        model, optimizer, batches, run = start_lm(
+            s, data, rank, world, device, resume, say
+        )
+        use_bf16 = uses_bf16(s.dtype, device)
+        autocast = mixed_precision(s.dtype, device)
+        fwd = wrap_model(model, s, world, local_rank, device)
+        say(describe_run(s, model, device, use_bf16, world))
+        job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
+        job.world, job.main, job.say = world, main, say
+        job.writer = tensorboard_writer(s.log_dir) if main else None
+        with StopRequest() as stop:
+            run_steps(job, stop)
+            if main and s.out:
+                save_job(job)
+            if stop.requested:
+                message = f"stopped at step {run.step}"
+                if s.out:
+                    message += f"; saved {s.out}: run again with --resume to continue"
+                raise TrainingInterrupted(message)
+        return finish_lm(job, use_bf16)
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0018
 def load_lm(
@@ -664,14 +693,15 @@ def load_lm(
         )
     try:
         tok = tokenizer_from_dict(state["tokenizer"])
-        model = GPT(GPTConfig.from_dict(state["config"])).to(dev)
-        load_weights(model, state["model"], checkpoint)
+        make = lambda c: GPT(GPTConfig.from_dict(c))  # noqa: E731
+        model = build_checked(make, state["config"], state["model"], checkpoint)
+        model = model.to(dev)
     except CheckpointError:
         raise
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+    except Exception as e:  # whatever a damaged file makes torch or tokenizers raise
         raise CheckpointError(
             f"{checkpoint} is a damaged language-model checkpoint ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:120]})"
+            f"{(str(e).splitlines() or [''])[0][:120]})"
         ) from None
     if tok.vocab_size != model.config.vocab_size:
         raise CheckpointError(

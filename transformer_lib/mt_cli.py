@@ -22,7 +22,11 @@ from dataclasses import replace
 from transformer_lib.cli_args import (
     USER_ERRORS,
     add_existing_checkpoint_flags,
+    beam_size,
+    beta,
+    default_device,
     device,
+    length_penalty,
     non_negative_float,
     positive_float,
     positive_int,
@@ -38,8 +42,10 @@ DEFAULT_CHECKPOINT = "runs/translator.pt"
 def train_mt(args: argparse.Namespace) -> int:
     """Train the translator with notebook 09's settings (or --quick), checkpointing each
     epoch."""
+    import torch
+
     from transformer_lib.mt_train import TrainConfig, train_translator
-    from transformer_lib.runtime import describe_machine, get_device
+    from transformer_lib.runtime import describe_machine
 
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
     names = (
@@ -58,7 +64,18 @@ def train_mt(args: argparse.Namespace) -> int:
     if args.betas is not None:
         changes["betas"] = tuple(args.betas)
     cfg = replace(cfg, **changes)
-    dev = args.device or get_device()
+    if cfg.min_lr > cfg.lr:
+        print(
+            f"train-mt: --min-lr {cfg.min_lr:g} is above --lr {cfg.lr:g}; the rate "
+            "falls from --lr to --min-lr, so give a --min-lr below it",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        dev = torch.device(args.device or default_device())
+    except ValueError as e:
+        print(f"train-mt: {e}", file=sys.stderr)
+        return 2
     existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
     status, result = run_reported(
@@ -224,7 +241,7 @@ def register(commands) -> None:
     )
     t.add_argument(
         "--betas",
-        type=positive_float,
+        type=beta,
         nargs=2,
         metavar=("B1", "B2"),
         help="AdamW betas (0.9 0.98)",
@@ -272,10 +289,10 @@ def register(commands) -> None:
         default="beam",
         help="decoding (default beam)",
     )
-    tr.add_argument("--beam-size", type=positive_int, default=4)
+    tr.add_argument("--beam-size", type=beam_size, default=4)
     tr.add_argument(
         "--length-penalty",
-        type=non_negative_float,
+        type=length_penalty,
         default=0.6,
         help="beam's alpha (default 0.6)",
     )

@@ -19,12 +19,15 @@ import torch
 from transformer_lib.checkpoints import (
     CheckpointError,
     CheckpointMismatchError,
+    build_checked,
     changed_settings,
+    check_entries,
     load_checkpoint,
-    load_weights,
+    restore_training,
     save_checkpoint,
     start_run,
 )
+from .files import releasing_lock, save_patiently
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
 
@@ -232,7 +235,7 @@ def train_step(
         logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id
     )
     value, n = loss.item(), int((tgt_out != c.tgt_pad_id).sum())
-    check_finite(value, step, lr)  # before the update: the weights stay good
+    check_finite(value, step, lr, c.tgt_vocab_size)  # before the update
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_gradients(model, cfg.grad_clip)
@@ -378,19 +381,23 @@ def resume_run(
     tokenizers: dict | None,
     log=print,
 ) -> tuple[RunState, dict, list]:
-    """Load the run saved at `path` into model and optimizer; returns its RunState, best
-    and last weights."""
+    """Load the run saved at `path` into model and optimizer, after checking every part
+    of it; returns its RunState, best and last weights."""
     payload = load_checkpoint(
         path,
         kind=CHECKPOINT_FORMAT,
         expected_config=model.config.to_dict(),
         expected_tokenizer=tokenizers,
     )
+    parts = dict(train_config=dict, optimizer=dict, rng=torch.Tensor, best_model=dict)
+    fields = {k: f.type for k, f in RunState.__dataclass_fields__.items()}
+    check_entries(path, payload, parts | {"recent_models": list} | fields)
     check_resumable(path, payload["train_config"], cfg)
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
-    torch.set_rng_state(payload["rng"])
-    run = RunState(**{k: payload[k] for k in RunState.__dataclass_fields__})
+    kept = [payload["best_model"], *payload["recent_models"]]
+    restore_training(
+        path, payload, model, optimizer, {"rng": torch.set_rng_state}, kept
+    )
+    run = RunState(**{k: payload[k] for k in fields})
     if cfg.epochs > run.epoch and cfg.epochs != payload["train_config"]["epochs"]:
         run.stop_after, run.finished, run.bad_epochs = cfg.epochs, False, 0
         log(
@@ -471,19 +478,20 @@ def fit(
     epoch, when given).
     """
     path = Path(checkpoint_path) if checkpoint_path else None
-    optimizer, run, best, recent = start_fit(
-        model, cfg, path, tokenizers, existing, log
-    )
-    steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
-    autocast = mixed_precision(cfg.dtype, next(model.parameters()).device)
-    writer = tensorboard_writer(log_dir)
-    saved = path, model, optimizer, cfg, run, best, recent, tokenizers, extra
-    with StopRequest() as stop:
+    with releasing_lock(path), StopRequest() as stop:
+        optimizer, run, best, recent = start_fit(
+            model, cfg, path, tokenizers, existing, log
+        )
+        steps_per_epoch = len(_batches(train_examples, cfg.max_tokens, cfg.seed))
+        autocast = mixed_precision(cfg.dtype, next(model.parameters()).device)
+        writer = tensorboard_writer(log_dir)
+        saved = path, model, optimizer, cfg, run, best, recent, tokenizers, extra
+        save = lambda: save_patiently(lambda: save_run(*saved), log)  # noqa: E731
         while not run.finished and run.epoch < run.stop_after:
             epoch = model, optimizer, train_examples, cfg, run, steps_per_epoch, stop
             train_epoch(*epoch, progress, writer, autocast)
             if stop.requested:
-                save_run(*saved)
+                save()
                 raise TrainingInterrupted(
                     f"stopped at step {run.step}, in epoch {run.epoch + 1}"
                     + (f"; saved {path}: resume to continue" if path else "")
@@ -491,7 +499,7 @@ def fit(
             end_epoch(
                 model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu
             )
-            save_run(*saved)
+            save()
     model.load_state_dict(best)
     return run.history
 
@@ -521,25 +529,26 @@ def train_translator(
     """Prepare the data, build the model and `fit` it; returns (best model, data,
     history)."""
     # a bad path or an existing run fails now, not after the data work
-    start_run(checkpoint_path, existing, log)
-    torch.manual_seed(cfg.seed)
-    data = prepare_data(cfg)
-    model = Transformer(data["model_config"]).to(device)
-    valid_bleu = bleu_on_valid(data) if log_dir is not None else None
-    history = fit(
-        model,
-        data["train"],
-        data["valid"],
-        cfg,
-        checkpoint_path,
-        data["tokenizers"],
-        existing,
-        progress,
-        log,
-        extra={"src_chars": data["src_chars"]},
-        log_dir=log_dir,
-        valid_bleu=valid_bleu,
-    )
+    with releasing_lock(checkpoint_path):
+        start_run(checkpoint_path, existing, log)
+        torch.manual_seed(cfg.seed)
+        data = prepare_data(cfg)
+        model = Transformer(data["model_config"]).to(device)
+        valid_bleu = bleu_on_valid(data) if log_dir is not None else None
+        history = fit(
+            model,
+            data["train"],
+            data["valid"],
+            cfg,
+            checkpoint_path,
+            data["tokenizers"],
+            existing,
+            progress,
+            log,
+            extra={"src_chars": data["src_chars"]},
+            log_dir=log_dir,
+            valid_bleu=valid_bleu,
+        )
     return model, data, history
 
 # %% ../notebooks/09_training_a_translator.ipynb #daeaf191
@@ -554,17 +563,18 @@ def load_translator(
     """
     payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT)
     try:
-        model = Transformer(Seq2SeqConfig(**payload["config"]))
-        load_weights(model, payload["best_model" if best else "model"], path)
+        weights = payload["best_model" if best else "model"]
+        make = lambda c: Transformer(Seq2SeqConfig(**c))  # noqa: E731
+        model = build_checked(make, payload["config"], weights, path)
         src_tok, tgt_tok = (
             tokenizer_from_dict(payload["tokenizer"][s]) for s in ("src", "tgt")
         )
     except CheckpointError:
         raise
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+    except Exception as e:  # whatever a damaged file makes torch or tokenizers raise
         raise CheckpointError(
             f"{path} is a damaged translator checkpoint ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:120]})"
+            f"{(str(e).splitlines() or [''])[0][:120]})"
         ) from None
     sizes = model.config.src_vocab_size, model.config.tgt_vocab_size
     if (src_tok.vocab_size, tgt_tok.vocab_size) != sizes:

@@ -18,8 +18,12 @@ DEVICE_ENV = "TRANSFORMER_DEVICE"  # optional override: cpu, cuda, cuda:1, mps
 
 
 def is_quick() -> bool:
-    """True in quick mode: TRANSFORMER_QUICK is 1, true, yes or on."""
-    return os.environ.get(QUICK_ENV, "0").strip().lower() in {"1", "true", "yes", "on"}
+    """True in quick mode: TRANSFORMER_QUICK is 1, true, yes or on; False for 0, false,
+    no, off or unset; any other value is refused (ValueError), not taken as full."""
+    value = os.environ.get(QUICK_ENV, "0").strip().lower()
+    if value not in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
+        raise ValueError(f"{QUICK_ENV}={value!r}: give 1 (quick mode) or 0 (full mode)")
+    return value in {"1", "true", "yes", "on"}
 
 
 def pick(full, quick):
