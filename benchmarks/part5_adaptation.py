@@ -3,11 +3,12 @@ English-Mandarin test, with budgets in process CPU time (`time.process_time()`, 
 thread), so that other programs on a shared machine slow a run down without changing
 what it computes.
 
-    python benchmarks/part5_adaptation.py arch --seed 0   # encoder-decoder vs decoder-only
-    python benchmarks/part5_adaptation.py arch --seed 1   # (with and without the loss mask)
-    python benchmarks/part5_adaptation.py lora            # pretraining, then full vs LoRA
-    python benchmarks/part5_adaptation.py dpo             # DPO vs fine-tuning on chosen
-    python benchmarks/part5_adaptation.py arch --quick    # seconds, to check the script
+    python benchmarks/part5_adaptation.py arch --seed 0  # encoder-decoder, decoder-only
+    python benchmarks/part5_adaptation.py arch --seed 1  # (with and without the mask)
+    python benchmarks/part5_adaptation.py lora  # pretraining, then full or LoRA
+    python benchmarks/part5_adaptation.py dpo  # DPO vs fine-tuning on the chosen
+    python benchmarks/part5_adaptation.py dpo --budget 15 --tag 15s  # a quarter
+    python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
 
 Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
 model that `arch --seed 0` saved in runs/part5/.
@@ -99,7 +100,7 @@ def gpt_loss(model: GPT, examples: list, pad_id: int):
 
 @torch.no_grad()
 def gpt_valid_loss(model: GPT, d: dict) -> float:
-    """Mean cross-entropy over the Chinese tokens (and <eos>) of the validation pairs."""
+    """Mean cross-entropy over the Chinese tokens (and <eos>) of the valid pairs."""
     model.eval()
     ex = gpt_examples(d, d["splits"]["valid"], mask=True)
     total = n = 0
@@ -233,7 +234,8 @@ def arch(args, d: dict) -> dict:
 
 
 def monolingual(d: dict) -> list:
-    """Each side of each training pair alone: `<bos> English <eos>`, `<zh> Chinese <eos>`."""
+    """Each side of each training pair alone: `<bos> English <eos>`, `<zh> Chinese
+    <eos>`."""
     v, N, out = d["vocab"], DEC_ONLY["context_len"], []
     for en, zh in d["splits"]["train"]:
         ids = [v.src_tok.bos_id, *v.src_tok.encode(en)[: N - 1], v.src_tok.eos_id]
@@ -451,11 +453,14 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="a few seconds each, not saved"
     )
+    ap.add_argument("--tag", default="", help="appended to the result's file name")
     args = ap.parse_args()
     for name, low in (("budget", 0), ("pretrain", 0), ("beta", 0), ("lr", 0)):
         value = getattr(args, name)
         if value is not None and value <= low:
             ap.error(f"--{name} must be > {low}, got {value}")
+    if not all(c.isalnum() or c in "-_" for c in args.tag):
+        ap.error(f"--tag may hold letters, digits, - and _ only, got {args.tag!r}")
     if args.n_sentences < 1 or args.samples < 1:
         ap.error("--n-sentences and --samples must be >= 1")
     if args.budget is None:
@@ -475,6 +480,7 @@ def main() -> None:
     d = data(args.quick)
     result = {"arch": arch, "lora": lora, "dpo": dpo}[args.what](args, d)
     name = f"part5_{args.what}" + (f"_seed{args.seed}" if args.what == "arch" else "")
+    name += f"_{args.tag}" if args.tag else ""
     result |= {
         "command": "python benchmarks/"
         + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
