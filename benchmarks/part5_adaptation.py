@@ -81,6 +81,13 @@ def data(quick: bool) -> dict:
     }
 
 
+def save(model, name: str, quick: bool) -> None:
+    """Keep a trained model in runs/part5/NAME.pt (not in quick mode)."""
+    if not quick:
+        config = model.config.to_dict()
+        torch.save({"config": config, "model": model.state_dict()}, RUNS / f"{name}.pt")
+
+
 def gpt_config(d: dict) -> GPTConfig:
     return GPTConfig(vocab_size=d["vocab"].vocab_size, **DEC_ONLY)
 
@@ -215,6 +222,7 @@ def arch(args, d: dict) -> dict:
         {k: v for k, v in rows["encoder-decoder"].items() if k != "history"},
         flush=True,
     )
+    save(ed, f"encoder_decoder_seed{seed}", args.quick)
     for name, mask in (("decoder-only", True), ("decoder-only, no loss mask", False)):
         model, fit = train_gpt(d, seed, budget, mask)
         rows[name] = row(
@@ -225,11 +233,7 @@ def arch(args, d: dict) -> dict:
             model.num_params(non_embedding=False),
         )
         print(name, {k: v for k, v in rows[name].items() if k != "history"}, flush=True)
-        if mask and not args.quick:
-            torch.save(
-                {"config": model.config.to_dict(), "model": model.state_dict()},
-                RUNS / f"decoder_only_seed{seed}.pt",
-            )
+        save(model, f"decoder_only{'' if mask else '_no_mask'}_seed{seed}", args.quick)
     return {"seed": seed, "budget_cpu_s": budget, "rows": rows}
 
 
@@ -262,6 +266,7 @@ def lora(args, d: dict) -> dict:
         log_every=10,
     )
     print("pretrained", pre["steps"], "steps", flush=True)
+    save(base, "pretrained_lm", args.quick)
     state = {k: v.clone() for k, v in base.state_dict().items()}
     rows = {}
     for name, rank, lr in (
@@ -290,6 +295,9 @@ def lora(args, d: dict) -> dict:
             "lr": lr,
         }
         print(name, {k: v for k, v in rows[name].items() if k != "history"}, flush=True)
+        save(
+            model, f"pretrained_lora_r{rank}" if rank else "pretrained_full", args.quick
+        )
     return {
         "pretrain_cpu_s": args.pretrain,
         "pretrain_steps": pre["steps"],
@@ -391,6 +399,8 @@ def dpo(args, d: dict) -> dict:
         "rejected_reward_last10": sum(s[2] for s in stats[-10:]) / len(stats[-10:]),
     }
     print("DPO", {k: v for k, v in rows["DPO"].items() if k != "history"}, flush=True)
+    tag = f"_{args.tag}" if args.tag else ""
+    save(policy, f"dpo{tag}", args.quick)
     sft = fresh()
     sft_loss = gpt_loss(sft, chosen_ex, pad)
     fit = fit_cpu_budget(
@@ -413,6 +423,7 @@ def dpo(args, d: dict) -> dict:
         {k: v for k, v in rows["fine-tuning on the chosen"].items() if k != "history"},
         flush=True,
     )
+    save(sft, f"chosen_fine_tuned{tag}", args.quick)
     chrf_w = sum(p[3] for p in pairs) / len(pairs)
     chrf_l = sum(p[4] for p in pairs) / len(pairs)
     greedy_chosen = sum(p[1] == p[5] for p in pairs) / len(pairs)
