@@ -163,6 +163,21 @@ QUOTES = [
         r"\s([\d.]+), a gain of 0\.17",
         r"\ncombination:.*?\s+(1\.\d{4})\s+0\.\d{4}",
     ),
+    (
+        "14_decoder_only_translation",
+        r"the encoder-decoder took (\d+) steps",
+        r"\nencoder-decoder\s+\d+\s+(\d+)\s",
+    ),
+    (
+        "15_lora",
+        r"1\.12 MiB of AdamW state against ([\d.]+) MiB",
+        r"full fine-tuning:\s+([\d.]+) MiB of optimizer state",
+    ),
+    (
+        "16_preference_tuning",
+        r"mean sentence chrF\s+of ([\d.]+)",
+        r"mean chrF chosen ([\d.]+)",
+    ),
 ]
 
 

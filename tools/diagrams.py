@@ -1065,8 +1065,130 @@ def tiled_attention():
 
 
 LABELS_ZH = ROOT / "zh" / "diagram_labels.yml"
+
+
 # The beam tree (tools/beam_tree.py) is drawn from a trained translator, its texts hold
 # the run's numbers: the Chinese one is the English file with these texts replaced.
+@diagram
+def prompt_mask():
+    s = Svg(
+        900,
+        300,
+        "One sequence per pair, the loss on the translation only",
+        "A row of tokens: <bos>, I, 'm, learning, Spanish, ., <zh>, then 我 在 学 西 "
+        "班 牙 语 。 and <eos>. Below each input token, the token it must predict "
+        "next. The targets under the prompt (the English and <zh>) are crossed out: "
+        "the loss mask gives them no weight, so the model learns to translate, not to "
+        "write English. Without the mask every target counts.",
+    )
+    tokens = ["<bos>", "I", "'m", "learn", "ing", "Spanish", ".", "<zh>"]
+    tokens += ["我", "在", "学", "西", "班", "牙", "语", "。", "<eos>"]
+    n_prompt, w, x0 = 8, 48, 22
+    s.text(x0, 40, "input (what the GPT reads)", size=13, anchor="start", color=MUTED)
+    s.text(x0, 188, "target (the next token)", size=13, anchor="start", color=MUTED)
+    for i, tok in enumerate(tokens[:-1]):
+        x = x0 + i * (w + 2)
+        kind = "embed" if i < n_prompt else "out"
+        s.box(x, 52, w, 34, tok, kind, size=12)
+        target = tokens[i + 1]
+        masked = i < n_prompt - 1
+        s.arrow(x + w / 2, 88, x + w / 2, 128, color=MUTED if masked else "#263238")
+        s.box(x, 132, w, 34, target, "off" if masked else "hot", size=12, dash=masked)
+        if masked:
+            s.line([(x + 6, 138), (x + w - 6, 160)], arrow=False, color="#c62828")
+    s.frame(x0 - 8, 218, (w + 2) * (n_prompt - 1) + 6, 56)
+    s.text(x0, 240, "prompt: the targets are IGNORE (-100)", size=13, anchor="start")
+    s.text(x0, 262, "no loss, no gradient", size=12, anchor="start", color=MUTED)
+    x1 = x0 + (w + 2) * (n_prompt - 1)
+    s.frame(x1 - 2, 218, (w + 2) * 9 + 4, 56)
+    s.text(
+        x1 + 6,
+        240,
+        "translation: cross-entropy on each target",
+        size=13,
+        anchor="start",
+    )
+    s.text(x1 + 6, 262, "the loss is their mean", size=12, anchor="start", color=MUTED)
+    return s
+
+
+@diagram
+def lora():
+    s = Svg(
+        900,
+        330,
+        "LoRA: a frozen weight and a trainable low-rank update",
+        "The input x (d_in features) goes two ways. Left, through the frozen weight W "
+        "(d_out by d_in). Right, through A (r by d_in, a few features) then B (d_out "
+        "by r, zero at the start), scaled by alpha / r. The two results are added. "
+        "Only A and B are trained: r (d_in + d_out) parameters instead of d_in d_out. "
+        "Merging adds (alpha / r) B A into W, so the merged layer costs what the base "
+        "layer cost.",
+    )
+    s.box(330, 270, 240, 34, "x  (B, T, d_in)", "data", size=13)
+    s.box(120, 150, 260, 60, "W  (d_out × d_in)", "off", size=14, sub="frozen")
+    s.box(560, 190, 200, 34, "A  (r × d_in)", "attn", size=13, sub=None)
+    s.box(560, 120, 200, 34, "B  (d_out × r)", "attn", size=13)
+    s.text(770, 212, "r ≪ d_in, random", size=12, anchor="start", color=MUTED)
+    s.text(770, 142, "starts at 0", size=12, anchor="start", color=MUTED)
+    s.line([(420, 270), (250, 210)])
+    s.line([(480, 270), (660, 224)])
+    s.arrow(660, 190, 660, 154)
+    s.text(700, 100, "× α / r", size=13, anchor="start")
+    s.circle(450, 70, r=14, label="+", kind="norm")
+    s.line([(250, 150), (250, 70), (436, 70)])
+    s.line([(660, 120), (660, 70), (464, 70)])
+    s.arrow(450, 56, 450, 26)
+    s.text(462, 34, "y = x Wᵀ + (α / r) x Aᵀ Bᵀ", size=13, anchor="start")
+    s.text(
+        20,
+        300,
+        "trained: r (d_in + d_out) numbers",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    s.text(20, 318, "merge: W ← W + (α / r) B A", size=12, anchor="start", color=MUTED)
+    return s
+
+
+@diagram
+def dpo():
+    s = Svg(
+        900,
+        320,
+        "DPO: preference pairs from the model's own translations",
+        "For an English sentence from the training split, the model writes several "
+        "candidates (greedy and sampled). Each is scored by sentence chrF against the "
+        "reference: the best is chosen, the worst rejected. The policy (trained) and "
+        "the reference model (a frozen copy) each give the log-probability of both. "
+        "The loss is -log sigmoid of beta times the chosen log-ratio minus the "
+        "rejected log-ratio: it pushes the policy up on the chosen and down on the "
+        "rejected, measured against the reference.",
+    )
+    s.box(20, 140, 150, 40, "English", "data", size=13, sub="training split")
+    s.box(200, 140, 150, 40, "the model", "out", size=13, sub="greedy + samples")
+    s.arrow(170, 160, 200, 160)
+    cands = [
+        ("我正在学西班牙语。", "chrF 79", "hot"),
+        ("我学习西班牙语。", "chrF 43", "data"),
+        ("他在学法语。", "chrF 14", "off"),
+    ]
+    for j, (text, score, kind) in enumerate(cands):
+        y = 70 + j * 70
+        s.box(390, y, 170, 40, text, kind, size=13, sub=score)
+        s.line([(350, 160), (390, y + 20)])
+    s.text(475, 300, "sentence chrF against 我在学西班牙语。", size=12, color=MUTED)
+    s.text(580, 96, "chosen y_w", size=13, anchor="start")
+    s.text(580, 236, "rejected y_l", size=13, anchor="start")
+    s.box(680, 60, 200, 40, "policy π_θ", "attn", size=13, sub="trained")
+    s.box(680, 200, 200, 40, "reference π_ref", "off", size=13, sub="frozen copy")
+    s.text(780, 140, "log π(y_w) − log π_ref(y_w)", size=12)
+    s.text(780, 160, "− [log π(y_l) − log π_ref(y_l)]", size=12)
+    s.text(780, 290, "loss = −log σ(β · margin)", size=13)
+    return s
+
+
 BEAM_TREE_ZH = [
     (r"beam search, beam (\d+): “(.*?)”", r"束搜索，束宽 \1：“\2”"),
     (r">from (\S+)<", r">来自 \1<"),

@@ -1,0 +1,517 @@
+"""Part V's measurements (notebooks 14-16), on the Tatoeba Challenge's public
+English-Mandarin test, with budgets in process CPU time (`time.process_time()`, one
+thread), so that other programs on a shared machine slow a run down without changing
+what it computes.
+
+    python benchmarks/part5_adaptation.py arch --seed 0  # encoder-decoder, decoder-only
+    python benchmarks/part5_adaptation.py arch --seed 1  # (with and without the mask)
+    python benchmarks/part5_adaptation.py lora  # pretraining, then full or LoRA
+    python benchmarks/part5_adaptation.py dpo  # DPO vs fine-tuning on the chosen
+    python benchmarks/part5_adaptation.py dpo --budget 15 --tag 15s  # a quarter
+    python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
+
+Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
+model that `arch --seed 0` saved in runs/part5/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_lib.decoding import evaluate_model, evaluate_translations
+from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.lora import add_lora, trainable_parameters
+from transformer_lib.prompt_mask import (
+    PairVocab,
+    batches_forever,
+    collate_prompts,
+    complete,
+    fit_cpu_budget,
+    masked_loss,
+    shift_and_mask,
+    translate_gpt,
+)
+from transformer_lib.runtime import describe_machine, set_seed
+from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
+from transformer_lib.translation_data import (
+    build_tokenizers,
+    collate,
+    course_pairs,
+    encode_pair,
+    group_references,
+    label_smoothed_cross_entropy,
+    public_test_pairs,
+    split_by_english,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS, RUNS = ROOT / "benchmarks/results", ROOT / "runs/part5"
+BATCH = 64  # pairs per step, for both architectures
+# ~1.54M parameters each: one (V_en + V_zh, 128) embedding table in both, 2 + 2 layers
+# against 4 decoder blocks whose MLP is 640 wide
+ENC_DEC = dict(
+    d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.0, context_len=64
+)
+DEC_ONLY = dict(
+    d_model=128, n_heads=4, n_layers=4, d_ff=640, dropout=0.0, context_len=96
+)
+
+
+def data(quick: bool) -> dict:
+    """Splits (seed 0), tokenizers learnt on train, the public test."""
+    splits = split_by_english(course_pairs())
+    if quick:
+        splits["train"] = splits["train"][:2000]
+    src, tgt = build_tokenizers(splits["train"], 2000 if not quick else 500)
+    test = public_test_pairs()
+    return {
+        "splits": splits,
+        "src": src,
+        "tgt": tgt,
+        "vocab": PairVocab(src, tgt),
+        "test": test[:200] if quick else test,
+    }
+
+
+def save(model, name: str, quick: bool) -> None:
+    """Keep a trained model in runs/part5/NAME.pt (not in quick mode)."""
+    if not quick:
+        config = model.config.to_dict()
+        torch.save({"config": config, "model": model.state_dict()}, RUNS / f"{name}.pt")
+
+
+def gpt_config(d: dict) -> GPTConfig:
+    return GPTConfig(vocab_size=d["vocab"].vocab_size, **DEC_ONLY)
+
+
+def gpt_examples(d: dict, pairs, mask: bool) -> list:
+    N = DEC_ONLY["context_len"]
+    return [shift_and_mask(*d["vocab"].example(en, zh, N), mask) for en, zh in pairs]
+
+
+def gpt_loss(model: GPT, examples: list, pad_id: int):
+    def loss_of(batch: list[int]):
+        x, y = collate_prompts([examples[i] for i in batch], pad_id)
+        return masked_loss(model(x)[0], y)
+
+    return loss_of
+
+
+@torch.no_grad()
+def gpt_valid_loss(model: GPT, d: dict) -> float:
+    """Mean cross-entropy over the Chinese tokens (and <eos>) of the valid pairs."""
+    model.eval()
+    ex = gpt_examples(d, d["splits"]["valid"], mask=True)
+    total = n = 0
+    for i in range(0, len(ex), 128):
+        x, y = collate_prompts(ex[i : i + 128], d["src"].pad_id)
+        k = int((y != -100).sum())
+        total, n = total + masked_loss(model(x)[0], y).item() * k, n + k
+    return total / n
+
+
+@torch.no_grad()
+def ed_valid_loss(model: Transformer, d: dict) -> float:
+    """The same quantity for the encoder-decoder: its targets are the same tokens."""
+    model.eval()
+    ex = [
+        encode_pair(en, zh, d["src"], d["tgt"], 64) for en, zh in d["splits"]["valid"]
+    ]
+    total = n = 0
+    for i in range(0, len(ex), 128):
+        src, tgt_in, tgt_out = collate(
+            ex[i : i + 128], d["src"].pad_id, d["tgt"].pad_id
+        )
+        k = int((tgt_out != d["tgt"].pad_id).sum())
+        loss = label_smoothed_cross_entropy(
+            model(src, tgt_in), tgt_out, 0.0, d["tgt"].pad_id
+        )
+        total, n = total + loss.item() * k, n + k
+    return total / n
+
+
+def test_gpt(model: GPT, d: dict) -> dict:
+    """BLEU-zh and chrF on the public test, greedy; and the CPU seconds it took."""
+    t = time.process_time()
+    sources, refs = group_references(d["test"])
+    scores = evaluate_translations(
+        translate_gpt(model, d["vocab"], sources, batch_size=128), refs
+    )
+    return scores | {"eval_cpu_s": round(time.process_time() - t, 1)}
+
+
+def test_ed(model: Transformer, d: dict) -> dict:
+    t = time.process_time()
+    scores = evaluate_model(
+        model, d["src"], d["tgt"], d["test"], "greedy", batch_size=128
+    )[0]
+    return scores | {"eval_cpu_s": round(time.process_time() - t, 1)}
+
+
+def train_gpt(d, seed, budget, mask=True, model=None, lr=2e-3, pairs=None) -> tuple:
+    set_seed(seed)
+    model = model or GPT(gpt_config(d))
+    ex = gpt_examples(d, pairs or d["splits"]["train"], mask)
+    lengths = [len(x) for x, _ in ex]
+    fit = fit_cpu_budget(
+        model,
+        gpt_loss(model, ex, d["src"].pad_id),
+        batches_forever(len(ex), lengths, BATCH, seed),
+        budget,
+        lr=lr,
+        log_every=10,
+    )
+    return model, fit
+
+
+def row(model, fit: dict, scores: dict, valid: float, params: int) -> dict:
+    return {
+        "params": params,
+        "steps": fit["steps"],
+        "train_cpu_s": round(fit["cpu_s"], 1),
+        "valid_loss_zh": round(valid, 4),
+        **scores,
+        "history": fit["history"],
+    }
+
+
+def arch(args, d: dict) -> dict:
+    seed, budget, rows = args.seed, args.budget, {}
+    set_seed(seed)
+    cfg = Seq2SeqConfig(
+        d["src"].vocab_size,
+        d["tgt"].vocab_size,
+        src_pad_id=d["src"].pad_id,
+        tgt_pad_id=d["tgt"].pad_id,
+        **ENC_DEC,
+    )
+    ed = Transformer(cfg)
+    ex = [
+        encode_pair(en, zh, d["src"], d["tgt"], 64) for en, zh in d["splits"]["train"]
+    ]
+
+    def ed_loss(batch):
+        src, tgt_in, tgt_out = collate(
+            [ex[i] for i in batch], d["src"].pad_id, d["tgt"].pad_id
+        )
+        return label_smoothed_cross_entropy(
+            ed(src, tgt_in), tgt_out, 0.0, d["tgt"].pad_id
+        )
+
+    lengths = [len(s) + len(t) for s, t in ex]
+    fit = fit_cpu_budget(
+        ed,
+        ed_loss,
+        batches_forever(len(ex), lengths, BATCH, seed),
+        budget,
+        log_every=10,
+    )
+    rows["encoder-decoder"] = row(
+        ed, fit, test_ed(ed, d), ed_valid_loss(ed, d), ed.num_parameters()
+    )
+    print(
+        "encoder-decoder",
+        {k: v for k, v in rows["encoder-decoder"].items() if k != "history"},
+        flush=True,
+    )
+    save(ed, f"encoder_decoder_seed{seed}", args.quick)
+    for name, mask in (("decoder-only", True), ("decoder-only, no loss mask", False)):
+        model, fit = train_gpt(d, seed, budget, mask)
+        rows[name] = row(
+            model,
+            fit,
+            test_gpt(model, d),
+            gpt_valid_loss(model, d),
+            model.num_params(non_embedding=False),
+        )
+        print(name, {k: v for k, v in rows[name].items() if k != "history"}, flush=True)
+        save(model, f"decoder_only{'' if mask else '_no_mask'}_seed{seed}", args.quick)
+    return {"seed": seed, "budget_cpu_s": budget, "rows": rows}
+
+
+def monolingual(d: dict) -> list:
+    """Each side of each training pair alone: `<bos> English <eos>`, `<zh> Chinese
+    <eos>`."""
+    v, N, out = d["vocab"], DEC_ONLY["context_len"], []
+    for en, zh in d["splits"]["train"]:
+        ids = [v.src_tok.bos_id, *v.src_tok.encode(en)[: N - 1], v.src_tok.eos_id]
+        out.append((ids[:-1], ids[1:]))
+        ids = [
+            v.zh_id,
+            *(v.offset + i for i in v.tgt_tok.encode(zh)[: N - 1]),
+            v.eos_id,
+        ]
+        out.append((ids[:-1], ids[1:]))
+    return out
+
+
+def lora(args, d: dict) -> dict:
+    """Pretrain on the monolingual sides, then adapt to translation: full or LoRA."""
+    set_seed(0)
+    base = GPT(gpt_config(d))
+    mono = monolingual(d)
+    pre = fit_cpu_budget(
+        base,
+        gpt_loss(base, mono, d["src"].pad_id),
+        batches_forever(len(mono), [len(x) for x, _ in mono], BATCH, 0),
+        args.pretrain,
+        log_every=10,
+    )
+    print("pretrained", pre["steps"], "steps", flush=True)
+    save(base, "pretrained_lm", args.quick)
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    rows = {}
+    for name, rank, lr in (
+        ("full fine-tuning", 0, 2e-3),
+        ("LoRA r=4", 4, 5e-3),
+        ("LoRA r=16", 16, 5e-3),
+    ):
+        model = GPT(gpt_config(d))
+        model.load_state_dict(state)
+        if rank:
+            add_lora(model, rank, alpha=2 * rank)
+        trainable = trainable_parameters(model)
+        model, fit = train_gpt(d, 0, args.budget, model=model, lr=lr)
+        opt_bytes = 2 * 4 * trainable  # AdamW: two fp32 moments per trainable parameter
+        rows[name] = row(
+            model,
+            fit,
+            test_gpt(model, d),
+            gpt_valid_loss(model, d),
+            model.num_params(non_embedding=False),
+        )
+        rows[name] |= {
+            "trainable": trainable,
+            "optimizer_state_bytes": opt_bytes,
+            "ms_per_step": round(1000 * fit["cpu_s"] / fit["steps"], 1),
+            "lr": lr,
+        }
+        print(name, {k: v for k, v in rows[name].items() if k != "history"}, flush=True)
+        save(
+            model, f"pretrained_lora_r{rank}" if rank else "pretrained_full", args.quick
+        )
+    return {
+        "pretrain_cpu_s": args.pretrain,
+        "pretrain_steps": pre["steps"],
+        "pretrain_history": pre["history"],
+        "budget_cpu_s": args.budget,
+        "rows": rows,
+    }
+
+
+def dpo(args, d: dict) -> dict:
+    """Preference pairs from the model's own samples; DPO against SFT on the chosen."""
+    path = RUNS / "decoder_only_seed0.pt"
+    if args.quick:
+        base, _ = train_gpt(d, 0, 5)
+        state = base.state_dict()
+    else:
+        state = torch.load(path, weights_only=True)["model"]
+
+    def fresh() -> GPT:
+        m = GPT(gpt_config(d))
+        m.load_state_dict(state)
+        return m
+
+    base = fresh()
+    t = time.process_time()
+    sources, refs = group_references(d["splits"]["train"])
+    sources, refs = sources[: args.n_sentences], refs[: args.n_sentences]
+    N, v = DEC_ONLY["context_len"], d["vocab"]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [v.prompt(s, N // 2) for s in sources]
+    cands = [[v.decode(ids)] for ids in complete(base, prompts, v.eos_id, N)]  # greedy
+    for _ in range(args.samples):
+        for c, ids in zip(
+            cands, complete(base, prompts, v.eos_id, N, temperature=1.0, generator=gen)
+        ):
+            c.append(v.decode(ids))
+    pairs = []
+    for s, c, r in zip(sources, cands, refs):
+        p = preference_pair(c, r)
+        if p is not None:
+            pairs.append((s, *p, c[0]))
+    gen_cpu = time.process_time() - t
+    print(
+        f"{len(pairs)} pairs from {len(sources)} sentences, {gen_cpu:.0f} CPU s",
+        flush=True,
+    )
+    chosen_ex = gpt_examples(d, [(s, c) for s, c, *_ in pairs], True)
+    rejected_ex = gpt_examples(d, [(s, r) for s, _, r, *_ in pairs], True)
+    pad = d["src"].pad_id
+    with torch.no_grad():
+        base.eval()
+        ref = {}
+        for name, ex in (("chosen", chosen_ex), ("rejected", rejected_ex)):
+            ref[name] = torch.cat(
+                [
+                    sequence_logprob(base, *collate_prompts(ex[i : i + 128], pad))
+                    for i in range(0, len(ex), 128)
+                ]
+            )
+    rows = {
+        "base (before tuning)": {**test_gpt(base, d), "steps": 0, "train_cpu_s": 0.0}
+    }
+    print(rows, flush=True)
+    lengths = [len(x) + len(y) for (x, _), (y, _) in zip(chosen_ex, rejected_ex)]
+
+    policy = fresh()
+    stats = []
+
+    def dpo_of(batch):
+        x, y = collate_prompts(
+            [chosen_ex[i] for i in batch] + [rejected_ex[i] for i in batch], pad
+        )
+        logp = sequence_logprob(policy, x, y)
+        pc, pr = logp[: len(batch)], logp[len(batch) :]
+        loss, cr, rr = dpo_loss(
+            pc, pr, ref["chosen"][batch], ref["rejected"][batch], args.beta
+        )
+        stats.append(
+            ((cr > rr).float().mean().item(), cr.mean().item(), rr.mean().item())
+        )
+        return loss
+
+    fit = fit_cpu_budget(
+        policy,
+        dpo_of,
+        batches_forever(len(pairs), lengths, 32, 0),
+        args.budget,
+        lr=args.lr,
+        warmup_steps=10,
+        log_every=5,
+    )
+    rows["DPO"] = {
+        **test_gpt(policy, d),
+        "steps": fit["steps"],
+        "train_cpu_s": round(fit["cpu_s"], 1),
+        "history": fit["history"],
+        "reward_accuracy_last10": sum(s[0] for s in stats[-10:]) / len(stats[-10:]),
+        "chosen_reward_last10": sum(s[1] for s in stats[-10:]) / len(stats[-10:]),
+        "rejected_reward_last10": sum(s[2] for s in stats[-10:]) / len(stats[-10:]),
+    }
+    print("DPO", {k: v for k, v in rows["DPO"].items() if k != "history"}, flush=True)
+    tag = f"_{args.tag}" if args.tag else ""
+    save(policy, f"dpo{tag}", args.quick)
+    sft = fresh()
+    sft_loss = gpt_loss(sft, chosen_ex, pad)
+    fit = fit_cpu_budget(
+        sft,
+        sft_loss,
+        batches_forever(len(pairs), [len(x) for x, _ in chosen_ex], 32, 0),
+        args.budget,
+        lr=args.lr,
+        warmup_steps=10,
+        log_every=5,
+    )
+    rows["fine-tuning on the chosen"] = {
+        **test_gpt(sft, d),
+        "steps": fit["steps"],
+        "train_cpu_s": round(fit["cpu_s"], 1),
+        "history": fit["history"],
+    }
+    print(
+        "SFT",
+        {k: v for k, v in rows["fine-tuning on the chosen"].items() if k != "history"},
+        flush=True,
+    )
+    save(sft, f"chosen_fine_tuned{tag}", args.quick)
+    chrf_w = sum(p[3] for p in pairs) / len(pairs)
+    chrf_l = sum(p[4] for p in pairs) / len(pairs)
+    greedy_chosen = sum(p[1] == p[5] for p in pairs) / len(pairs)
+    return {
+        "n_sentences": len(sources),
+        "samples": args.samples,
+        "n_pairs": len(pairs),
+        "candidates_cpu_s": round(gen_cpu, 1),
+        "beta": args.beta,
+        "lr": args.lr,
+        "budget_cpu_s": args.budget,
+        "mean_chrf_chosen": round(chrf_w, 2),
+        "mean_chrf_rejected": round(chrf_l, 2),
+        "greedy_is_chosen": round(greedy_chosen, 3),
+        "examples": [list(p[:3]) for p in pairs[:5]],
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("arch", "lora", "dpo"))
+    ap.add_argument("--seed", type=int, default=0, help="arch: the seed of this run")
+    ap.add_argument(
+        "--budget", type=float, default=None, help="CPU seconds per training run"
+    )
+    ap.add_argument(
+        "--pretrain", type=float, default=60.0, help="lora: CPU s of pretraining"
+    )
+    ap.add_argument(
+        "--n-sentences", type=int, default=1500, help="dpo: training sentences"
+    )
+    ap.add_argument(
+        "--samples", type=int, default=4, help="dpo: sampled candidates each"
+    )
+    ap.add_argument("--beta", type=float, default=0.1, help="dpo: the DPO beta")
+    ap.add_argument("--lr", type=float, default=2e-4, help="dpo: peak learning rate")
+    ap.add_argument(
+        "--quick", action="store_true", help="a few seconds each, not saved"
+    )
+    ap.add_argument("--tag", default="", help="appended to the result's file name")
+    args = ap.parse_args()
+    for name, low in (("budget", 0), ("pretrain", 0), ("beta", 0), ("lr", 0)):
+        value = getattr(args, name)
+        if value is not None and value <= low:
+            ap.error(f"--{name} must be > {low}, got {value}")
+    if not all(c.isalnum() or c in "-_" for c in args.tag):
+        ap.error(f"--tag may hold letters, digits, - and _ only, got {args.tag!r}")
+    if args.n_sentences < 1 or args.samples < 1:
+        ap.error("--n-sentences and --samples must be >= 1")
+    if args.budget is None:
+        args.budget = {"arch": 120.0, "lora": 60.0, "dpo": 60.0}[args.what]
+    if args.quick:
+        args.budget, args.pretrain, args.n_sentences = 3.0, 3.0, 40
+    if (
+        args.what == "dpo"
+        and not args.quick
+        and not (RUNS / "decoder_only_seed0.pt").exists()
+    ):
+        sys.exit(
+            f"{RUNS / 'decoder_only_seed0.pt'} is missing: run `arch --seed 0` first"
+        )
+    torch.set_num_threads(1)  # process CPU time = one core's time: comparable runs
+    RUNS.mkdir(parents=True, exist_ok=True)
+    d = data(args.quick)
+    result = {"arch": arch, "lora": lora, "dpo": dpo}[args.what](args, d)
+    name = f"part5_{args.what}" + (f"_seed{args.seed}" if args.what == "arch" else "")
+    name += f"_{args.tag}" if args.tag else ""
+    result |= {
+        "command": "python benchmarks/"
+        + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "machine": describe_machine(torch.device("cpu")),
+        "torch": torch.__version__,
+        "threads": 1,
+        "test_sentences": len(group_references(d["test"])[0]),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    out = RESULTS / f"{name}.json"
+    if args.quick:
+        print(
+            json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1)[
+                :2000
+            ]
+        )
+    else:
+        out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+        print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
