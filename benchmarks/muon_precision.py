@@ -2,7 +2,7 @@
 preset of notebook 11 (batch 16, context 128) with AdamW, and with Muon iterating in
 bf16 (torch.optim.Muon's choice) and in fp32, in milliseconds per step.
 
-    python benchmarks/muon_precision.py         # this CPU, about 2 minutes on 2 cores
+    python benchmarks/muon_precision.py         # this CPU, under a minute on 2 cores
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/muon_precision.py
 
 The second command makes a CPU with AVX-512 act as one without it (most laptops): oneDNN
