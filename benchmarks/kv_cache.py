@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
 
+from transformer_lib.cli_args import USER_ERRORS
 from transformer_lib.data import load_tiny_shakespeare
 from transformer_lib.gpt import GPT, GPTConfig, generate
+from transformer_lib.lm_train import load_lm
 from transformer_lib.runtime import describe_machine
-from transformer_lib.tokenization import CharTokenizer, tokenizer_from_dict
+from transformer_lib.tokenization import CharTokenizer
 
 
 def timed_generate(
@@ -54,17 +57,14 @@ def main() -> None:
     )
     torch.manual_seed(0)
     if args.checkpoint:
-        state = torch.load(args.checkpoint, weights_only=True)
-        model = GPT(GPTConfig.from_dict(state["config"]))
-        model.load_state_dict(state["model"])
+        try:  # the library's checked loader: a refused file is one line
+            model, tokenizer = load_lm(args.checkpoint, device="cpu")
+        except USER_ERRORS as e:
+            sys.exit(f"kv_cache: {e}")
     else:
         model = GPT(GPTConfig.cpu(context_len=1024))
+        tokenizer = CharTokenizer(load_tiny_shakespeare())
     model.eval()
-    tokenizer = (
-        tokenizer_from_dict(state["tokenizer"])
-        if args.checkpoint
-        else CharTokenizer(load_tiny_shakespeare())
-    )
     prompt = torch.tensor([tokenizer.encode("ROMEO:")])  # (1, 6)
     generate(model, prompt, 20, temperature=0)  # warm-up
     generate(model, prompt, 20, temperature=0, use_cache=False)

@@ -366,3 +366,59 @@ def test_quick_mode_refuses_values_it_does_not_know(monkeypatch):
         monkeypatch.setenv("TRANSFORMER_QUICK", value)
         with pytest.raises(ValueError, match="give 1 .quick mode. or 0"):
             runtime.is_quick()
+
+
+# ---- the review's last rows: RANK, a full output device, the tools' refused files ----
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"RANK": "abc"}, "RANK='abc' is not a whole number"),
+        ({"WORLD_SIZE": "-1"}, "WORLD_SIZE='-1' is not a whole number"),
+        ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 with WORLD_SIZE=2"),
+    ],
+)
+def test_a_bad_rank_is_refused_before_any_rendezvous(monkeypatch, env, named):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=named):
+        lm_train.init_distributed("cpu")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_full_output_device_is_one_line_not_missing_files():
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "transformer_lib", "fetch-data"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "python -m transformer_lib: cannot write the output: No space left on device"
+    ]
+
+
+@pytest.mark.parametrize(
+    "script", ["tools/beam_tree.py", "benchmarks/kv_cache.py --checkpoint"]
+)
+def test_the_tools_refuse_a_damaged_checkpoint_in_one_line(tmp_path, script):
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    done = subprocess.run(
+        [sys.executable, *script.split(), str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 1 and "not a readable checkpoint" in errors[0], errors

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from svg import MUTED, PALETTE, Svg  # noqa: E402
 
+from transformer_lib.cli_args import USER_ERRORS  # noqa: E402
 from transformer_lib.decoding import (  # noqa: E402
     beam_search,
     encode_sources,
@@ -306,7 +307,10 @@ def main() -> None:
         help="whose <img> of the tree gets the new description as alt text",
     )
     a = p.parse_args()
-    out = beam_tree(a.checkpoint, a.sentence or CANDIDATES, a.beam, out=a.out)
+    try:
+        out = beam_tree(a.checkpoint, a.sentence or CANDIDATES, a.beam, out=a.out)
+    except USER_ERRORS as e:  # a refused or missing checkpoint: one line
+        sys.exit(f"beam_tree: {e}")
     print("wrote", out)
     desc = re.search(r"<desc[^>]*>(.*?)</desc>", out.read_text(encoding="utf-8"), re.S)
     if update_alt(Path(a.notebook), out.name, html.unescape(desc[1])):

@@ -13,6 +13,7 @@ Each part of the course adds its commands from its own module: a module with
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -25,10 +26,12 @@ def fetch_data(args: argparse.Namespace) -> int:
     failed = 0
     for spec in ALL_FILES:
         try:
-            print(f"ok      {fetch(spec)}")
+            path = fetch(spec)
         except (DataUnavailableError, OSError) as e:
             print(f"missing {spec.relpath}: {e}", file=sys.stderr)
             failed += 1
+        else:  # an output that cannot be written is not a missing file
+            print(f"ok      {path}")
     if failed:
         print(
             f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched",
@@ -84,7 +87,9 @@ def run_command(argv: list[str] | None = None) -> int:
     """`main`, with what ends a command from outside as one line, never a traceback:
     Ctrl-C (status 130), and a reader that went away (`| head`: quietly, status 141)."""
     try:
-        return main(argv)
+        status = main(argv)
+        sys.stdout.flush()  # a full output device (/dev/full) fails here, not at exit
+        return status
     except KeyboardInterrupt:
         print("python -m transformer_lib: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
@@ -97,6 +102,16 @@ def run_command(argv: list[str] | None = None) -> int:
         print(
             f"python -m transformer_lib: cannot write text as {e.encoding} "
             f"({e.reason}){hint}",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EIO):
+            raise
+        # a full or failing output device: say so once; later writes go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(
+            f"python -m transformer_lib: cannot write the output: {e.strerror}",
             file=sys.stderr,
         )
         return 1

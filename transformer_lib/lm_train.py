@@ -187,8 +187,21 @@ def init_distributed(device: str | None) -> tuple[int, int, int, torch.device]:
 
     from transformer_lib.runtime import get_device
 
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    def env(name: str, default: int) -> int:  # torchrun sets these; alone, none is set
+        value = os.environ.get(name, str(default))
+        if not value.strip().isdigit():
+            raise ValueError(
+                f"{name}={value!r} is not a whole number >= 0: torchrun sets it; "
+                "unset it to train in one process"
+            )
+        return int(value)
+
+    rank, world, local_rank = env("RANK", 0), env("WORLD_SIZE", 1), env("LOCAL_RANK", 0)
+    if not 0 <= rank < max(world, 1):
+        raise ValueError(
+            f"RANK={rank} with WORLD_SIZE={world}: each rank must be below the world "
+            "size (torchrun sets both; unset them to train in one process)"
+        )
     dev = torch.device(device) if device else get_device()
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
