@@ -297,16 +297,18 @@ def test_translate_output_into_a_closed_pipe_ends_quietly(checkpoint, tmp_path):
     many.write_text("This is a sentence.\n" * 300)
     root = Path(__file__).resolve().parent.parent
     command = [sys.executable, "-m", "transformer_lib", "translate", "--checkpoint"]
-    reader = subprocess.Popen(
-        ["head", "-c", "5"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    writer = subprocess.run(
-        [*command, checkpoint, "--method", "greedy", "--input", str(many)],
-        stdout=reader.stdin,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
-    reader.stdin.close()
-    reader.wait()
+    # a pipe whose reader is already gone (as after `| head` exits): deterministic,
+    # where a real `head` may still be reading when a short output has all been written
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        writer = subprocess.run(
+            [*command, checkpoint, "--method", "greedy", "--input", str(many)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+    finally:
+        os.close(write_end)
     assert writer.returncode == 141 and "Traceback" not in writer.stderr
