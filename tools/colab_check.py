@@ -48,9 +48,14 @@ TORCH = "torch==2.13.0"
 FAKE_COLAB = """\
 # Written by tools/colab_check.py: makes `"google.colab" in sys.modules` true, as on
 # Colab.
-import sys, types
-google = sys.modules.setdefault("google", types.ModuleType("google"))
-google.colab = sys.modules["google.colab"] = types.ModuleType("google.colab")
+# Each has a module spec, as an imported module does (importlib.util.find_spec reads it).
+import importlib.machinery, sys, types
+def _module(name):
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return module
+google = sys.modules.setdefault("google", _module("google"))
+google.colab = sys.modules["google.colab"] = _module("google.colab")
 """
 NO_APT = """#!/bin/sh
 echo "colab_check: not root, so skipped: apt-get $*" >&2
