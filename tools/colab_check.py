@@ -48,7 +48,7 @@ TORCH = "torch==2.13.0"
 FAKE_COLAB = """\
 # Written by tools/colab_check.py: makes `"google.colab" in sys.modules` true, as on
 # Colab.
-# Each has a module spec, as an imported module does (importlib.util.find_spec reads it).
+# Each has a module spec, as an imported module does (find_spec reads it).
 import importlib.machinery, sys, types
 def _module(name):
     module = types.ModuleType(name)
