@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
 
 
 def toc_files() -> set[str]:
@@ -125,7 +125,7 @@ def test_heatmaps_use_the_course_colour_maps():
 
 
 ZH = ROOT / "zh"
-ZH_NOTEBOOKS = sorted((ZH / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ZH_NOTEBOOKS = sorted((ZH / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
 
 
 def test_the_chinese_edition_has_every_page_of_the_english_one():

@@ -175,7 +175,7 @@ def main() -> None:
             "committed HEAD, as Colab would",
             flush=True,
         )
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
     if args.notebooks:
         notebooks = [nb for nb in notebooks if nb.stem[:2] in args.notebooks]
     work = Path(tempfile.mkdtemp(prefix="colab-check-"))
