@@ -161,3 +161,54 @@ def test_each_notebook_is_framed_learn_content_summary_exercises(path):
     assert first_exercise is None or first_exercise >= marks[exercises][0], (
         f"{path.name}: cell {first_exercise} holds an exercise before '## Exercises'"
     )
+
+
+# The core track (00-13) is read in sittings: the code a reader sees stays short.
+CORE_LINES_EACH, CORE_LINES_ALL, CELL_LINES = 600, 5000, 30
+
+
+def visible_code(path: Path) -> list[list[str]]:
+    """The non-blank lines of each code cell the book shows (folded ones count)."""
+    cells = json.loads(path.read_text())["cells"]
+    return [
+        [line for line in "".join(c["source"]).splitlines() if line.strip()]
+        for c in cells
+        if c["cell_type"] == "code"
+        and not {"remove-cell", "remove-input"} & set(c["metadata"].get("tags", []))
+    ]
+
+
+CORE = [p for p in NOTEBOOKS if p.stem[:2] <= "13"]
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem[:2])
+def test_a_core_notebook_shows_at_most_600_code_lines(path):
+    lines = sum(map(len, visible_code(path)))
+    assert lines <= CORE_LINES_EACH, (
+        f"{path.name}: {lines} visible code lines, over {CORE_LINES_EACH}: move run "
+        "management to an appendix (A1, A2) or shorten"
+    )
+
+
+def test_the_core_track_shows_at_most_5000_code_lines():
+    lines = {p.stem[:2]: sum(map(len, visible_code(p))) for p in CORE}
+    assert sum(lines.values()) <= CORE_LINES_ALL, f"{sum(lines.values())}: {lines}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_no_code_cell_but_a_class_is_over_30_lines(path):
+    long = [
+        f"cell {n}: {len(cell)} lines, starting {cell[0][:50]!r}"
+        for n, cell in enumerate(visible_code(path))
+        if len(cell) > CELL_LINES
+        and not all(
+            isinstance(node, ast.ClassDef)
+            or isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr))
+            for node in ast.parse(
+                "\n".join(s for s in cell if not s.lstrip().startswith(("%", "!")))
+            ).body
+        )
+    ]
+    assert not long, f"{path.name}: split these cells, a sentence between parts:\n" + (
+        "\n".join(long)
+    )
