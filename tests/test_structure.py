@@ -168,10 +168,15 @@ CORE_LINES_EACH, CORE_LINES_ALL, CELL_LINES = 600, 5000, 30
 
 
 def visible_code(path: Path) -> list[list[str]]:
-    """The non-blank lines of each code cell the book shows (folded ones count)."""
+    """The non-blank lines of each code cell the book shows (folded ones count), less
+    the export directives (`#| export`)."""
     cells = json.loads(path.read_text())["cells"]
     return [
-        [line for line in "".join(c["source"]).splitlines() if line.strip()]
+        [
+            line
+            for line in "".join(c["source"]).splitlines()
+            if line.strip() and not line.startswith("#|")
+        ]
         for c in cells
         if c["cell_type"] == "code"
         and not {"remove-cell", "remove-input"} & set(c["metadata"].get("tags", []))
