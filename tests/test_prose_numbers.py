@@ -216,3 +216,66 @@ def test_quoted_number_matches_output(name, prose_re, output_re):
         f"{name}: the prose says {quoted.group(0)!r} "
         f"but the output prints {printed.group(0)!r}"
     )
+
+
+# Every other figure: a decimal (1.913, 5.3x) or a number with thousands separators
+# (26,759) in a notebook's prose must be printed by one of its stored outputs, unless
+# it is listed here with what it is: a cited figure, a setting, a constant. So a re-run
+# that moves a number fails here, naming the sentence, until the prose says what was
+# printed.
+FIGURE = re.compile(r"(?<![\w.,$\\{^_/-])(\d{1,3}(?:,\d{3})+|\d+\.\d+)(?![\w.,]*\d)")
+# A declaration that starts with "=" is a sum of printed figures ("= 1.7235 - 1.5890"):
+# the test checks that each is printed and that the result rounds to the figure.
+NOT_PRINTED: dict[str, dict[str, str]] = {}
+
+
+def figures(markdown: str) -> list[tuple[str, str]]:
+    """[(figure, its sentence)] in markdown, leaving out math, code and link targets."""
+    text = re.sub(
+        r"\$\$.*?\$\$|\$[^$\n]*\$|`[^`]*`|\]\([^)]*\)|<[^>]*>",
+        " ",
+        markdown,
+        flags=re.S,
+    )
+    return [
+        (m.group(1), " ".join(text[max(0, m.start() - 50) : m.end() + 20].split()))
+        for m in FIGURE.finditer(text)
+    ]
+
+
+def printed(figure: str, outputs: str) -> bool:
+    """Is `figure` in the outputs as a whole number (1.23 is not in 1.234)?"""
+    pattern = rf"(?<![\d.]){re.escape(figure)}(?![\d]|\.\d)"
+    return bool(
+        re.search(pattern, outputs) or re.search(pattern, outputs.replace(",", ""))
+    )
+
+
+def derived(figure: str, declaration: str, outputs: str) -> bool:
+    """A declared figure is fine unless it says "= a - b" and that is not so."""
+    if not declaration.startswith("="):
+        return True
+    terms = re.findall(r"[\d.]+", declaration)
+    value = eval(declaration[1:].replace(",", ""), {"__builtins__": {}})  # noqa: S307
+    digits = len(figure.split(".")[1]) if "." in figure else 0
+    exact = all(printed(t, outputs) for t in terms)
+    return exact and f"{abs(value):.{digits}f}" == figure.replace(",", "")
+
+
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9A][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("name", NAMES, ids=lambda n: n[:2])
+def test_every_figure_in_the_prose_is_printed_or_declared(name):
+    prose, outputs = texts(name)
+    declared = NOT_PRINTED.get(name[:2], {})
+    missing = [
+        f"{figure!r} in {sentence!r}"
+        for figure, sentence in figures(prose)
+        if not printed(figure, outputs)
+        and not (figure in declared and derived(figure, declared[figure], outputs))
+    ]
+    assert not missing, (
+        f"{name}: figures no output prints (quote the output, or declare them in "
+        "NOT_PRINTED):\n" + "\n".join(missing)
+    )
