@@ -279,3 +279,39 @@ def test_every_figure_in_the_prose_is_printed_or_declared(name):
         f"{name}: figures no output prints (quote the output, or declare them in "
         "NOT_PRINTED):\n" + "\n".join(missing)
     )
+
+
+# The README's results and the results page (both editions) quote the same runs: each of
+# their figures is printed by a notebook's stored output or saved by a benchmark
+# (benchmarks/results/*.json), or declared here with where it comes from.
+PAGES = ["README.md", "book/results.md", "zh/book/results.md"]
+PAGES_NOT_PRINTED: dict[str, str] = {}
+
+
+def everything_printed() -> str:
+    """The text of every notebook's stored outputs and every saved benchmark result."""
+    root = NOTEBOOKS.parent
+    outputs = [texts(name)[1] for name in NAMES]
+    saved = [
+        p.read_text() for p in sorted((root / "benchmarks/results").glob("*.json"))
+    ]
+    return "\n".join(outputs + saved)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_figure_on_the_results_pages_is_printed_or_declared(page):
+    everything = everything_printed()
+    text = (NOTEBOOKS.parent / page).read_text(encoding="utf-8")
+    missing = [
+        f"{figure!r} in {sentence!r}"
+        for figure, sentence in figures(text)
+        if not printed(figure, everything)
+        and not (
+            figure in PAGES_NOT_PRINTED
+            and derived(figure, PAGES_NOT_PRINTED[figure], everything)
+        )
+    ]
+    assert not missing, (
+        f"{page}: figures no notebook output or saved benchmark shows (quote one, or "
+        "declare them in PAGES_NOT_PRINTED):\n" + "\n".join(missing)
+    )
