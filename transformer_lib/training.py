@@ -49,14 +49,9 @@ def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
 def param_groups(
     model: nn.Module, weight_decay: float, decay_embeddings: bool = False
 ) -> list[dict]:
-    """Two AdamW groups: decay on the weight matrices of Linear layers, none on
-    everything else.
-
-    Norm gains and biases are not decayed, nor are embeddings (a row is updated only
-    when its token appears); nanoGPT decays embeddings, which decay_embeddings=True
-    reproduces. A weight tied between the embedding and the output layer counts as an
-    embedding.
-    """
+    """Two AdamW groups: decay on the weight matrices of Linear layers, none on norm
+    gains, biases and embeddings (a weight tied to the output layer counts as one);
+    decay_embeddings=True decays embeddings too, as nanoGPT does."""
     embedding_ids = {
         id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)
     }
