@@ -1,5 +1,5 @@
-"""The library trainer of the translator (appendix A1): schedules, checkpoints, exact resume, early
-stopping, and never losing work."""
+"""The translator's library trainer (appendix A1): schedules, checkpoints, exact
+resume, early stopping, and never losing work."""
 
 from dataclasses import replace
 
