@@ -17,13 +17,8 @@ import torch.nn as nn
 def warmup_cosine(
     step: int, max_lr: float, warmup_steps: int, decay_steps: int, min_lr: float = 0.0
 ) -> float:
-    """Learning rate at `step` (from 0): linear warm-up to max_lr, cosine decay to
-    min_lr at decay_steps.
-
-    The warm-up is nanoGPT's: max_lr * (step + 1) / (warmup_steps + 1), so step 0 is not
-    0. After decay_steps the rate stays at min_lr (a run extended past its plan goes on
-    at the floor).
-    """
+    """Learning rate at `step` (from 0): nanoGPT's linear warm-up to max_lr (step 0 is
+    not 0), cosine decay to min_lr at decay_steps, then min_lr."""
     if step < warmup_steps:
         return max_lr * (step + 1) / (warmup_steps + 1)
     if step >= decay_steps:
@@ -33,13 +28,8 @@ def warmup_cosine(
 
 # %% ../notebooks/09_training_a_translator.ipynb #6870d340
 def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
-    """Learning rate at `step` (from 0): linear warm-up to max_lr, then max_lr *
-    sqrt(warmup / step).
-
-    The schedule of Attention Is All You Need, d_model^-0.5 * min(s^-0.5, s * w^-1.5)
-    with s = step + 1, written with its peak: it equals that formula when max_lr =
-    (d_model * warmup_steps)^-0.5.
-    """
+    """The paper's d_model^-0.5 * min(s^-0.5, s * w^-1.5), s = step + 1, written with
+    its peak max_lr: linear warm-up, then max_lr * sqrt(warmup / s)."""
     if warmup_steps < 1:
         raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
     s = step + 1

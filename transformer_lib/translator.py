@@ -94,8 +94,6 @@ class TrainConfig:
     dtype: str = setting("auto", "appendix A1's number format", DTYPES)
     keep_last: int = setting(3, "last epochs' weights kept, to average", COUNT)
 
-    RESUMABLE = ("epochs", "max_minutes", "dtype")  # may change when a run resumes
-
     def __post_init__(self) -> None:
         for f in fields(self):
             value, (ok, must) = getattr(self, f.name), f.metadata["check"]
@@ -106,15 +104,8 @@ class TrainConfig:
     def quick(cls) -> "TrainConfig":
         """A tiny model on 2,000 pairs for two epochs: checks that everything runs."""
         tiny = dict(d_model=64, n_heads=2, n_layers=2, d_ff=128)
-        return cls(
-            train_limit=2000,
-            src_vocab_size=500,
-            epochs=2,
-            max_minutes=None,
-            warmup_steps=20,
-            model=tiny,
-            max_tokens=2000,
-        )
+        small = dict(train_limit=2000, src_vocab_size=500, max_tokens=2000, epochs=2)
+        return cls(**small, max_minutes=None, warmup_steps=20, model=tiny)
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b12
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -126,35 +117,21 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b16
 def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
-    """Splits, tokenizers (learnt on train) and encoded examples for `cfg`: what
-    training needs."""
+    """Splits, tokenizers (learnt on train) and encoded examples for `cfg`."""
     pairs = pairs if pairs is not None else course_pairs()
     splits = split_by_english(pairs, cfg.n_valid, cfg.n_test, cfg.seed)
     if cfg.train_limit is not None:
         splits["train"] = splits["train"][: cfg.train_limit]
     src_tok, tgt_tok = build_tokenizers(splits["train"], cfg.src_vocab_size)
-    model_config = Seq2SeqConfig(
-        src_tok.vocab_size,
-        tgt_tok.vocab_size,
-        src_pad_id=src_tok.pad_id,
-        tgt_pad_id=tgt_tok.pad_id,
-        **cfg.model,
-    )
-    n = model_config.context_len
+    pads = dict(src_pad_id=src_tok.pad_id, tgt_pad_id=tgt_tok.pad_id)
+    config = Seq2SeqConfig(src_tok.vocab_size, tgt_tok.vocab_size, **pads, **cfg.model)
+    n = config.context_len
     encode = lambda ps: [encode_pair(en, zh, src_tok, tgt_tok, n) for en, zh in ps]
     tokenizers = {"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()}
-    # for translate's warning
     src_chars = "".join(sorted({ch for en, _ in splits["train"] for ch in en}))
-    return {
-        "splits": splits,
-        "src_tok": src_tok,
-        "tgt_tok": tgt_tok,
-        "model_config": model_config,
-        "tokenizers": tokenizers,
-        "src_chars": src_chars,
-        "train": encode(splits["train"]),
-        "valid": encode(splits["valid"]),
-    }
+    data = dict(splits=splits, src_tok=src_tok, tgt_tok=tgt_tok, model_config=config)
+    data |= dict(tokenizers=tokenizers, src_chars=src_chars)
+    return data | dict(train=encode(splits["train"]), valid=encode(splits["valid"]))
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-step
 def train_step(model: Transformer, optimizer, batch: list, cfg: TrainConfig, lr: float):
@@ -307,18 +284,11 @@ def load_translator(path, device: torch.device | str = "cpu", best: bool = True)
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-train
 def train_translator(
-    cfg: TrainConfig,
-    path,
-    existing="load",
-    progress=True,
-    device="cpu",
-    data: dict | None = None,
-):
+    cfg: TrainConfig, path, existing="load", progress=True, device="cpu", data=None
+) -> tuple[Transformer, dict, list[dict]]:
     """Train a translator with `cfg`, save it to `path`; (model, data, history). A
     model already at `path` is loaded instead, unless existing="restart" ("resume" and
     "refuse" load it too). progress=False trains without a word."""
-    if existing not in ("load", "resume", "refuse", "restart"):
-        raise ValueError(f"existing must be load or restart, got {existing!r}")
     data = data if data is not None else prepare_data(cfg)
     if Path(path).exists() and existing != "restart":
         print(
