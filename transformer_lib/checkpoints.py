@@ -98,7 +98,7 @@ def _read_state(path: Path, map_location: str | torch.device) -> object:
             f"checkpoint of this course (files that would run code are always refused)"
         ) from None
 
-
+# %% ../notebooks/A1_translator_training_runs.ipynb #8d0a708a-1
 def _damaged_part(path: Path) -> str | None:
     """The first part of a zip checkpoint whose bytes do not match their CRC, which
     torch.load does not check; None if all match, or if it is no zip (torch says)."""
@@ -190,14 +190,11 @@ def weight_problems(model: nn.Module, weights: dict) -> list[str]:
         for k, w in floats
         if w.is_floating_point() and not bool(torch.isfinite(w).all())
     ]
-    return (
-        ([f"missing {', '.join(missing[:3])}"] if missing else [])
-        + wrong[:3]
-        + unfit[:3]
-        + ([f"unexpected {', '.join(unexpected[:3])}"] if unexpected else [])
-    )
+    head = [f"missing {', '.join(missing[:3])}"] if missing else []
+    tail = [f"unexpected {', '.join(unexpected[:3])}"] if unexpected else []
+    return head + wrong[:3] + unfit[:3] + tail
 
-
+# %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0033-1
 def load_weights(model: nn.Module, weights: dict, path: str | os.PathLike) -> None:
     """Load `weights` into `model`, or raise CheckpointError naming the first tensors
     that do not fit."""
@@ -339,13 +336,9 @@ def check_entries(path: str | os.PathLike, state: dict, kinds: dict[str, type]) 
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #c4ec0004
 def restore_training(
-    path: str | os.PathLike,
-    state: dict,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    rng: dict[str, Callable],
-    kept: list[dict] = (),
-) -> None:
+    path: str | os.PathLike, state: dict, model: nn.Module,
+    optimizer: torch.optim.Optimizer, rng: dict[str, Callable], kept: list[dict] = ()
+) -> None:  # fmt: skip
     """Load a resumed run's weights and optimizer, and set each random-number state
     (`rng`: entry -> setter), after checking that they and the `kept` weights (best,
     last) fit; CheckpointError in one line if not."""
@@ -369,7 +362,7 @@ def restore_training(
             "--restart to train a new run in its place"
         ) from None
 
-
+# %% ../notebooks/A1_translator_training_runs.ipynb #c4ec0004-1
 def _check_moments(optimizer: torch.optim.Optimizer) -> None:
     """Raise ValueError when an optimizer moment's shape is not its parameter's."""
     state = getattr(optimizer, "state", {})

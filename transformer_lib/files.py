@@ -76,6 +76,8 @@ def check_free_space(path: str | os.PathLike, needed: int) -> None:
 
 
 # seconds to wait before each new try of a save that found the disk full
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #f11e0001-1
 SAVE_WAITS = (10, 30, 60, 120)
 
 
@@ -131,7 +133,7 @@ def lock_run(path: str | os.PathLike) -> None:
     f.flush()
     _held[key] = f
 
-
+# %% ../notebooks/A1_translator_training_runs.ipynb #f11e0002-1
 def unlock_run(path: str | os.PathLike) -> None:
     """Release the lock of `path` if this process holds it."""
     f = _held.pop(os.path.abspath(path), None)
@@ -179,7 +181,7 @@ def _try_lock(f) -> bool:
         )
         return True
 
-
+# %% ../notebooks/A1_translator_training_runs.ipynb #f11e0003-1
 def _read_holder(f) -> str:
     """What the lock file says about its holder ('another process' if unreadable)."""
     try:

@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['RESUMABLE', 'RunState', 'guarded_step', 'log_step', 'train_epoch', 'keep_weights', 'record_epoch', 'replan_epochs',
-           'end_epoch', 'check_resumable', 'resume_run', 'save_run', 'start_fit', 'fit', 'bleu_on_valid',
-           'train_translator', 'load_translator']
+           'end_epoch', 'check_resumable', 'resume_run', 'save_run', 'start_fit', 'stopped_message', 'fit',
+           'bleu_on_valid', 'train_translator', 'load_translator']
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #6a0d3b09
 # transformer_lib/mt_train.py, the library's translator trainer (notebook 09's loop with
@@ -84,14 +84,9 @@ class RunState:
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #73b2d793
 def guarded_step(
-    model: Transformer,
-    optimizer: torch.optim.Optimizer,
-    batch: list,
-    cfg: TrainConfig,
-    step: int,
-    lr: float,
-    autocast=None,
-) -> tuple[float, int]:
+    model: Transformer, optimizer: torch.optim.Optimizer, batch: list,
+    cfg: TrainConfig, step: int, lr: float, autocast=None
+) -> tuple[float, int]:  # fmt: skip
     """One update on `batch` (encoded pairs) at learning rate `lr`; returns the loss
     and the number of target tokens it averages over."""
     c, device = model.config, next(model.parameters()).device
@@ -123,17 +118,10 @@ def log_step(run: RunState, value: float, lr: float, writer=None) -> None:
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0015
 def train_epoch(
-    model: Transformer,
-    optimizer: torch.optim.Optimizer,
-    examples: list,
-    cfg: TrainConfig,
-    run: RunState,
-    steps_per_epoch: int,
-    stop: StopRequest,
-    progress: bool = True,
-    writer=None,
-    autocast=None,
-) -> None:
+    model: Transformer, optimizer: torch.optim.Optimizer, examples: list,
+    cfg: TrainConfig, run: RunState, steps_per_epoch: int, stop: StopRequest,
+    progress: bool = True, writer=None, autocast=None
+) -> None:  # fmt: skip
     """Train the remaining batches of epoch `run.epoch` (from batch `run.batch`),
     updating `run`."""
     from tqdm.auto import tqdm
@@ -159,7 +147,7 @@ def train_epoch(
 # %% ../notebooks/A1_translator_training_runs.ipynb #d5a79671
 def keep_weights(
     model: Transformer, valid: float, run: RunState, best: dict, recent: list, n: int
-) -> None:
+) -> None:  # fmt: skip
     """Copy the weights into `best` if `valid` is the best loss so far, and into
     `recent`, which keeps the last `n`; count the epochs without progress."""
     if valid < run.best_valid:
@@ -199,16 +187,9 @@ def replan_epochs(cfg: TrainConfig, run: RunState, log=print) -> None:
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0017
 def end_epoch(
-    model: Transformer,
-    valid_examples: list,
-    cfg: TrainConfig,
-    run: RunState,
-    best: dict,
-    recent: list,
-    log=print,
-    writer=None,
-    valid_bleu=None,
-) -> None:
+    model: Transformer, valid_examples: list, cfg: TrainConfig, run: RunState,
+    best: dict, recent: list, log=print, writer=None, valid_bleu=None
+) -> None:  # fmt: skip
     """Validate, keep the best weights in `best` and the last ones in `recent`, record
     the epoch in `run.history`, re-plan the epochs that fit the budget, and decide
     whether to stop."""
@@ -248,29 +229,21 @@ def check_resumable(path: Path, saved: dict, cfg: TrainConfig) -> None:
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0019
 def resume_run(
-    path: Path,
-    model: Transformer,
-    optimizer: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    tokenizers: dict | None,
-    log=print,
-) -> tuple[RunState, dict, list]:
-    """Load the run saved at `path` into model and optimizer, after checking every part
-    of it; returns its RunState, best and last weights."""
-    payload = load_checkpoint(
-        path,
-        kind=CHECKPOINT_FORMAT,
-        expected_config=model.config.to_dict(),
-        expected_tokenizer=tokenizers,
+    path: Path, model: Transformer, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+    tokenizers: dict | None, log=print
+) -> tuple[RunState, dict, list]:  # fmt: skip
+    """Load the checked run at `path` into model and optimizer: (run, best, last)."""
+    expected = dict(
+        expected_config=model.config.to_dict(), expected_tokenizer=tokenizers
     )
+    payload = load_checkpoint(path, kind=CHECKPOINT_FORMAT, **expected)
     parts = dict(train_config=dict, optimizer=dict, rng=torch.Tensor, best_model=dict)
     fields = {k: f.type for k, f in RunState.__dataclass_fields__.items()}
     check_entries(path, payload, parts | {"recent_models": list} | fields)
     check_resumable(path, payload["train_config"], cfg)
     kept = [payload["best_model"], *payload["recent_models"]]
-    restore_training(
-        path, payload, model, optimizer, {"rng": torch.set_rng_state}, kept
-    )
+    rng = {"rng": torch.set_rng_state}
+    restore_training(path, payload, model, optimizer, rng, kept)
     run = RunState(**{k: payload[k] for k in fields})
     if cfg.epochs > run.epoch and cfg.epochs != payload["train_config"]["epochs"]:
         run.stop_after, run.finished, run.bad_epochs = cfg.epochs, False, 0
@@ -287,16 +260,10 @@ def resume_run(
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7dfdbe9f
 def save_run(
-    path: Path | None,
-    model: Transformer,
-    optimizer: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    run: RunState,
-    best: dict,
-    recent: list,
-    tokenizers: dict | None,
-    extra: dict | None,
-) -> None:
+    path: Path | None, model: Transformer, optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig, run: RunState, best: dict, recent: list, tokenizers: dict | None,
+    extra: dict | None
+) -> None:  # fmt: skip
     """Write the whole run to `path` (nothing without a path): model, optimizer,
     settings, best and last weights, random-number state, `run` and `extra`."""
     if path:
@@ -318,7 +285,7 @@ def save_run(
 # %% ../notebooks/A1_translator_training_runs.ipynb #b2af7502
 def start_fit(
     model: Transformer, cfg: TrainConfig, path: Path | None, tokenizers, existing, log
-) -> tuple[torch.optim.Optimizer, RunState, dict, list]:
+) -> tuple[torch.optim.Optimizer, RunState, dict, list]:  # fmt: skip
     """The optimizer, RunState, best and last weights of a new run, or those of the run
     at `path` when `existing` says to resume it."""
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
@@ -328,51 +295,38 @@ def start_fit(
         run, best, recent = resume_run(path, model, optimizer, cfg, tokenizers, log)
     return optimizer, run, best, recent
 
+
+def stopped_message(run: RunState, path: Path | None) -> str:
+    """What a run stopped by Ctrl-C or SIGTERM says: where it stopped, how to go on."""
+    saved = f"; saved {path}: resume to continue" if path else ""
+    return f"stopped at step {run.step}, in epoch {run.epoch + 1}{saved}"
+
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0021
 def fit(
-    model: Transformer,
-    train_examples: list,
-    valid_examples: list,
-    cfg: TrainConfig,
-    checkpoint_path: str | Path | None = None,
-    tokenizers: dict | None = None,
-    existing: str = "refuse",
-    progress: bool = True,
-    log=print,
-    extra: dict | None = None,
-    log_dir: str | None = None,
-    valid_bleu=None,
-) -> list[dict]:
-    """Train with teacher forcing, one checkpoint per epoch; returns the history, one
-    dict per epoch.
-
-    `existing` says what to do when `checkpoint_path` already holds a run: "refuse",
-    "resume" or "restart". `extra` (plain data) is stored in the checkpoint as it is.
-    With `log_dir`, TensorBoard curves are written there (and `valid_bleu(model)` per
-    epoch, when given).
-    """
+    model: Transformer, train_examples: list, valid_examples: list, cfg: TrainConfig,
+    checkpoint_path: str | Path | None = None, tokenizers: dict | None = None,
+    existing: str = "refuse", progress: bool = True, log=print,
+    extra: dict | None = None, log_dir: str | None = None, valid_bleu=None
+) -> list[dict]:  # fmt: skip
+    """Notebook 09's loop, a checkpoint per epoch; the history. `existing`: "refuse",
+    "resume" or "restart" a run at `checkpoint_path`; `extra` is saved as it is;
+    `log_dir` gets TensorBoard curves (and `valid_bleu(model)` per epoch)."""
     path = Path(checkpoint_path) if checkpoint_path else None
     with releasing_lock(path), StopRequest() as stop:
-        optimizer, run, best, recent = start_fit(
-            model, cfg, path, tokenizers, existing, log
-        )
+        opt, run, best, recent = start_fit(model, cfg, path, tokenizers, existing, log)
         steps_per_epoch = len(epoch_batches(train_examples, cfg.max_tokens, cfg.seed))
         autocast = mixed_precision(cfg.dtype, next(model.parameters()).device)
         writer = tensorboard_writer(log_dir)
-        saved = path, model, optimizer, cfg, run, best, recent, tokenizers, extra
+        saved = path, model, opt, cfg, run, best, recent, tokenizers, extra
         save = lambda: save_patiently(lambda: save_run(*saved), log)  # noqa: E731
+        after = valid_examples, cfg, run, best, recent, log, writer, valid_bleu
         while not run.finished and run.epoch < run.stop_after:
-            epoch = model, optimizer, train_examples, cfg, run, steps_per_epoch, stop
+            epoch = model, opt, train_examples, cfg, run, steps_per_epoch, stop
             train_epoch(*epoch, progress, writer, autocast)
             if stop.requested:
                 save()
-                raise TrainingInterrupted(
-                    f"stopped at step {run.step}, in epoch {run.epoch + 1}"
-                    + (f"; saved {path}: resume to continue" if path else "")
-                )
-            end_epoch(
-                model, valid_examples, cfg, run, best, recent, log, writer, valid_bleu
-            )
+                raise TrainingInterrupted(stopped_message(run, path))
+            end_epoch(model, *after)
             save()
     model.load_state_dict(best)
     return run.history
@@ -392,14 +346,10 @@ def bleu_on_valid(data: dict, n: int = 300):
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0023
 def train_translator(
-    cfg: TrainConfig,
-    checkpoint_path: str | Path,
-    existing: str = "refuse",
-    progress: bool = True,
-    device: torch.device | str = "cpu",
-    log=print,
-    log_dir: str | None = None,
-) -> tuple[Transformer, dict, list[dict]]:
+    cfg: TrainConfig, checkpoint_path: str | Path, existing: str = "refuse",
+    progress: bool = True, device: torch.device | str = "cpu", log=print,
+    log_dir: str | None = None
+) -> tuple[Transformer, dict, list[dict]]:  # fmt: skip
     """Prepare the data, build the model and `fit` it; returns (best model, data,
     history)."""
     # a bad path or an existing run fails now, not after the data work
