@@ -355,7 +355,9 @@ def incomplete(english: dict[str, dict]) -> list[str]:
 
 def run(update: bool, check: bool) -> list[str]:
     problems = []
-    english = {p.stem: read_notebook(p) for p in sorted(NOTEBOOKS.glob("[0-9A]*.ipynb"))}
+    english = {
+        p.stem: read_notebook(p) for p in sorted(NOTEBOOKS.glob("[0-9A]*.ipynb"))
+    }
     if not update:
         missing = incomplete(english)
         if missing and not check:
