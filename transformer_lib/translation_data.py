@@ -87,13 +87,8 @@ def course_pairs(pairs: list[Pair] | None = None) -> list[Pair]:
 def split_by_english(
     pairs: list[Pair], n_valid: int = 1000, n_test: int = 2000, seed: int = 0
 ) -> dict[str, list[Pair]]:
-    """Split pairs into train/valid/test by English sentence, so that no sentence
-    straddles two splits.
-
-    The distinct English sentences are sorted, shuffled with `random.Random(seed)` (the
-    same on every platform and Python version), and the first `n_test` go to test, the
-    next `n_valid` to valid. Every translation of a sentence goes with it.
-    """
+    """Split pairs into train/valid/test by English sentence (sorted, shuffled by
+    random.Random(seed): n_test, n_valid); every translation follows its sentence."""
     english = sorted({en for en, _ in pairs})
     if n_valid + n_test >= len(english):
         raise ValueError(
@@ -114,16 +109,14 @@ TEST_FINGERPRINT = "3a0d3839158d"
 
 
 def split_fingerprint(pairs: list[Pair]) -> str:
-    """First 12 hex digits of the sha256 of a split's pairs: documents (and checks) that
-    a split is fixed."""
+    """First 12 hex digits of the sha256 of a split's pairs: a split's fingerprint."""
     return hashlib.sha256(
         "\n".join(f"{en}\t{zh}" for en, zh in pairs).encode()
     ).hexdigest()[:12]
 
 
 def group_references(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
-    """[(en, zh), ...] -> (English sentences in first-seen order, all Chinese
-    translations of each)."""
+    """[(en, zh), ...] -> (English sentences, first seen first; their translations)."""
     refs: dict[str, list[str]] = {}
     for en, zh in pairs:
         refs.setdefault(en, []).append(zh)
@@ -133,13 +126,8 @@ def group_references(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
 def build_tokenizers(
     train_pairs: list[Pair], src_vocab_size: int = 4000
 ) -> tuple[BPETokenizer, CharTokenizer]:
-    """English byte-level BPE and Chinese characters, learnt from the training split
-    only (no peeking at test).
-
-    The BPE is notebook 01's own, which breaks ties between equally frequent pairs the
-    same way on every run, so the same data always gives the same vocabulary (Hugging
-    Face's trainer does not).
-    """
+    """English byte-level BPE (notebook 01's, the same vocabulary on every run) and
+    Chinese characters, learnt from the training split only."""
     src = BPETokenizer(specials=SPECIAL_TOKENS).train(
         "\n".join(en for en, _ in train_pairs), src_vocab_size
     )
@@ -163,12 +151,8 @@ def encode_pair(
 def length_bucketed_batches(
     lengths: list[int], max_tokens: int, seed: int | None = 0
 ) -> list[list[int]]:
-    """Index batches of similar lengths, each with at most `max_tokens` (padded) tokens.
-
-    Sorting by length keeps padding small; shuffling before the (stable) sort varies
-    which equal-length examples meet, and shuffling the batches varies their order.
-    seed=None: no shuffling (evaluation).
-    """
+    """Index batches of similar lengths, each with at most `max_tokens` padded tokens;
+    shuffled by `seed` before the stable sort and after (None: no shuffling)."""
     order = list(range(len(lengths)))
     rng = random.Random(seed)
     if seed is not None:
@@ -203,13 +187,8 @@ def collate(
     """[(src, tgt), ...] -> src (B, S), tgt_in (B, T), tgt_out (B, T): teacher forcing
     with targets shifted by one."""
     src = pad_batch([s for s, _ in examples], src_pad_id)
-    # <bos> y_1 ... y_n <eos> <pad>...
-    tgt = pad_batch([t for _, t in examples], tgt_pad_id)
-    return (
-        src,
-        tgt[:, :-1],
-        tgt[:, 1:],
-    )  # input <bos> y_1 ... y_n, target y_1 ... y_n <eos>
+    tgt = pad_batch([t for _, t in examples], tgt_pad_id)  # <bos> y_1 ... y_n <eos>
+    return src, tgt[:, :-1], tgt[:, 1:]  # in: <bos> y_1 ... y_n; out: y_1 ... <eos>
 
 # %% ../notebooks/09_training_a_translator.ipynb #3c91e58f
 def label_smoothed_cross_entropy(
@@ -218,16 +197,11 @@ def label_smoothed_cross_entropy(
     smoothing: float = 0.1,
     ignore_index: int = 0,
 ) -> torch.Tensor:
-    """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean over the V
-    classes of -log p.
-
-    logits (B, T, V), target (B, T). Equals F.cross_entropy(..., label_smoothing=eps,
-    ignore_index=PAD).
-    """
+    """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean of -log p
+    over the V classes; logits (B, T, V), target (B, T). Equals F.cross_entropy's."""
     logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    # (B, T): cross-entropy against the uniform distribution
-    smooth = -logp.mean(dim=-1)
+    smooth = -logp.mean(dim=-1)  # (B, T): cross-entropy against the uniform
     keep = target != ignore_index
     loss = (1 - smoothing) * nll + smoothing * smooth
     return loss[keep].sum() / keep.sum().clamp(min=1)

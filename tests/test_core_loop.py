@@ -1,0 +1,90 @@
+"""Notebook 09's training loop and the library trainer of appendix A1 compute the same
+run: the same losses, step by step and epoch by epoch, for the same seed."""
+
+import math
+
+import pytest
+import torch
+
+from transformer_lib.checkpoints import load_checkpoint
+from transformer_lib.mt_train import fit
+from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
+from transformer_lib.translator import CHECKPOINT_FORMAT, TrainConfig, train_loop
+
+CFG = TrainConfig(
+    epochs=3,
+    max_minutes=None,
+    warmup_steps=3,
+    max_tokens=60,
+    patience=5,
+    lr=3e-3,
+    min_lr=6e-5,
+    dtype="fp32",
+)
+
+
+def examples(n: int = 48, seed: int = 0) -> list:
+    """Encoded pairs of a reversal task: <bos> = 1, <eos> = 2, pad = 0."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(2, 6, (1,), generator=g))
+        src = torch.randint(3, 10, (length,), generator=g).tolist()
+        out.append((src + [2], [1] + src[::-1] + [2]))
+    return out
+
+
+def new_model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(Seq2SeqConfig.tiny(src_vocab_size=10, tgt_vocab_size=10))
+
+
+def test_the_core_loop_and_fit_give_the_same_losses():
+    train, valid = examples(), examples(12, seed=1)
+    torch.manual_seed(1)  # the dropout masks of both runs
+    core = train_loop(new_model(), train, valid, CFG, log=lambda *_: None)
+    torch.manual_seed(1)
+    history = fit(new_model(), train, valid, CFG, progress=False, log=lambda *_: None)
+    assert len(core["history"]) == len(history) == CFG.epochs
+    for ours, theirs in zip(core["history"], history):
+        assert ours["step"] == theirs["step"] and ours["lr"] == theirs["lr"]
+        assert ours["train_loss"] == theirs["train_loss"]
+        assert ours["valid_loss"] == theirs["valid_loss"]
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]  # it learnt something
+
+
+def test_the_core_loop_curve_matches_fit_step_by_step(tmp_path):
+    train, valid = examples(), examples(12, seed=1)
+    torch.manual_seed(1)
+    core = train_loop(new_model(), train, valid, CFG, log=lambda *_: None)
+    torch.manual_seed(1)
+    path = tmp_path / "run.pt"
+    fit(new_model(), train, valid, CFG, path, progress=False, log=lambda *_: None)
+    saved = load_checkpoint(path, kind=CHECKPOINT_FORMAT)
+    assert [s for s, _ in core["curve"]] == list(range(10, core["step"] + 1, 10))
+    assert all(math.isfinite(loss) for _, loss in core["curve"])
+    assert core["curve"] == saved["curve"]
+    assert core["step"] == saved["step"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(lr=-1), "lr must be > 0, got -1"),
+        (dict(epochs=0), "epochs must be an integer > 0, got 0"),
+        (dict(schedule="linear"), "schedule must be cosine or inverse_sqrt"),
+        (dict(label_smoothing=1.0), "label_smoothing must be in [0, 1)"),
+        (dict(max_minutes=0), "max_minutes must be > 0 or None, got 0"),
+        (dict(betas=(0.9, 1.0)), "betas must be two numbers in [0, 1)"),
+        (dict(dtype="fp16"), "dtype must be fp32, bf16 or auto"),
+    ],
+)
+def test_settings_are_refused_where_they_are_made(change, message):
+    with pytest.raises(ValueError) as error:
+        TrainConfig(**change)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_every_setting_has_a_help_line():
+    for name, f in TrainConfig.__dataclass_fields__.items():
+        assert f.metadata.get("help"), name
