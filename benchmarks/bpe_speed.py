@@ -4,17 +4,16 @@ for scale.
     python benchmarks/bpe_speed.py          # about 15 s on 2 cores
 
 Prints, each as the best of `--repeats` runs:
-- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course expects
-  well under 0.5 s;
-  this figure used to be a wall-clock assert in the tests, where a busy machine made it
-  flaky);
+
+- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course
+  expects well under 0.5 s; this figure used to be a wall-clock assert in the tests,
+  where a busy machine made it flaky);
 - our `BPETokenizer.train` to 2,000 tokens on 90% of Tiny Shakespeare, as notebook 01
   does;
-- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and all
-  of Tatoeba's
-  Chinese, with an empty chunk cache (a fresh tokenizer: every distinct chunk merged
-  once) and with a warm one, against tiktoken's `encode_ordinary` (Rust) on the same
-  text, and whether the ids are identical.
+- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and
+  all of Tatoeba's Chinese, with an empty chunk cache (a fresh tokenizer: every
+  distinct chunk merged once) and with a warm one, against tiktoken's
+  `encode_ordinary` (Rust) on the same text, and whether the ids are identical.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Translation quality and training time of the Part II translator, on our test split
 and the public one.
 
-    python benchmarks/translation.py                                  # train with
-    notebook 09's defaults, then evaluate python benchmarks/translation.py --checkpoint
-    runs/translator.pt  # evaluate a trained checkpoint python benchmarks/translation.py
-    --quick                          # a tiny run, to check the script works python
-    benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only --out
-    runs/size6k.pt
+    python benchmarks/translation.py            # train with notebook 09's defaults,
+                                                # then evaluate
+    python benchmarks/translation.py --checkpoint runs/translator.pt   # evaluate one
+    python benchmarks/translation.py --quick    # a tiny run, to check the script works
+    python benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only \
+        --out runs/size6k.pt
 
 Training uses notebook 09's recipe (`train_translator`); `--max-minutes`,
 `--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change
