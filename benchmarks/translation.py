@@ -5,8 +5,7 @@ and the public one.
                                                 # then evaluate
     python benchmarks/translation.py --checkpoint runs/translator.pt   # evaluate one
     python benchmarks/translation.py --quick    # a tiny run, to check the script works
-    python benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only \
-        --out runs/size6k.pt
+    python benchmarks/translation.py --valid-only --max-minutes 8 --train-limit 6000
 
 Training uses notebook 09's recipe (`train_translator`); `--max-minutes`,
 `--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change

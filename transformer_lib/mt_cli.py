@@ -4,7 +4,7 @@
     python -m transformer_lib train-mt --resume   # continue it, after a kill or Ctrl-C
     python -m transformer_lib train-mt --quick --out runs/quick.pt   # does it run?
     python -m transformer_lib translate "Where is the station?"
-    python -m transformer_lib translate --input sentences.txt   # one a line; - = stdin
+    python -m transformer_lib translate --input sentences.txt   # one sentence a line
 
 The training is `transformer_lib.mt_train` (notebook 09), the decoding
 `transformer_lib.decoding` (notebook 10). An existing checkpoint is never replaced by
