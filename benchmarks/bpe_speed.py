@@ -93,9 +93,8 @@ def main() -> None:
         f"{'identical':>11}"
     )
     for name, text in [("Tiny Shakespeare", shakespeare), ("Tatoeba Chinese", chinese)]:
-        ids, cold = best_of(
-            args.repeats, lambda: BPETokenizer(merges).encode(text)
-        )  # a fresh, empty cache
+        # a fresh tokenizer: an empty cache
+        ids, cold = best_of(args.repeats, lambda: BPETokenizer(merges).encode(text))
         warm_tok = BPETokenizer(merges)
         warm_tok.encode(text)
         _, warm = best_of(args.repeats, lambda: warm_tok.encode(text))

@@ -38,9 +38,8 @@ from transformer_lib.lm_train import TrainSettings, load_lm_data, train_lm
 from transformer_lib.runtime import describe_machine
 from transformer_lib.training import bf16_supported
 
-NANOGPT_TARGET = (
-    1.88  # nanoGPT README: val loss of its CPU configuration after 2000 iterations
-)
+# nanoGPT README: the validation loss of its CPU configuration after 2000 iterations
+NANOGPT_TARGET = 1.88
 
 BASELINE = dict(
     preset="nanogpt_cpu",
@@ -57,7 +56,7 @@ BASELINE = dict(
     eval_windows=240,
     dtype="fp32",
 )
-OURS = dict(
+OURS = dict(  # the defaults of `train-lm`
     preset="cpu",
     batch_size=16,
     lr=5e-3,
@@ -67,10 +66,9 @@ OURS = dict(
     betas=(0.9, 0.99),
     grad_clip=1.0,
     dtype="auto",
-)  # the defaults of `train-lm`
-FAST_ITERS = (
-    800  # the fast run's schedule: about 85 s here, against about 96 s for the baseline
 )
+# the fast run's schedule: about 85 s here, against about 96 s for the baseline
+FAST_ITERS = 800
 BUDGET_S = 600.0
 
 
@@ -134,9 +132,8 @@ def main() -> None:
     )
     steps_per_s = fast["step"] / fast["train_time_s"]
     budget = args.budget / scale
-    long_iters = int(
-        0.97 * budget * steps_per_s
-    )  # the cosine ends at the budget, if speed holds
+    # the cosine ends at the budget, if speed holds
+    long_iters = int(0.97 * budget * steps_per_s)
     ten = run(
         f"ten_minutes (our CPU preset, {budget:.0f} s budget)",
         {

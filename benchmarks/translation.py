@@ -71,9 +71,8 @@ def train(args: argparse.Namespace, device) -> str:
     )
     print(f"recipe: {cfg}")
     t0 = time.perf_counter()
-    existing = (
-        "resume" if Path(args.out).exists() else "refuse"
-    )  # a killed run continues
+    # a killed run continues
+    existing = "resume" if Path(args.out).exists() else "refuse"
     train_translator(cfg, args.out, existing, progress=False, device=device)
     print(f"training call: {(time.perf_counter() - t0) / 60:.1f} min wall time")
     return args.out
