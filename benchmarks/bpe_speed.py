@@ -4,17 +4,16 @@ for scale.
     python benchmarks/bpe_speed.py          # about 15 s on 2 cores
 
 Prints, each as the best of `--repeats` runs:
-- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course expects
-  well under 0.5 s;
-  this figure used to be a wall-clock assert in the tests, where a busy machine made it
-  flaky);
+
+- `CharTokenizer.encode` of a megabyte of mixed English and Chinese (the course
+  expects well under 0.5 s; this figure used to be a wall-clock assert in the tests,
+  where a busy machine made it flaky);
 - our `BPETokenizer.train` to 2,000 tokens on 90% of Tiny Shakespeare, as notebook 01
   does;
-- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and all
-  of Tatoeba's
-  Chinese, with an empty chunk cache (a fresh tokenizer: every distinct chunk merged
-  once) and with a warm one, against tiktoken's `encode_ordinary` (Rust) on the same
-  text, and whether the ids are identical.
+- our `BPETokenizer` loaded with GPT-2's merges encoding all of Tiny Shakespeare and
+  all of Tatoeba's Chinese, with an empty chunk cache (a fresh tokenizer: every
+  distinct chunk merged once) and with a warm one, against tiktoken's
+  `encode_ordinary` (Rust) on the same text, and whether the ids are identical.
 """
 
 from __future__ import annotations
@@ -94,9 +93,8 @@ def main() -> None:
         f"{'identical':>11}"
     )
     for name, text in [("Tiny Shakespeare", shakespeare), ("Tatoeba Chinese", chinese)]:
-        ids, cold = best_of(
-            args.repeats, lambda: BPETokenizer(merges).encode(text)
-        )  # a fresh, empty cache
+        # a fresh tokenizer: an empty cache
+        ids, cold = best_of(args.repeats, lambda: BPETokenizer(merges).encode(text))
         warm_tok = BPETokenizer(merges)
         warm_tok.encode(text)
         _, warm = best_of(args.repeats, lambda: warm_tok.encode(text))

@@ -4,11 +4,10 @@
     python benchmarks/kv_cache.py --checkpoint runs/lm/char.pt
 
 Greedy decoding (temperature 0) from the prompt "ROMEO:" with the CPU preset's size (4
-layers, width
-128) and a context of 1024 so that 500 new tokens fit in it; randomly initialised unless
-     a checkpoint is given (speed does not depend on the weights). Prints the time of
-     each path for several lengths, the speed-up, and whether the two paths produced
-     exactly the same tokens.
+layers, width 128) and a context of 1024, so that 500 new tokens fit in it; the model
+is randomly initialised unless a checkpoint is given (speed does not depend on the
+weights). Prints the time of each path for several lengths, the speed-up, and whether
+the two paths produced exactly the same tokens.
 """
 
 from __future__ import annotations

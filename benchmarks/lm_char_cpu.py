@@ -1,27 +1,27 @@
 """Character-level Tiny Shakespeare on this CPU: nanoGPT's CPU configuration against our
 CPU preset.
 
-    python benchmarks/lm_char_cpu.py                # about 14 minutes on 2 cores (three
-    runs, one after another) python benchmarks/lm_char_cpu.py --quick        # a
-    one-minute smoke test of the same code python benchmarks/lm_char_cpu.py --json
-    out.json
+    python benchmarks/lm_char_cpu.py                # about 14 minutes on 2 cores
+    python benchmarks/lm_char_cpu.py --quick        # a one-minute smoke test
+    python benchmarks/lm_char_cpu.py --json out.json
 
-Runs, all on the same data split (first 90% of the characters to train, last 10% to
-validate):
+Three runs, one after another, all on the same data split (the first 90% of the
+characters train, the last 10% validate):
+
 1. `baseline`: nanoGPT's README CPU run reproduced with our code: 4 layers, 4 heads,
-   width 128,
-   context 64, batch 12, 2000 steps, LayerNorm, exact GELU, learned positions, no biases
-   (nanoGPT's train.py default), lr 1e-3 with 100 warm-up steps and cosine to 1e-4,
-   AdamW betas (0.9, 0.99), weight decay 0.1 on every matrix including the embeddings,
-   clipping at 1.0, fp32.
+   width 128, context 64, batch 12, 2000 steps, LayerNorm, exact GELU, learned
+   positions, no biases (nanoGPT's train.py default), lr 1e-3 with 100 warm-up steps
+   and cosine to 1e-4, AdamW betas (0.9, 0.99), weight decay 0.1 on every matrix
+   including the embeddings, clipping at 1.0, fp32.
 2. `fast`: our CPU preset (RMSNorm, tanh GELU, context 128) on a schedule short enough
-   to finish
-   before the baseline does.
+   to finish before the baseline does.
 3. `ten_minutes`: the same preset with its cosine schedule stretched over a 10-minute
-   budget. The loss printed during a run is an estimate on a subset of the validation
-   windows; the final figure of each run is the loss over every validation token
-   (non-overlapping windows of the model's context). Timings are of training only
-   (evaluation excluded), then of the whole run, evaluation included.
+   budget.
+
+The loss printed during a run is an estimate on a subset of the validation windows;
+the final figure of each run is the loss over every validation token (non-overlapping
+windows of the model's context). Timings are of training only (evaluation excluded),
+then of the whole run, evaluation included.
 """
 
 from __future__ import annotations
@@ -38,9 +38,8 @@ from transformer_lib.lm_train import TrainSettings, load_lm_data, train_lm
 from transformer_lib.runtime import describe_machine
 from transformer_lib.training import bf16_supported
 
-NANOGPT_TARGET = (
-    1.88  # nanoGPT README: val loss of its CPU configuration after 2000 iterations
-)
+# nanoGPT README: the validation loss of its CPU configuration after 2000 iterations
+NANOGPT_TARGET = 1.88
 
 BASELINE = dict(
     preset="nanogpt_cpu",
@@ -57,7 +56,7 @@ BASELINE = dict(
     eval_windows=240,
     dtype="fp32",
 )
-OURS = dict(
+OURS = dict(  # the defaults of `train-lm`
     preset="cpu",
     batch_size=16,
     lr=5e-3,
@@ -67,10 +66,9 @@ OURS = dict(
     betas=(0.9, 0.99),
     grad_clip=1.0,
     dtype="auto",
-)  # the defaults of `train-lm`
-FAST_ITERS = (
-    800  # the fast run's schedule: about 85 s here, against about 96 s for the baseline
 )
+# the fast run's schedule: about 85 s here, against about 96 s for the baseline
+FAST_ITERS = 800
 BUDGET_S = 600.0
 
 
@@ -134,9 +132,8 @@ def main() -> None:
     )
     steps_per_s = fast["step"] / fast["train_time_s"]
     budget = args.budget / scale
-    long_iters = int(
-        0.97 * budget * steps_per_s
-    )  # the cosine ends at the budget, if speed holds
+    # the cosine ends at the budget, if speed holds
+    long_iters = int(0.97 * budget * steps_per_s)
     ten = run(
         f"ten_minutes (our CPU preset, {budget:.0f} s budget)",
         {

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
+from timing import fastest_of_rounds, training_step  # benchmarks/timing.py
 
 from transformer_lib.gpt import GPT, GPTConfig
 from transformer_lib.lm_train import get_batch, load_lm_data
@@ -51,21 +51,14 @@ def main() -> None:
     kind = "native bf16" if bf16_supported(cpu) else "emulated bf16"
     machine = describe_machine(cpu)
     print(machine, "|", kind, flush=True)
-    built = {row: build(row) for row in ROWS}
     g = torch.Generator().manual_seed(0)
-    best = dict.fromkeys(ROWS, float("inf"))
-    for r in range(4):  # round 0 warms up
-        for row, (model, optimizer) in built.items():
-            n = 2 if r == 0 else a.steps
-            t0 = time.perf_counter()
-            for _ in range(n):
-                x, y = get_batch(data.train_ids, 16, 128, g)
-                _, loss = model(x, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            if r:
-                best[row] = min(best[row], (time.perf_counter() - t0) / n)
+    steps = {}
+    for row in ROWS:
+        model, optimizer = build(row)
+        steps[row] = training_step(
+            model, optimizer, lambda: get_batch(data.train_ids, 16, 128, g)
+        )
+    best = fastest_of_rounds(steps, a.steps, warmup=2)
     ms = {row: 1000 * t for row, t in best.items()}
     print("| optimizer | ms per step | vs AdamW |\n| --- | ---: | ---: |")
     for row, t in ms.items():

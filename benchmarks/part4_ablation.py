@@ -25,6 +25,7 @@ import statistics
 import time
 
 import torch
+from timing import fastest_of_rounds, training_step  # benchmarks/timing.py
 
 from transformer_lib.gpt import GPT
 from transformer_lib.lm_train import (
@@ -68,27 +69,17 @@ def settings(model: dict, optimizer: str, steps: int, seed: int) -> TrainSetting
 def step_times(rows: dict, data, rounds: int = 3, steps: int = 15) -> dict:
     """Seconds per training step of each row: the fastest of `rounds` interleaved
     rounds of `steps` steps (after 5 warm-up steps)."""
-    built = {}
+    g = torch.Generator().manual_seed(0)
+    steps_of = {}
     for name, (model, opt) in rows.items():
         s = settings(model, opt, 1, 0)
         torch.manual_seed(0)
         m = GPT(model_config(s, data))
-        built[name] = (m, make_optimizer(m, s), s)
-    best = {name: float("inf") for name in rows}
-    g = torch.Generator().manual_seed(0)
-    for r in range(rounds + 1):
-        for name, (m, opt, s) in built.items():
-            n = 5 if r == 0 else steps
-            t0 = time.perf_counter()
-            for _ in range(n):
-                x, y = get_batch(data.train_ids, s.batch_size, m.config.context_len, g)
-                _, loss = m(x, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            if r:
-                best[name] = min(best[name], (time.perf_counter() - t0) / n)
-    return best
+        batch = (s.batch_size, m.config.context_len)
+        steps_of[name] = training_step(
+            m, make_optimizer(m, s), lambda b=batch: get_batch(data.train_ids, *b, g)
+        )
+    return fastest_of_rounds(steps_of, steps, rounds, warmup=5)
 
 
 def run_rows(rows: dict, data, budget: float, seeds: list[int], times: dict) -> dict:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
+from timing import fastest_of_rounds, training_step  # benchmarks/timing.py
 
 from transformer_lib.gpt import GPT, GPTConfig
 from transformer_lib.lm_train import get_batch, load_lm_data
@@ -58,27 +58,17 @@ def main() -> None:
     machine = describe_machine(torch.device("cpu"))
     native_bf16 = bf16_supported(torch.device("cpu"))
     print(machine, "| native bf16:", native_bf16, flush=True)
-    rows = {
-        k: v for k, v in LEVERS.items() if native_bf16 or not v[2]
-    }  # bf16 rows only where the CPU has it
-    built = {name: build(*lever[:4]) for name, lever in rows.items()}
+    # bf16 rows only where the CPU has it
+    rows = {k: v for k, v in LEVERS.items() if native_bf16 or not v[2]}
     g = torch.Generator().manual_seed(0)
-    best = {name: float("inf") for name in rows}
-    for r in range(4):  # round 0 warms up (and compiles)
-        for name, (model, fwd, opt, autocast) in built.items():
-            batch = rows[name][4]
-            n = 3 if r == 0 else a.steps
-            t0 = time.perf_counter()
-            for _ in range(n):
-                x, y = get_batch(data.train_ids, batch, 128, g)
-                with autocast:
-                    _, loss = fwd(x, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            if r:
-                per_16 = (time.perf_counter() - t0) / n * 16 / batch
-                best[name] = min(best[name], per_16)
+    steps = {}
+    for name, (*lever, batch) in rows.items():
+        model, fwd, opt, autocast = build(*lever)
+        batches = lambda b=batch: get_batch(data.train_ids, b, 128, g)  # noqa: E731
+        steps[name] = training_step(fwd, opt, batches, autocast)
+    best = fastest_of_rounds(steps, a.steps, warmup=3)  # the warm-up compiles
+    # per 16 sequences, so that the rows compare per token
+    best = {name: t * 16 / rows[name][4] for name, t in best.items()}
     base = best[next(iter(rows))]
     print(
         f"\n{machine}\n| lever | ms per 16 x 128 tokens | speed-up |\n"

@@ -1,12 +1,11 @@
 """Translation quality and training time of the Part II translator, on our test split
 and the public one.
 
-    python benchmarks/translation.py                                  # train with
-    notebook 09's defaults, then evaluate python benchmarks/translation.py --checkpoint
-    runs/translator.pt  # evaluate a trained checkpoint python benchmarks/translation.py
-    --quick                          # a tiny run, to check the script works python
-    benchmarks/translation.py --max-minutes 8 --train-limit 6000 --valid-only --out
-    runs/size6k.pt
+    python benchmarks/translation.py            # train with notebook 09's defaults,
+                                                # then evaluate
+    python benchmarks/translation.py --checkpoint runs/translator.pt   # evaluate one
+    python benchmarks/translation.py --quick    # a tiny run, to check the script works
+    python benchmarks/translation.py --valid-only --max-minutes 8 --train-limit 6000
 
 Training uses notebook 09's recipe (`train_translator`); `--max-minutes`,
 `--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change
@@ -72,9 +71,8 @@ def train(args: argparse.Namespace, device) -> str:
     )
     print(f"recipe: {cfg}")
     t0 = time.perf_counter()
-    existing = (
-        "resume" if Path(args.out).exists() else "refuse"
-    )  # a killed run continues
+    # a killed run continues
+    existing = "resume" if Path(args.out).exists() else "refuse"
     train_translator(cfg, args.out, existing, progress=False, device=device)
     print(f"training call: {(time.perf_counter() - t0) / 60:.1f} min wall time")
     return args.out

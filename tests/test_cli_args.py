@@ -1,12 +1,14 @@
 """Unit tests for transformer_lib.cli_args: each checked type, the one-line Parser,
-read_texts, --model KEY=VALUE."""
+flags made from a settings dataclass, read_texts, --model KEY=VALUE."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import re
 import sys
+from dataclasses import field
 
 import pytest
 import torch
@@ -92,7 +94,7 @@ def _parser() -> ca.Parser:
     [
         (
             ["generate", "--top-p", "1.5"],
-            "prog generate: error: argument --top-p: 1.5 is not in (0, 1]",
+            "prog generate: error: argument --top-p: 1.5 is not a number in (0, 1]",
         ),
         (["frobnicate"], "prog: error: argument command: invalid choice"),
         (["generate", "--nope"], "prog: error: unrecognized arguments: --nope"),
@@ -167,10 +169,10 @@ def test_key_value_overrides_refuses(item, words):
     "fn, text, words",
     [
         (ca.top_p, "1e-300", "rounds to 0"),
-        (ca.beta, "1", "not in [0, 1)"),
-        (ca.beta, "1.5", "give a beta"),
+        (ca.beta, "1", "not a beta in [0, 1)"),
+        (ca.beta, "1.5", "not a beta"),
         (ca.beam_size, "100000", "at most 1000"),
-        (ca.length_penalty, "1e308", "too large"),
+        (ca.length_penalty, "1e308", "in [0, 10]"),
     ],
 )
 def test_values_that_would_break_decoding_or_adam_are_refused(fn, text, words):
@@ -209,3 +211,68 @@ def test_lines_end_only_at_newlines_and_a_prompt_file_is_read_as_it_is(tmp_path)
     assert ca.read_texts([], str(f)) == ["One\u2028still one.\fand\vthis.", "Two."]
     f.write_text("  ROMEO:\n\n  JULIET:\n", encoding="utf-8")
     assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"
+
+
+@dataclasses.dataclass
+class _Settings:
+    """A stand-in for the trainers' settings dataclasses."""
+
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    warmup_steps: int = 200
+    betas: tuple[float, float] = (0.9, 0.98)
+    stop_at: int | None = None
+    compile: bool = False
+    progress: bool = True
+    min_lr: float = 0.0
+
+    def __post_init__(self):
+        if self.lr > 0.5:
+            raise ValueError(f"lr {self.lr:g} is too large; give one below 0.5")
+
+
+def _settings_parser() -> ca.Parser:
+    p = ca.Parser(prog="prog")
+    ca.add_settings_flags(p, _Settings, skip=("min_lr",))
+    return p
+
+
+def test_settings_flags_come_from_the_fields(capsys):
+    p = _settings_parser()
+    args = p.parse_args(
+        ["--lr", "0.01", "--betas", "0.8", "0.9", "--compile", "--no-progress"]
+    )
+    s = ca.settings_from_args(p, args, _Settings())
+    assert s == _Settings(lr=0.01, betas=(0.8, 0.9), compile=True, progress=False)
+    assert ca.settings_from_args(p, p.parse_args([]), _Settings()) == _Settings()
+    text = p.format_help()
+    assert "peak learning rate (default: 0.001)" in text  # metadata help, default
+    assert "warmup steps (default: 200)" in text  # no metadata: the field's name
+    assert "--min-lr" not in text and "--stop-at N" in text
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--lr", "-1"], "argument --lr: -1 is not a number > 0"),
+        (["--betas", "0.9", "1.5"], "argument --betas: 1.5 is not a beta in [0, 1)"),
+        (["--lr", "0.9"], "lr 0.9 is too large; give one below 0.5"),
+    ],
+)
+def test_flags_and_the_settings_refuse_in_one_line(argv, words, capsys):
+    p = _settings_parser()
+    with pytest.raises(SystemExit) as e:
+        ca.settings_from_args(p, p.parse_args(argv), _Settings())
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"prog: error: {words}"), err
+
+
+def test_both_trainers_take_the_same_betas_and_warmup():
+    from transformer_lib.__main__ import build_parser
+
+    parser = build_parser()
+    for command in ("train-mt", "train-lm"):
+        args = parser.parse_args(
+            [command, "--warmup-steps", "0", "--betas", "0", "0.5"]
+        )
+        assert args.warmup_steps == 0 and args.betas == [0.0, 0.5]

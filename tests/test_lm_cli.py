@@ -76,8 +76,8 @@ def test_train_lm_options_are_checked_in_one_line(flags, message, capsys):
 
 
 def test_unknown_model_keys_and_impossible_models_are_named(tmp_path, capsys):
-    assert main([*TINY, "--model", "colour=1"]) == 2
-    assert "--model colour: unknown key; allowed keys:" in capsys.readouterr().err
+    unknown = _usage_error([*TINY, "--model", "colour=1"], capsys)
+    assert "--model colour: unknown key; allowed keys:" in unknown
     assert main([*TINY, "--model", "n_heads=0"]) == 1
     assert "n_heads must be a positive integer" in capsys.readouterr().err
     assert main([*TINY, "--model", "context_len=2000000"]) == 1
@@ -228,14 +228,26 @@ def test_cached_and_uncached_cli_agree(checkpoint, capsys):
     assert capsys.readouterr().out == cached
 
 
+def _usage_error(argv: list[str], capsys) -> str:
+    """The one line `main(argv)` prints before it exits with status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
 def test_train_lm_refuses_crossed_rates_and_says_when_nothing_is_saved(
     tmp_path, capsys, monkeypatch
 ):
-    assert main([*TINY, "--lr", "0.001", "--min-lr", "0.01"]) == 2
-    assert "--min-lr 0.01 is above --lr 0.001" in capsys.readouterr().err
+    crossed = _usage_error([*TINY, "--lr", "0.001", "--min-lr", "0.01"], capsys)
+    assert crossed.startswith("python -m transformer_lib train-lm: error: ")
+    assert "min_lr" in crossed  # the settings' own message, naming the field
     monkeypatch.setenv("TRANSFORMER_DEVICE", "meta")
-    assert main([*TINY[:-2]]) == 2  # no --device: the variable decides
-    assert "TRANSFORMER_DEVICE=meta: meta is not available" in capsys.readouterr().err
+    # no --device: the variable decides
+    assert "TRANSFORMER_DEVICE=meta: meta is not available" in _usage_error(
+        TINY[:-2], capsys
+    )
     monkeypatch.delenv("TRANSFORMER_DEVICE")
     assert main([*TINY, "--out", ""]) == 0
     assert "no --out, so this run is not saved" in capsys.readouterr().err

@@ -1,25 +1,32 @@
 """transformer_lib: the finished code of the course 'Building a Transformer from
 Scratch'.
 
-Every module but the data loaders and the command line is written in a notebook and
-exported from it (its first line names the notebook: edit the notebook, then `make
-export`). One concept a module:
+Every module but the data loaders, the checkers and the command line is written in a
+notebook and exported from it (its first line names the notebook: edit the notebook,
+then `make export`). One concept a module:
 
-    foundations   runtime (00)  tokenization (01)  data, files (09)        devices,
-    seeds, corpora, atomic files Part I        embeddings (02)  positional (03)
-    attention, viz (04)  multi_head (05)  masks (06) shared kit    training, checkpoints
-    (09)  sampling (10)            used by both Parts, importing neither Part II
-    encoder (07)  seq2seq (08)  torch_reference (07, 08)  translation_data, mt_train
-    (09)
-                  decoding (10)                                         the
-                  English-Chinese translator
-    Part III      gpt, lm_train, gpt2_weights (11)  perf (12)           the GPT language
-    model exercises     exercises (by hand)                                    the
-    checkers of the build-it exercises command line  __main__, mt_cli, lm_cli, cli_args
-    flags in, library calls out
+    part           module (notebook)                     what it holds
+    foundations    runtime (00), tokenization (01)       devices, seeds, tokenizers
+                   data (by hand), files (09)            corpora, atomic files
+    Part I         embeddings (02), positional (03)      the pieces of a Transformer
+                   attention, viz (04), multi_head (05)
+                   masks (06)
+    shared kit     training, checkpoints (09)            used by both Parts,
+                   sampling (10)                         importing neither
+    Part II        encoder (07), seq2seq (08)            the English-Chinese
+                   torch_reference (07, 08)              translator
+                   translation_data, mt_train (09)
+                   decoding (10)
+    Part III       gpt, lm_train, gpt2_weights (11)      the GPT language model
+                   perf (12)                             and its speed
+    Part IV        modern, muon, tiled_attention (13)    a modern GPT
+    Part V         prompt_mask (14), lora (15)           adapting a model
+                   dpo (16)
+    exercises      exercises (by hand)                   the checkers of the build-its
+    command line   __main__, mt_cli, lm_cli, cli_args    flags in, library calls out
 
-Part II and Part III never import each other. Written by hand: data (the corpora, pinned
-by sha256), the command line and the checkers of the build-its (exercises).
+Part II and Part III never import each other. Written by hand: data (the corpora,
+pinned by sha256), the command line and the checkers of the build-its (exercises).
 
     from transformer_lib.runtime import get_device, set_seed, pick
     from transformer_lib.data import load_tiny_shakespeare, load_tatoeba_pairs

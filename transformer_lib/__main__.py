@@ -1,13 +1,15 @@
-"""Command line: `python -m transformer_lib COMMAND`.
+"""The course's command line: `python -m transformer_lib COMMAND`.
 
-    python -m transformer_lib fetch-data   # download (or copy from
-    $TRANSFORMER_DATA_MIRROR, a folder or an http(s) URL) and verify every corpus
-    python -m transformer_lib pack-data OUT_DIR   # those files and their manifest,
-    a mirror to publish
+    python -m transformer_lib fetch-data            # download and verify every corpus
+    python -m transformer_lib pack-data OUT_DIR     # copy them into a mirror to publish
+    python -m transformer_lib train-mt --quick      # train a tiny translator (Part II)
+    python -m transformer_lib translate "Hello."    # translate with it
+    python -m transformer_lib train-lm              # train the GPT (Part III)
+    python -m transformer_lib generate --checkpoint runs/lm/char.pt
+    python -m transformer_lib check 05              # check a build-it exercise
 
-Each part of the course adds its commands from its own module: a module with
-`register(commands)` adds subparsers, each with `set_defaults(run=function)`;
-`run(args)` returns the exit status.
+fetch-data copies from $TRANSFORMER_DATA_MIRROR (a folder or an http(s) URL) when it
+is set. `python -m transformer_lib COMMAND --help` explains each command.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ def pack_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run one command; returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command; each part of the course adds its own."""
+    from transformer_lib import exercises, lm_cli, mt_cli
     from transformer_lib.cli_args import Parser
 
     parser = Parser(
@@ -62,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=Parser
+    )
     commands.add_parser(
         "fetch-data", help="fetch and verify every pinned data file"
     ).set_defaults(run=fetch_data)
@@ -73,13 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     pack.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder")
     pack.set_defaults(run=pack_data)
-    # Parts II and III register their commands here, one line each.
-    from transformer_lib import exercises, lm_cli, mt_cli
-
     mt_cli.register(commands)  # Part II: train-mt, translate
     lm_cli.register(commands)  # Part III: train-lm, generate
     exercises.register(commands)  # the build-its: check
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run one command; returns the exit status."""
+    args = build_parser().parse_args(argv)
     return args.run(args)
 
 

@@ -1,26 +1,30 @@
-"""Checked command-line values for the thin CLI files (`lm_cli`, `mt_cli`, `__main__`);
-written by hand.
+"""Support for the command line (`__main__`, `mt_cli`, `lm_cli`); written by hand.
 
-Each `type=` callable turns one typed string into a value or raises
-`argparse.ArgumentTypeError` with a message that says what was wrong and what to type
-instead, so a bad number ends as one line, not as a traceback deep inside training.
-`Parser` makes every argparse error that one line:
+The flags of `train-mt` and `train-lm` come from the fields of the settings
+dataclasses: `add_settings_flags` turns each field into `--field-name`, with its type,
+its default and its help (`field(metadata={"help": ...})`), and `settings_from_args`
+builds the settings back from the parsed flags. A value the settings refuse (a
+ValueError from their `__post_init__`) ends as argparse's one-line error, so
+`--lr -1` and `TrainSettings(lr=-1)` give the same message.
 
-    PROG: error: argument --top-p: 1.5 is not a probability; give a number in (0, 1],
-    e.g. 0.9 (see PROG --help)
+`Parser` makes every argparse error one line on stderr, exit status 2:
 
-    p = Parser(prog="python -m transformer_lib")
-    commands = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    g = commands.add_parser("generate")
-    g.add_argument("--top-k", type=non_negative_int, default=200)
+    PROG: error: argument --top-p: 1.5 is not a number in (0, 1]; give one such
+    as 0.9 (see PROG --help)
+
+The rest reads the text a command is given (`read_texts`) and turns what a person can
+act on into one line, never a traceback (`run_reported`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -40,10 +44,15 @@ __all__ = [
     "device",
     "default_device",
     "Parser",
+    "FLAG_TYPES",
+    "add_settings_flags",
+    "settings_from_args",
+    "add_run_flags",
     "read_texts",
     "read_text",
     "check_text",
     "key_value_overrides",
+    "run_reported",
     "MIN_TEMPERATURE",
     "MAX_SEED",
     "MAX_INPUT_BYTES",
@@ -51,15 +60,17 @@ __all__ = [
 
 # logits / t must stay finite: with |logits| ~ 1e3, t below this overflows fp32's 3e38
 MIN_TEMPERATURE = 1e-4
-MAX_SEED = (
-    2**63
-    # torch.manual_seed takes a signed 64-bit int (negative seeds are folded; we refuse
-    # them)
-)
+# torch.manual_seed takes a signed 64-bit int (it folds negative seeds; we refuse them)
+MAX_SEED = 2**63
+# float32's smallest normal number: a top-p below it rounds to 0 when sampling
+MIN_TOP_P = 1.1754943508222875e-38
+MAX_BEAM = 1000  # beams are decoded as one batch: far beyond this, memory runs out
+MAX_LENGTH_PENALTY = 10.0  # alpha of (5 + length)^alpha / 6^alpha; 0.6 to 2 are usual
+MAX_INPUT_BYTES = 64 * 2**20  # --input, --prompt-file: 64 MB of text
 
 
 def _int(text: str, what: str) -> int:
-    """`text` as an int, or an ArgumentTypeError naming `what` was expected."""
+    """`text` as an int, or an ArgumentTypeError saying `what` to give."""
     try:
         return int(text)
     except ValueError:
@@ -69,8 +80,8 @@ def _int(text: str, what: str) -> int:
 
 
 def _float(text: str, what: str) -> float:
-    """`text` as a finite float, or an ArgumentTypeError naming `what` was expected (NaN
-    and inf refused)."""
+    """`text` as a finite float (NaN and inf refused), or an ArgumentTypeError saying
+    `what` to give."""
     try:
         value = float(text)
     except ValueError:
@@ -84,105 +95,48 @@ def _float(text: str, what: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """A whole number >= 1 (sizes, steps, intervals): '4' -> 4; '0', '-2', '1.5' are
-    refused."""
-    value = _int(text, "a whole number >= 1, e.g. 4")
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{value} is too small; give a whole number >= 1, e.g. 4"
-        )
-    return value
+def _ranged(
+    kind: type, ok: Callable[[float], bool], what: str, example: str
+) -> Callable[[str], float]:
+    """A `type=` callable: the text as `kind` (int or a finite float) where `ok(value)`,
+    else an ArgumentTypeError: '0 is not a whole number >= 1; give one such as 4'."""
+    parse = _int if kind is int else _float
+
+    def check(text: str) -> float:
+        value = parse(text, f"{what}, e.g. {example}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is not {what}; give one such as {example}"
+            )
+        return value
+
+    check.__doc__ = f"Text to {what} (e.g. {example}); anything else is refused."
+    return check
 
 
-def non_negative_int(text: str) -> int:
-    """A whole number >= 0 (0 usually means 'none' or 'off'): '0' -> 0; '-1' is
-    refused."""
-    value = _int(text, "a whole number >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"{value} is negative; give a whole number >= 0"
-        )
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (learning rates, time budgets): '3e-4' -> 0.0003; '0', 'nan',
-    'inf' are refused."""
-    value = _float(text, "a number > 0, e.g. 3e-4")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"{value:g} is not above 0; give a number > 0, e.g. 3e-4"
-        )
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (weight decay, clipping, minutes; 0 = off): '-1' and 'nan'
-    are refused."""
-    value = _float(text, "a number >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value:g} is negative; give a number >= 0")
-    return value
-
-
-def probability(text: str) -> float:
-    """A number in (0, 1] (top-p): '0.9' -> 0.9; '0', '1.5', 'nan' are refused."""
-    value = _float(text, "a number in (0, 1], e.g. 0.9")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(
-            f"{value:g} is not in (0, 1]; give a number such as 0.9 (1 = no filter)"
-        )
-    return value
-
-
-# float32's smallest normal number: a top-p below it rounds to 0 when sampling
-MIN_TOP_P = 1.1754943508222875e-38
-MAX_BEAM = 1000  # beams are decoded as one batch: far beyond this, memory runs out
-MAX_LENGTH_PENALTY = 10.0  # alpha of (5 + length)^alpha / 6^alpha; 0.6 to 2 are usual
-MAX_INPUT_BYTES = 64 * 2**20  # --input, --prompt-file: 64 MB of text
+positive_int = _ranged(int, lambda v: v >= 1, "a whole number >= 1", "4")
+non_negative_int = _ranged(int, lambda v: v >= 0, "a whole number >= 0", "0")
+positive_float = _ranged(float, lambda v: v > 0, "a number > 0", "3e-4")
+non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0 (0 = off)", "0")
+probability = _ranged(float, lambda v: 0 < v <= 1, "a number in (0, 1]", "0.9")
+beta = _ranged(float, lambda v: 0 <= v < 1, "a beta in [0, 1)", "0.9 or 0.99")
+seed = _ranged(int, lambda v: 0 <= v < MAX_SEED, "a seed in [0, 2**63)", "0 or 1234")
+beam_size = _ranged(
+    int, lambda v: 1 <= v <= MAX_BEAM, "a beam width of at most 1000", "4"
+)
+length_penalty = _ranged(
+    float, lambda v: 0 <= v <= MAX_LENGTH_PENALTY, "a length penalty in [0, 10]", "0.6"
+)
 
 
 def top_p(text: str) -> float:
-    """A top-p threshold in [MIN_TOP_P, 1]: '0.9' -> 0.9, '1e-9' -> 1e-9; '0', '1e-300'
-    and '1.5' are refused."""
+    """A top-p threshold in [MIN_TOP_P, 1]: '0.9' -> 0.9, '1e-9' -> 1e-9; '0',
+    '1e-300' and '1.5' are refused."""
     value = probability(text)
     if value < MIN_TOP_P:
         raise argparse.ArgumentTypeError(
             f"{value:g} is too small for float32 (it rounds to 0); give a number in "
             f"[{MIN_TOP_P:.3g}, 1], or --temperature 0 for the most likely token"
-        )
-    return value
-
-
-def beta(text: str) -> float:
-    """An Adam beta (decay of a moment average) in [0, 1): '0.9' -> 0.9; '1', '-0.1'
-    are refused."""
-    value = _float(text, "a number in [0, 1), e.g. 0.9 or 0.99")
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{value:g} is not in [0, 1); give a beta such as 0.9 or 0.99"
-        )
-    return value
-
-
-def beam_size(text: str) -> int:
-    """A beam width in [1, MAX_BEAM]: '4' -> 4; '0' and '100000' are refused."""
-    value = positive_int(text)
-    if value > MAX_BEAM:
-        raise argparse.ArgumentTypeError(
-            f"{value} beams are too many; give at most {MAX_BEAM} (4 to 8 is usual)"
-        )
-    return value
-
-
-def length_penalty(text: str) -> float:
-    """Beam search's length penalty alpha in [0, MAX_LENGTH_PENALTY]: '0.6' -> 0.6."""
-    value = non_negative_float(text)
-    if value > MAX_LENGTH_PENALTY:
-        raise argparse.ArgumentTypeError(
-            f"{value:g} is too large; give a number in [0, {MAX_LENGTH_PENALTY:g}] "
-            "(0.6 to 2 is usual)"
         )
     return value
 
@@ -207,17 +161,6 @@ def temperature(text: str) -> float:
     return value
 
 
-def seed(text: str) -> int:
-    """A random seed: a whole number in [0, 2**63), the range torch.manual_seed
-    accepts."""
-    value = _int(text, "a whole number in [0, 2**63), e.g. 0")
-    if not 0 <= value < MAX_SEED:
-        raise argparse.ArgumentTypeError(
-            f"{value} is outside [0, 2**63); give a seed such as 0 or 1234"
-        )
-    return value
-
-
 def _available_devices() -> list[str]:
     """The device kinds this machine can use now, best first: cuda, mps, cpu."""
     import torch
@@ -230,12 +173,12 @@ def _available_devices() -> list[str]:
 
 
 def device(text: str) -> str:
-    """A torch device this machine has, e.g. 'cpu', 'cuda', 'cuda:1'; returned as its
-    canonical string.
+    """A torch device this machine has, e.g. 'cpu', 'cuda', 'cuda:1', as its canonical
+    string.
 
-    Refuses unknown kinds ('foo') and a cuda or mps device this torch cannot use, naming
-    what is available, so training never starts on a device that fails at the first
-    tensor.
+    Refuses unknown kinds ('foo') and a cuda or mps device this torch cannot use,
+    naming what is available, so training never starts on a device that fails at the
+    first tensor.
     """
     import torch
 
@@ -251,21 +194,18 @@ def device(text: str) -> str:
             f"{dev.type} is not available on this machine; available here: "
             f"{', '.join(available)}"
         )
-    if (
-        dev.type == "cuda"
-        and dev.index is not None
-        and dev.index >= torch.cuda.device_count()
-    ):
+    count = torch.cuda.device_count()
+    if dev.type == "cuda" and dev.index is not None and dev.index >= count:
         raise argparse.ArgumentTypeError(
-            f"{text} does not exist: this machine has {torch.cuda.device_count()} "
-            f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            f"{text} does not exist: this machine has {count} CUDA device(s), "
+            f"cuda:0 to cuda:{count - 1}"
         )
     return str(dev)
 
 
 def default_device() -> str:
-    """The device to run on when --device is not given: $TRANSFORMER_DEVICE checked as
-    --device is (ValueError naming the variable), else the best available."""
+    """The device to run on when --device is not given: $TRANSFORMER_DEVICE, checked
+    as --device is (a ValueError naming the variable), else the best available."""
     from transformer_lib.runtime import DEVICE_ENV, get_device
 
     text = os.environ.get(DEVICE_ENV, "")
@@ -278,19 +218,177 @@ def default_device() -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr, `PROG: error: MESSAGE (see
-    PROG --help)`, exit 2.
+    """An ArgumentParser whose errors are one line on stderr, `PROG: error: MESSAGE
+    (see PROG --help)`, exit status 2.
 
     argparse's own error prints the whole usage block first, which buries the one line
     that matters; the pointer to --help keeps the usage one command away. Pass it as
-    `parser_class` to
-    `add_subparsers` so each command's errors name that command.
+    `parser_class` to `add_subparsers`, so that each command's errors name that
+    command.
     """
 
     def error(self, message: str) -> NoReturn:
-        """Print the one-line error and exit with status 2 (argparse's status for usage
-        errors)."""
+        """Print the one-line error and exit with status 2 (argparse's status for
+        usage errors)."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# The values each settings field's flag accepts, in one place for both trainers. These
+# checks belong in the settings' own __post_init__; once there, this table can shrink
+# to the choices (and a field the settings check needs no entry).
+FLAG_TYPES: dict[str, Callable[[str], object] | list[str]] = {
+    "seed": seed,
+    "epochs": positive_int,
+    "max_minutes": positive_float,
+    "schedule": ["cosine", "inverse_sqrt"],
+    "lr": positive_float,
+    "min_lr": non_negative_float,
+    "warmup_steps": non_negative_int,
+    "weight_decay": non_negative_float,
+    "betas": beta,
+    "grad_clip": non_negative_float,
+    "dtype": ["fp32", "bf16", "auto"],
+    "src_vocab_size": positive_int,
+    "max_tokens": positive_int,
+    "patience": positive_int,
+    "label_smoothing": beta,
+    "tokenizer": ["char", "bpe"],
+    "bpe_vocab": positive_int,
+    "batch_size": positive_int,
+    "max_iters": positive_int,
+    "stop_at": positive_int,
+    "time_budget_s": positive_float,
+    "optimizer": ["adamw", "muon"],
+    "eval_interval": positive_int,
+    "eval_windows": positive_int,
+    "device": device,
+    "positions": ["learned", "sinusoidal", "rope"],
+    "mlp": ["gelu", "swiglu"],
+    "n_kv_heads": positive_int,
+}
+FLAG_NAMES = {"time_budget_s": "--time-budget"}  # a flag not named after its field
+
+
+def _field_type(cls: type, name: str) -> type:
+    """The type of field `name` of `cls`, without `| None`."""
+    kind = typing.get_type_hints(cls)[name]
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    return kind
+
+
+def _shown(value: object) -> str:
+    """A default as a person types it: 0.9 0.98 for a tuple, 'none' for None."""
+    if isinstance(value, (tuple, list)):
+        return " ".join(str(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+def add_settings_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
+) -> None:
+    """Add one flag per field of the dataclass `cls` (not in `skip`; in `only` if
+    given): `batch_size: int = 16` becomes `--batch-size N` (default: 16).
+
+    The help is the field's `metadata["help"]` (else its name, spelled out). A bool
+    that defaults to False becomes a switch (`--compile`), one that defaults to True a
+    `--no-` switch (`--no-progress`); a tuple takes one value per element. Every
+    default is None, so that `settings_from_args` keeps the settings' own value of
+    each flag not given.
+    """
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        if f.name in skip or (only is not None and f.name not in only):
+            continue
+        kind, default = _field_type(cls, f.name), getattr(defaults, f.name)
+        flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        text = f.metadata.get("help") or f.name.replace("_", " ")
+        kw: dict = {"dest": f.name, "default": None}
+        if kind is bool:
+            flag = flag if not default else "--no-" + flag[2:]
+            kw.update(action="store_const", const=not default)
+        else:
+            check = FLAG_TYPES.get(f.name, kind)
+            kw["choices" if isinstance(check, list) else "type"] = check
+            if typing.get_origin(kind) is tuple:
+                n, kind = len(typing.get_args(kind)), typing.get_args(kind)[0]
+                kw["nargs"] = n
+                kw["metavar"] = tuple(f"{f.name.upper()[:-1]}{i + 1}" for i in range(n))
+            if kind in (int, float) and "nargs" not in kw:
+                kw["metavar"] = "N" if kind is int else "X"
+            text += f" (default: {_shown(default)})"
+        parser.add_argument(flag, help=text.replace("%", "%%"), **kw)
+
+
+def settings_from_args(parser: argparse.ArgumentParser, args, base):
+    """The settings `base` (a dataclass instance) with every flag given on the command
+    line; a value they refuse ends as `parser.error`: one line, exit status 2."""
+    changes = {}
+    for f in dataclasses.fields(base):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            changes[f.name] = tuple(value) if isinstance(value, list) else value
+    try:
+        settings = dataclasses.replace(base, **changes)
+        _check_together(settings)
+    except ValueError as e:
+        parser.error(str(e))
+    return settings
+
+
+def _check_together(settings) -> None:
+    """The checks of values valid alone but not together; they belong in the settings'
+    __post_init__ (then this goes)."""
+    lr, min_lr = settings.lr, settings.min_lr
+    if min_lr > lr:
+        raise ValueError(
+            f"min_lr {min_lr:g} is above lr {lr:g}; the rate falls from lr to min_lr, "
+            "so give a min_lr below it"
+        )
+    if getattr(settings, "schedule", "") == "inverse_sqrt" and not (
+        settings.warmup_steps >= 1
+    ):
+        raise ValueError("the inverse_sqrt schedule needs warmup_steps >= 1")
+
+
+def add_run_flags(parser: argparse.ArgumentParser, out_default: str | None) -> None:
+    """The flags of a training run that are not its settings: where the checkpoint
+    goes, what to do with one already there, the device and what the run prints."""
+    parser.add_argument(
+        "--out",
+        "--checkpoint",
+        dest="out",
+        default=out_default,
+        metavar="PATH",
+        help="checkpoint path, written atomically "
+        f"(default: {out_default or 'none, nothing is saved'})",
+    )
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--resume", action="store_true", help="continue the run saved at --out"
+    )
+    existing.add_argument(
+        "--restart",
+        action="store_true",
+        help="train a new run in place of the one at --out (kept until the first save)",
+    )
+    parser.add_argument(
+        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
+    )
+    parser.add_argument(
+        "--log-dir",
+        metavar="PATH",
+        help="write TensorBoard curves here (needs `pip install tensorboard`)",
+    )
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no progress bar (for logs)",
+    )
 
 
 def read_text(path: str) -> str:
@@ -302,15 +400,10 @@ def read_text(path: str) -> str:
         where, data = "standard input", _read_capped(sys.stdin.buffer, "-")
     else:
         p, where = Path(path), path
-        if not p.exists():
+        if not p.exists() or p.is_dir():
+            what = f"{path} is a folder" if p.is_dir() else f"no file at {path}"
             raise ValueError(
-                f"no file at {path}; give the path of a text file, or - for "
-                "standard input"
-            )
-        if p.is_dir():
-            raise ValueError(
-                f"{path} is a folder; give the path of a text file, or - for "
-                "standard input"
+                f"{what}; give the path of a text file, or - for standard input"
             )
         try:
             with open(p, "rb") as f:
@@ -350,10 +443,9 @@ def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str
     `path` ('-' = stdin).
 
     Lines and arguments are stripped of surrounding whitespace and blank ones dropped,
-    so
-    `translate '' '  '` gives []; the caller decides whether nothing to do is an error.
-    A missing, unreadable, binary or non-UTF-8 file raises ValueError with a one-line
-    message.
+    so `translate '' '  '` gives []; the caller decides whether nothing to do is an
+    error. A missing, unreadable, binary or non-UTF-8 file raises ValueError with a
+    one-line message.
     """
     for i, arg in enumerate(args_list or [], 1):
         check_text(arg, f"argument {i}")
@@ -383,10 +475,8 @@ def _convert(key: str, text: str, kind: type):
     naming the key."""
     if kind is bool:
         lowered = text.strip().lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
+        if lowered in ("true", "1", "yes", "false", "0", "no"):
+            return lowered in ("true", "1", "yes")
         raise ValueError(f"--model {key}={text}: expected true or false")
     try:
         value = kind(text)
@@ -400,13 +490,13 @@ def _convert(key: str, text: str, kind: type):
 
 
 def key_value_overrides(items: list[str] | None, allowed: dict[str, type]) -> dict:
-    """Parse repeated `--model KEY=VALUE` into {key: value} typed by `allowed` (key ->
+    """Parse repeated `--model KEY=VALUE` into {key: value}, typed by `allowed` (key ->
     type).
 
-    ['dropout=0.1', 'n_layers=2'] with {'dropout': float, 'n_layers': int} ->
-    {'dropout': 0.1, 'n_layers': 2}. An item without '=', an unknown key (named together
-    with the allowed ones) or a value of the wrong type raises ValueError; a key given
-    twice keeps the last value, as repeated flags do.
+    ['dropout=0.1', 'n_layers=2'] with {'dropout': float, 'n_layers': int} gives
+    {'dropout': 0.1, 'n_layers': 2}. An item without '=', an unknown key (named
+    together with the allowed ones) or a value of the wrong type raises ValueError; a
+    key given twice keeps the last value, as repeated flags do.
     """
     out = {}
     for item in items or []:
@@ -427,18 +517,18 @@ def out_of_memory(error: BaseException) -> bool:
     """True for the errors PyTorch and Python raise when an allocation fails (CPU or
     GPU)."""
     text = str(error).lower()
-    return (
-        isinstance(error, MemoryError)
-        or "out of memory" in text
-        or "can't allocate memory" in text
-        or "failed to allocate" in text
-        or "bad_alloc" in text
+    signs = (
+        "out of memory",
+        "can't allocate memory",
+        "failed to allocate",
+        "bad_alloc",
     )
+    return isinstance(error, MemoryError) or any(s in text for s in signs)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message tells a person what to do: the CLI prints them as one line,
-    never a traceback."""
+    """Errors whose message tells a person what to do: the CLI prints them as one
+    line, never a traceback."""
     from transformer_lib.data import DataUnavailableError
     from transformer_lib.training import NonFiniteLossError
 
@@ -446,22 +536,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 USER_ERRORS = user_errors()
-
-
-def add_existing_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """--resume and --restart, one or neither: what a trainer does with a checkpoint
-    already at --out."""
-    what = parser.add_mutually_exclusive_group()
-    what.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run saved at --out (or extend it)",
-    )
-    what.add_argument(
-        "--restart",
-        action="store_true",
-        help="train a new run in place of the one at --out (kept until the first save)",
-    )
 
 
 def run_reported(

@@ -1,14 +1,14 @@
 """Command line of Part III (the language model): flags in, calls to the library out.
 
-    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt
-    python -m transformer_lib train-lm --preset cpu --out runs/lm/char.pt --resume
+    python -m transformer_lib train-lm --out runs/lm/char.pt
+    python -m transformer_lib train-lm --out runs/lm/char.pt --resume
     torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset tiny --max-iters 20
     python -m transformer_lib train-lm --positions rope --mlp swiglu --optimizer muon
     python -m transformer_lib generate --checkpoint runs/lm/char.pt --prompt "ROMEO:"
 
 The training is `transformer_lib.lm_train` (notebook 11); this file only turns flags
 into its `TrainSettings`. An existing checkpoint is never replaced by accident:
-`train-lm` refuses to start unless `--resume` or `--restart` says what to do with it.
+`train-lm` refuses to start unless --resume or --restart says what to do with it.
 """
 
 from __future__ import annotations
@@ -19,42 +19,49 @@ import sys
 
 from transformer_lib.cli_args import (
     USER_ERRORS,
-    add_existing_checkpoint_flags,
-    beta,
+    add_run_flags,
+    add_settings_flags,
     check_text,
     default_device,
     device,
     key_value_overrides,
-    non_negative_float,
     non_negative_int,
-    positive_float,
-    positive_int,
     read_text,
     run_reported,
     seed,
+    settings_from_args,
     temperature,
     top_p,
 )
 
 MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
+# TrainSettings' fields given by add_run_flags, --preset, --model (and Part IV's
+# switches), or by no flag (verbose: the CLI always prints)
+NOT_FLAGS = ("out", "resume", "restart", "device", "log_dir", "progress", "preset")
+NOT_FLAGS += ("model", "verbose")
+PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # GPTConfig's, notebook 13
 
-TRAIN_HELP = """Train the GPT on Tiny Shakespeare (first 90% of the characters; the last
-10% validate).
+TRAIN_HELP = """Train the GPT on Tiny Shakespeare: the first 90% of the characters
+train, the last 10% validate.
 
 The defaults are the CPU recipe: preset cpu, batch 16, 700 steps, lr 5e-3 with 50
 warm-up steps and a cosine to 5e-4, bf16 autocast where the device multiplies bf16
-natively. The checkpoint (--out) is written atomically at every evaluation. If --out
-already holds a checkpoint, say what to do with it: --resume continues it exactly (a
-larger --max-iters extends a finished run), --restart trains a new one in its place (the
-old file stays until the new run's first save). Ctrl-C stops after the current step and
-saves. Under torchrun every process trains on its own batches (DistributedDataParallel,
-gloo on CPU, nccl on GPU); only rank 0 prints and writes. nanoGPT's GPU model: --preset
-gpu --batch-size 64 --max-iters 5000 --lr 1e-3 --min-lr 1e-4 --warmup-steps 100
---eval-interval 250.
+natively. nanoGPT's GPU model:
 
-Part IV's switches (notebook 13): --positions, --mlp, --n-kv-heads, --qk-norm,
---untied, --optimizer; with --time-budget the cosine decays on the clock and ends at
-the budget (--max-iters is then only an upper bound, a million steps unless given).
+    train-lm --preset gpu --batch-size 64 --max-iters 5000 --lr 1e-3 --min-lr 1e-4
+             --warmup-steps 100 --eval-interval 250
+
+The checkpoint (--out) is written atomically at every evaluation. If --out already
+holds a checkpoint, say what to do with it: --resume continues it exactly (a larger
+--max-iters extends a finished run), --restart trains a new one in its place (the old
+file stays until the new run's first save). Ctrl-C stops after the current step and
+saves.
+
+Under torchrun every process trains on its own batches (DistributedDataParallel, gloo
+on CPU, nccl on GPU); only rank 0 prints and writes.
+
+With --time-budget the cosine decays on the clock and ends at the budget (--max-iters
+is then only an upper bound, a million steps unless given).
 """
 
 
@@ -70,51 +77,25 @@ def train_command(args: argparse.Namespace) -> int:
         if f.name != "vocab_size"
     }
     try:
-        model = key_value_overrides(args.model, kinds)
+        model = key_value_overrides(args.model_items, kinds)
+        args.device = args.device or default_device()
     except ValueError as e:
-        print(f"train-lm: {e}", file=sys.stderr)
-        return 2
-    for name in ("positions", "mlp", "n_kv_heads", "qk_norm"):  # Part IV's switches
-        if getattr(args, name) is not None:
-            model[name] = getattr(args, name)
+        args.parser.error(str(e))
+    model |= {k: getattr(args, k) for k in PART_IV if getattr(args, k) is not None}
     if args.untied:
         model["tie_weights"] = False
-    if args.max_iters is None:
-        args.max_iters = 1_000_000 if args.time_budget_s else TrainSettings.max_iters
-    problem = _settings_problem(args)
-    if problem:
-        print(f"train-lm: {problem}", file=sys.stderr)
-        return 2
-    if not args.out:
+    if args.max_iters is None and args.time_budget_s:
+        args.max_iters = 1_000_000
+    s = settings_from_args(args.parser, args, TrainSettings(model=model))
+    if not s.out:
         print(
             "note: no --out, so this run is not saved (give --out PATH to keep it)",
             file=sys.stderr,
         )
-    names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
-    s = TrainSettings(
-        **{k: v for k, v in vars(args).items() if k in names},
-        model=model,
-        betas=tuple(args.betas),
-    )
     status, _ = run_reported(
         "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
     )
     return status
-
-
-def _settings_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with flags that are each valid but not together, or with
-    $TRANSFORMER_DEVICE (then filled into args.device); None if nothing."""
-    if args.min_lr > args.lr:
-        return (
-            f"--min-lr {args.min_lr:g} is above --lr {args.lr:g}; the rate falls from "
-            "--lr to --min-lr, so give a --min-lr below it"
-        )
-    try:
-        args.device = args.device or default_device()
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 def generate_command(args: argparse.Namespace) -> int:
@@ -160,141 +141,80 @@ def generate_command(args: argparse.Namespace) -> int:
 
 
 def register(commands) -> None:
-    """Add the `train-lm` and `generate` subcommands to the CLI's subparsers."""
+    """Add `train-lm` and `generate` to the subcommands of `python -m
+    transformer_lib`."""
+    from transformer_lib.gpt import GPTConfig
     from transformer_lib.lm_train import PRESETS, TrainSettings
 
-    d = TrainSettings()
     p = commands.add_parser(
         "train-lm",
         help="train the GPT language model on Tiny Shakespeare",
         description=TRAIN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
+    add_run_flags(p, None)
+    settings = p.add_argument_group("training settings (TrainSettings)")
+    settings.add_argument(
         "--preset",
-        default=d.preset,
         choices=sorted(PRESETS),
-        help="model size (default: %(default)s)",
+        help=f"model size (default: {TrainSettings.preset})",
     )
-    p.add_argument(
+    settings.add_argument(
         "--model",
+        dest="model_items",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="override a GPTConfig field, e.g. --model dropout=0.1 (repeatable)",
     )
-    p.add_argument("--tokenizer", default=d.tokenizer, choices=["char", "bpe"])
-    p.add_argument(
-        "--bpe-vocab",
-        type=positive_int,
-        default=d.bpe_vocab,
-        help="BPE vocabulary, at least 256",
-    )
-    p.add_argument(
-        "--batch-size", type=positive_int, default=d.batch_size, help="per process"
-    )
-    p.add_argument(
-        "--max-iters",
-        type=positive_int,
-        default=None,
-        help=f"steps; the cosine ends here (default {d.max_iters}; with --time-budget "
-        "only an upper bound)",
-    )
-    p.add_argument(
-        "--stop-at",
-        type=positive_int,
-        default=None,
-        help="stop (and save) at this step",
-    )
-    p.add_argument(
-        "--time-budget",
-        dest="time_budget_s",
-        type=positive_float,
-        default=None,
-        help="seconds of training; the cosine decays on the clock to end here",
-    )
-    p.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate")
-    p.add_argument(
-        "--min-lr",
-        type=non_negative_float,
-        default=d.min_lr,
-        help="where the cosine ends",
-    )
-    p.add_argument("--warmup-steps", type=non_negative_int, default=d.warmup_steps)
-    p.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
-    p.add_argument(
-        "--betas",
-        type=beta,
-        nargs=2,
-        default=list(d.betas),
-        metavar=("B1", "B2"),
-    )
-    p.add_argument(
-        "--grad-clip",
-        type=non_negative_float,
-        default=d.grad_clip,
-        help="0 turns clipping off",
-    )
-    p.add_argument(
-        "--decay-embeddings",
-        action="store_true",
-        help="decay embeddings too, as nanoGPT",
-    )
-    p.add_argument("--eval-interval", type=positive_int, default=d.eval_interval)
-    p.add_argument("--eval-windows", type=positive_int, default=d.eval_windows)
-    p.add_argument(
-        "--out",
-        default=None,
-        help="checkpoint path (written atomically at each evaluation)",
-    )
-    add_existing_checkpoint_flags(p)
-    p.add_argument(
-        "--device",
-        type=device,
-        default=None,
-        help="cpu, cuda, mps (default: the best available)",
-    )
+    add_settings_flags(settings, TrainSettings, NOT_FLAGS)
     iv = p.add_argument_group("Part IV switches (notebook 13)")
-    iv.add_argument("--positions", choices=["learned", "sinusoidal", "rope"])
-    iv.add_argument("--mlp", choices=["gelu", "swiglu"])
-    iv.add_argument(
-        "--n-kv-heads", type=positive_int, help="key/value heads (GQA); 1 is MQA"
-    )
-    iv.add_argument("--qk-norm", action="store_const", const=True, default=None)
+    add_settings_flags(iv, GPTConfig, only=PART_IV)
     iv.add_argument("--untied", action="store_true", help="an output matrix of its own")
-    iv.add_argument("--optimizer", default=d.optimizer, choices=["adamw", "muon"])
-    p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "auto"])
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--seed", type=seed, default=d.seed)
-    p.add_argument(
-        "--log-dir",
-        default=None,
-        help="write TensorBoard curves here (needs `pip install tensorboard`)",
-    )
-    p.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="no progress bar"
-    )
-    p.set_defaults(run=train_command)
+    p.set_defaults(run=train_command, parser=p)
 
     g = commands.add_parser(
         "generate", help="continue a prompt with a trained language model"
     )
-    g.add_argument("--checkpoint", required=True)
-    g.add_argument("--prompt", default="\n")
+    g.add_argument("--checkpoint", required=True, help="a train-lm checkpoint")
+    g.add_argument(
+        "--prompt", default="\n", help="the text to continue (default: a new line)"
+    )
     g.add_argument(
         "--prompt-file",
         metavar="PATH",
-        help="read the prompt from a file ('-': standard input)",
+        help="read the prompt from a file (-: standard input)",
     )
-    g.add_argument("--max-new-tokens", type=non_negative_int, default=500)
-    g.add_argument("--temperature", type=temperature, default=0.8, help="0 = greedy")
     g.add_argument(
-        "--top-k", type=non_negative_int, default=200, help="0 = no top-k filter"
+        "--max-new-tokens",
+        type=non_negative_int,
+        default=500,
+        help="tokens to generate (default: %(default)s)",
     )
-    g.add_argument("--top-p", type=top_p, default=None)
-    g.add_argument("--seed", type=seed, default=0)
+    g.add_argument(
+        "--temperature",
+        type=temperature,
+        default=0.8,
+        help="0 = greedy (default: %(default)s)",
+    )
+    g.add_argument(
+        "--top-k",
+        type=non_negative_int,
+        default=200,
+        help="sample among the k most likely tokens; 0 = all (default: %(default)s)",
+    )
+    g.add_argument(
+        "--top-p",
+        type=top_p,
+        help="sample among the most likely tokens holding this probability",
+    )
+    g.add_argument(
+        "--seed", type=seed, default=0, help="random seed (default: %(default)s)"
+    )
     g.add_argument(
         "--no-cache", action="store_true", help="recompute the whole context every step"
     )
-    g.add_argument("--device", type=device, default=None)
+    g.add_argument(
+        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
+    )
     g.set_defaults(run=generate_command)

@@ -1,81 +1,55 @@
 """Command line of Part II (the translator): flags in, calls to the library out.
 
-    python -m transformer_lib train-mt                      # notebook 09's full-mode
-    run -> runs/translator.pt python -m transformer_lib train-mt --resume             #
-    continue it (after a kill or Ctrl-C), or extend it python -m transformer_lib
-    train-mt --quick --out runs/quick.pt   # a few dozen steps, to check it runs python
-    -m transformer_lib translate "Where is the station?" python -m transformer_lib
-    translate --input sentences.txt       # one sentence a line; "-" reads stdin
+    python -m transformer_lib train-mt            # notebook 09's full run
+    python -m transformer_lib train-mt --resume   # continue it, after a kill or Ctrl-C
+    python -m transformer_lib train-mt --quick --out runs/quick.pt   # does it run?
+    python -m transformer_lib translate "Where is the station?"
+    python -m transformer_lib translate --input sentences.txt   # one sentence a line
 
 The training is `transformer_lib.mt_train` (notebook 09), the decoding
 `transformer_lib.decoding` (notebook 10). An existing checkpoint is never replaced by
-accident: `train-mt` refuses to start unless
-`--resume` or `--restart` says what to do with it.
+accident: `train-mt` refuses to start unless --resume or --restart says what to do
+with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from transformer_lib.cli_args import (
     USER_ERRORS,
-    add_existing_checkpoint_flags,
+    add_run_flags,
+    add_settings_flags,
     beam_size,
-    beta,
     default_device,
     device,
     length_penalty,
-    non_negative_float,
-    positive_float,
-    positive_int,
     read_texts,
     run_reported,
-    seed,
+    settings_from_args,
     temperature,
 )
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
+# TrainConfig's fields that are no flag: they decide the data split and the model
+NOT_FLAGS = ("n_valid", "n_test", "train_limit", "model", "keep_last")
 
 
 def train_mt(args: argparse.Namespace) -> int:
-    """Train the translator with notebook 09's settings (or --quick), checkpointing each
-    epoch."""
+    """Train the translator with notebook 09's settings (or --quick), checkpointing
+    each epoch."""
     import torch
 
     from transformer_lib.mt_train import TrainConfig, train_translator
     from transformer_lib.runtime import describe_machine
 
-    cfg = TrainConfig.quick() if args.quick else TrainConfig()
-    names = (
-        "epochs",
-        "max_minutes",
-        "schedule",
-        "lr",
-        "min_lr",
-        "warmup_steps",
-        "weight_decay",
-        "grad_clip",
-        "seed",
-        "dtype",
-    )
-    changes = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    if args.betas is not None:
-        changes["betas"] = tuple(args.betas)
-    cfg = replace(cfg, **changes)
-    if cfg.min_lr > cfg.lr:
-        print(
-            f"train-mt: --min-lr {cfg.min_lr:g} is above --lr {cfg.lr:g}; the rate "
-            "falls from --lr to --min-lr, so give a --min-lr below it",
-            file=sys.stderr,
-        )
-        return 2
+    base = TrainConfig.quick() if args.quick else TrainConfig()
+    cfg = settings_from_args(args.parser, args, base)
     try:
         dev = torch.device(args.device or default_device())
     except ValueError as e:
-        print(f"train-mt: {e}", file=sys.stderr)
-        return 2
+        args.parser.error(str(e))
     existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
     status, result = run_reported(
@@ -84,7 +58,7 @@ def train_mt(args: argparse.Namespace) -> int:
             cfg,
             args.out,
             existing,
-            progress=not args.no_progress,
+            progress=args.progress,
             device=dev,
             log=lambda m: print(m, flush=True),
             log_dir=args.log_dir,
@@ -191,83 +165,26 @@ def _short(text: str, n: int = 60) -> str:
 
 
 def register(commands) -> None:
-    """Add `train-mt` and `translate` to the subparsers of `python -m
+    """Add `train-mt` and `translate` to the subcommands of `python -m
     transformer_lib`."""
+    from transformer_lib.mt_train import TrainConfig
+
     t = commands.add_parser(
         "train-mt",
         help="train the English-Chinese translator (notebook 09's defaults)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    t.add_argument(
-        "--out",
-        "--checkpoint",
-        dest="out",
-        default=DEFAULT_CHECKPOINT,
-        help=f"checkpoint path (default {DEFAULT_CHECKPOINT})",
-    )
+    add_run_flags(t, DEFAULT_CHECKPOINT)
     t.add_argument(
         "--quick",
         action="store_true",
         help="a tiny model, a few dozen steps (to check it runs)",
     )
-    add_existing_checkpoint_flags(t)
-    t.add_argument(
-        "--epochs", type=positive_int, help="most epochs (default: notebook 09's 20)"
+    add_settings_flags(
+        t.add_argument_group("training settings (TrainConfig)"), TrainConfig, NOT_FLAGS
     )
-    t.add_argument(
-        "--max-minutes",
-        type=positive_float,
-        help="wall-clock budget for training (default 24)",
-    )
-    t.add_argument(
-        "--schedule", choices=["cosine", "inverse_sqrt"], help="learning-rate schedule"
-    )
-    t.add_argument(
-        "--lr", type=positive_float, help="peak learning rate (default 1e-3)"
-    )
-    t.add_argument(
-        "--min-lr", type=non_negative_float, help="where the cosine ends (default 2e-5)"
-    )
-    t.add_argument(
-        "--warmup-steps",
-        type=positive_int,
-        help="steps of linear warm-up (default 200)",
-    )
-    t.add_argument(
-        "--weight-decay",
-        type=non_negative_float,
-        help="AdamW weight decay (default 0.01)",
-    )
-    t.add_argument(
-        "--betas",
-        type=beta,
-        nargs=2,
-        metavar=("B1", "B2"),
-        help="AdamW betas (0.9 0.98)",
-    )
-    t.add_argument(
-        "--grad-clip",
-        type=non_negative_float,
-        help="largest gradient norm, 0 = off (default 1)",
-    )
-    t.add_argument("--seed", type=seed)
-    t.add_argument(
-        "--dtype",
-        choices=["fp32", "bf16", "auto"],
-        help="bf16 autocast; auto: where native (default)",
-    )
-    t.add_argument(
-        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
-    )
-    t.add_argument(
-        "--log-dir",
-        help="write TensorBoard curves here (needs `pip install tensorboard`)",
-    )
-    t.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (for logs)"
-    )
-    t.set_defaults(run=train_mt)
+    t.set_defaults(run=train_mt, parser=t)
 
     tr = commands.add_parser(
         "translate", help="translate English sentences into Chinese"
@@ -276,25 +193,27 @@ def register(commands) -> None:
     tr.add_argument(
         "--input",
         metavar="PATH",
-        help="read sentences from a file, one a line ('-': standard input)",
+        help="read sentences from a file, one a line (-: standard input)",
     )
     tr.add_argument(
         "--checkpoint",
         default=DEFAULT_CHECKPOINT,
-        help=f"a train-mt checkpoint ({DEFAULT_CHECKPOINT})",
+        help="a train-mt checkpoint (default: %(default)s)",
     )
     tr.add_argument(
         "--method",
         choices=["beam", "greedy", "sample"],
         default="beam",
-        help="decoding (default beam)",
+        help="decoding (default: %(default)s)",
     )
-    tr.add_argument("--beam-size", type=beam_size, default=4)
+    tr.add_argument(
+        "--beam-size", type=beam_size, default=4, help="beams (default: %(default)s)"
+    )
     tr.add_argument(
         "--length-penalty",
         type=length_penalty,
         default=0.6,
-        help="beam's alpha (default 0.6)",
+        help="beam search's alpha (default: %(default)s)",
     )
     tr.add_argument(
         "--script",
@@ -303,7 +222,10 @@ def register(commands) -> None:
         help="the model writes Simplified; traditional converts its output with OpenCC",
     )
     tr.add_argument(
-        "--temperature", type=temperature, default=0.8, help="for --method sample"
+        "--temperature",
+        type=temperature,
+        default=0.8,
+        help="for --method sample (default: %(default)s)",
     )
-    tr.add_argument("--device", type=device, help="cpu, cuda, mps (default cpu)")
+    tr.add_argument("--device", type=device, help="cpu, cuda, mps (default: cpu)")
     tr.set_defaults(run=translate_cmd)

@@ -1,40 +1,32 @@
-"""Attack the course's command line and library the way hostile testers did, and
-judge each attempt: the 217 attempts of the first reliability review (issue 16) and
-area 8, the classes of attack of the second (issue 23).
+"""The hostile attempts on the course's command line and library that
+tests/test_reliability.py runs, one test each: every input a user can type wrong, every
+way to damage or lose a run, and each is judged by the policy.
 
-    python benchmarks/reliability.py                 # every attempt: about 15 minutes
-                                                     # on 2 busy cores
-    python benchmarks/reliability.py --quick         # area 8 only: what CI runs
-    python benchmarks/reliability.py --only 2        # one area (number or name
-                                                     # prefix: 'checkpoints')
-    python benchmarks/reliability.py --ids 12,13,74  # chosen rows, to debug one fix
-    python benchmarks/reliability.py --list          # the rows, without running
+Areas: 1 CLI input, 2 checkpoints, 3 training faults, 4 data, 5 API misuse,
+6 numerics, 7 the unit tests themselves, 8 concurrent runs, stop signals, full disks,
+damaged resumes and loads, bounded inputs, typed input, the Chinese edition's tool.
 
 Each attempt keeps its row number. A CLI attempt runs `python -m transformer_lib ...`
 in a fresh folder under a temporary directory (its own data folder, copied from
 $TRANSFORMER_DATA_MIRROR); a library attempt calls the API in this process. The
 judges:
 
-* PASS: what the policy asks. For input a user can type that must be refused: a
+- PASS: what the policy asks. For input a user can type that must be refused: a
   non-zero exit, one line on stderr naming what was wrong, no traceback anywhere,
   nothing lost. For valid input: success.
-* WEAK: survives, but with a cryptic message, several lines, or a silent acceptance of
-  a meaningless value.
-* FAIL: a traceback on CLI input (a crash), valid input refused, a flag of the
+- WEAK: survives, but with a cryptic message, several lines, or a silent acceptance
+  of a meaningless value.
+- FAIL: a traceback on CLI input (a crash), valid input refused, a flag of the
   interface not recognised, a silent wrong result, or lost, overwritten or corrupted
   work (two runs on one checkpoint that both end as if alone, a stop signal that
   saves nothing, a half-written book).
-* SKIP: cannot be run here (no `setpriv` to drop root's capabilities; no root to mount
-  a full disk; the whole unit-test suite unless --unit-tests; a CUDA machine for the
-  rows about CPU-only torch).
-
-Exit status 1 when any attempt FAILs. tests/test_reliability.py runs `--quick` (and
-everything with RELIABILITY_FULL=1).
+- SKIP: cannot be run here (no `setpriv` to drop root's capabilities; no root to
+  mount a full disk; a CUDA machine for the rows about CPU-only torch; the whole
+  unit-test suite unless UNIT_TESTS is set).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import re
@@ -43,7 +35,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -420,7 +411,7 @@ def checked(fn: Callable[[], str | None]) -> Outcome:
 #  -------------------------------------------------------------------------------------
 # fixtures
 def L(*extra: str) -> list[str]:
-    """The review's `L`: a 4-step tiny train-lm."""
+    """`L`: a 4-step tiny train-lm."""
     return [
         "train-lm",
         "--preset",
@@ -437,12 +428,12 @@ def L(*extra: str) -> list[str]:
 
 
 def M(*extra: str) -> list[str]:
-    """The review's `M`: train-mt --quick."""
+    """`M`: train-mt --quick."""
     return ["train-mt", "--quick", "--no-progress", *extra]
 
 
 def lm_ckpt(env: Env) -> Path:
-    """A 20-step --preset tiny checkpoint (the review's runs/lm/tiny.pt)."""
+    """A 20-step --preset tiny checkpoint ."""
 
     def build() -> Path:
         out = env.fix / "lm" / "tiny.pt"
@@ -470,8 +461,7 @@ def lm_ckpt(env: Env) -> Path:
 
 
 def mt_ckpt(env: Env) -> Path:
-    """A train-mt --quick checkpoint (the review's runs/mt/quick.pt); --out, or the
-    older --checkpoint."""
+    """A train-mt --quick checkpoint; --out, or the older --checkpoint."""
 
     def build() -> Path:
         out = env.fix / "mt" / "quick.pt"
@@ -488,7 +478,7 @@ def mt_ckpt(env: Env) -> Path:
 
 
 def G(env: Env, *extra: str) -> list[str]:
-    """The review's `G`: 20 new tokens from ROMEO with the tiny LM."""
+    """`G`: 20 new tokens from ROMEO with the tiny LM."""
     return [
         "generate",
         "--checkpoint",
@@ -502,13 +492,12 @@ def G(env: Env, *extra: str) -> list[str]:
 
 
 def T(env: Env, *extra: str) -> list[str]:
-    """The review's `T`: translate with the quick translator."""
+    """`T`: translate with the quick translator."""
     return ["translate", "--checkpoint", str(mt_ckpt(env)), *extra]
 
 
 class _Evil:
-    """A pickle that runs `touch MARKER` when unpickled without weights_only (the
-    review's evil files)."""
+    """A pickle that runs `touch MARKER` when unpickled without weights_only."""
 
     def __init__(self, marker: Path):
         self.cmd = f"touch {marker}"
@@ -528,8 +517,8 @@ def _edited(src: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
 
 
 def crafted(env: Env) -> dict[str, Path]:
-    """The review's crafted checkpoints (ck/ and evil/): broken, wrong-kind,
-    wrong-structure and malicious."""
+    """Crafted checkpoints (ck/ and evil/): broken, wrong-kind, wrong-structure and
+    malicious."""
     return env.memo("crafted", lambda: _craft(env, lm_ckpt(env), mt_ckpt(env)))
 
 
@@ -668,8 +657,8 @@ def big_text(n: int) -> str:
 # the attempts
 @dataclass
 class Attempt:
-    """One row of the review: its number, area, the input as the review wrote it, and
-    how to run and judge it."""
+    """One attempt: its row number, area, the input as a user would type it, and how to
+    run and judge it."""
 
     id: int
     area: int
@@ -1069,7 +1058,7 @@ cli_row(
 )
 cli_row(
     54,
-    "L --warmup-steps -10 (the review's --warmup)",
+    "L --warmup-steps -10 ",
     lambda e: L("--warmup-steps", "-10"),
     lambda r: refused(r, "warmup"),
 )
@@ -1479,7 +1468,7 @@ def _r104(env: Env) -> Outcome:
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path.resolve() == Path(__file__).resolve():
                 # this harness loads a malicious file unsafely on purpose, as the
-                # review's control (row 99)
+                # control of row 99
                 continue
             for args in _call_spans(path.read_text(encoding="utf-8"), "torch.load"):
                 if not re.search(r"weights_only\s*=\s*True", args):
@@ -3198,13 +3187,12 @@ def _unit_tests(extra: list[str]) -> Callable[[Env], Outcome]:
     return run
 
 
-UNIT_TESTS = False  # set by --unit-tests: the whole suite takes minutes
+UNIT_TESTS = False  # the whole suite takes minutes; tests set it from RELIABILITY_UNIT
 
 
 def _unit_skip() -> str | None:
-    return (
-        None if UNIT_TESTS else "runs the whole test suite (minutes); pass --unit-tests"
-    )
+    """Why rows 216-217 are skipped: they run the whole suite, unless asked to."""
+    return None if UNIT_TESTS else "the whole test suite (minutes): RELIABILITY_UNIT=1"
 
 
 row(216, 7, "TRANSFORMER_QUICK=1 pytest tests -q", _unit_skip)(_unit_tests([]))
@@ -3216,7 +3204,7 @@ row(
 )(_unit_tests(["--deselect", "tests/test_book_browser.py"]))
 
 
-# ---- 8 Round two (issue 23): one writer per checkpoint, every stop signal, full
+# ---- 8 Round two : one writer per checkpoint, every stop signal, full
 # disks, damaged resumes and loads, bounded inputs, typed input, silent acceptance,
 # the Chinese edition's tool. A run whose work is lost is a FAIL.
 def _one_line(r: Result, *patterns: str) -> Outcome:
@@ -3641,7 +3629,9 @@ def _r230(env: Env) -> Outcome:
             else "the link became a regular file"
         ),
     )
-    crossed = _one_line(env.cli(L("--lr", "0.001", "--min-lr", "0.01")), r"--min-lr")
+    crossed = _one_line(
+        env.cli(L("--lr", "0.001", "--min-lr", "0.01")), r"-?-?min[-_]lr"
+    )  # flag or field
     return worst([readme, linked, crossed])
 
 
@@ -3751,140 +3741,3 @@ def _r234(env: Env) -> Outcome:
         else:
             outcomes.append(("PASS", f"{damage}: rc {p.returncode}, nothing written"))
     return worst(outcomes)
-
-
-#  -------------------------------------------------------------------------------------
-# main
-def select(args: argparse.Namespace) -> list[Attempt]:
-    """The attempts --only / --ids ask for, in row order."""
-    chosen = sorted(ATTEMPTS, key=lambda a: a.id)
-    if args.only:
-        key = args.only.lower()
-        chosen = [
-            a
-            for a in chosen
-            if key in (str(a.area), AREAS[a.area].lower(), AREAS[a.area].lower()[2:])
-            or AREAS[a.area].lower()[2:].startswith(key)
-        ]
-    if args.ids:
-        ids = {int(i) for i in args.ids.split(",")}
-        chosen = [a for a in chosen if a.id in ids]
-    return chosen
-
-
-def run_all(attempts: list[Attempt], env: Env) -> dict[int, Outcome]:
-    """Run each attempt (or skip it), printing one progress line per attempt to
-    stderr."""
-    results = {}
-    for a in attempts:
-        start = time.perf_counter()
-        reason = a.skip() if a.skip else None
-        if reason:
-            results[a.id] = ("SKIP", reason)
-        else:
-            try:
-                results[a.id] = a.run(env)
-            except Exception as e:  # noqa: BLE001 - a harness or fixture error is reported, not raised
-                results[a.id] = (
-                    "FAIL",
-                    f"harness could not run it: {type(e).__name__}: {e}"[:300],
-                )
-        print(
-            f"[{a.id:3d}] {results[a.id][0]:4s} "
-            f"{time.perf_counter() - start:5.1f} s  {a.what[:70]}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return results
-
-
-def report(attempts: list[Attempt], results: dict[int, Outcome]) -> None:
-    """The table per area, then every non-PASS row."""
-    print(
-        "\n| area | attempts | PASS | WEAK | FAIL | SKIP |\n| --- | ---: | "
-        "---: | ---: | ---: | ---: |"
-    )
-    totals = dict.fromkeys(("n", "PASS", "WEAK", "FAIL", "SKIP"), 0)
-    for area, name in AREAS.items():
-        rows = [results[a.id][0] for a in attempts if a.area == area]
-        if not rows:
-            continue
-        counts = {v: rows.count(v) for v in ("PASS", "WEAK", "FAIL", "SKIP")}
-        totals["n"] += len(rows)
-        for v, c in counts.items():
-            totals[v] += c
-        print(
-            f"| {name} | {len(rows)} | {counts['PASS']} | {counts['WEAK']} | "
-            f"{counts['FAIL']} | {counts['SKIP']} |"
-        )
-    print(
-        f"| **all** | **{totals['n']}** | **{totals['PASS']}** | "
-        f"**{totals['WEAK']}** | **{totals['FAIL']}** | "
-        f"**{totals['SKIP']}** |\n"
-    )
-    for a in attempts:
-        verdict, seen = results[a.id]
-        if verdict != "PASS":
-            print(
-                f"{a.id:3d} {verdict:4s} [{AREAS[a.area]}] {a.what}\n         -> {seen}"
-            )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Parse the options, run the chosen attempts in a temporary folder, print the
-    tables; 1 if any FAIL."""
-    global UNIT_TESTS
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument(
-        "--only",
-        help="one area: its number (1-7) or the start of its name (cli, "
-        "checkpoints, ...)",
-    )
-    p.add_argument("--ids", help="comma-separated row numbers")
-    p.add_argument(
-        "--quick", action="store_true", help="area 8 only (a few minutes): for CI"
-    )
-    p.add_argument("--list", action="store_true", help="list the attempts and exit")
-    p.add_argument(
-        "--unit-tests",
-        action="store_true",
-        help="also run rows 216-217 (the whole test suite)",
-    )
-    p.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep the temporary folder (its path is printed)",
-    )
-    args = p.parse_args(argv)
-    UNIT_TESTS = args.unit_tests
-    _api_rows()
-    _numeric_rows()
-    if args.quick:
-        args.only = args.only or "8"
-    attempts = select(args)
-    if args.list:
-        for a in attempts:
-            print(f"{a.id:3d}  {AREAS[a.area]:18s} {a.what}")
-        print(f"{len(attempts)} attempts")
-        return 0
-    root = Path(tempfile.mkdtemp(prefix="reliability-"))
-    start = time.perf_counter()
-    try:
-        results = run_all(attempts, Env(root))
-    finally:
-        for path in root.rglob("*"):  # undo the chmods so the folder can be removed
-            if not path.is_symlink():
-                path.chmod(0o755 if path.is_dir() else 0o644)
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    report(attempts, results)
-    print(f"\n{len(attempts)} attempts in {(time.perf_counter() - start) / 60:.1f} min")
-    return 1 if any(v == "FAIL" for v, _ in results.values()) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
