@@ -4,9 +4,8 @@
 __all__ = ['filter_logits', 'sample_next']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #839bfb06
-# transformer_lib/sampling.py: turning a model's logits into the next token. It imports
-# only torch, so the translator (decoding) and the GPT of notebook 11 share it without
-# depending on each other.
+# transformer_lib/sampling.py: logits -> the next token. It imports only torch, so the
+# translator and the GPT of notebook 11 share it without depending on each other.
 import math
 
 import torch
@@ -16,12 +15,8 @@ from torch import Tensor
 def filter_logits(
     logits: Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> Tensor:
-    """Set to -inf every logit outside the top k, and outside the smallest set whose
-    probability reaches top_p.
-
-    logits (B, V) -> (B, V). The most likely token always survives, so sampling never
-    sees an empty set.
-    """
+    """logits (B, V) -> (B, V), -inf outside the top k and outside the smallest set
+    whose probability reaches top_p; the most likely token always survives."""
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -41,12 +36,8 @@ def sample_next(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Pick the next token from logits (B, V) -> (B, 1): greedy when temperature is 0,
-    else a draw.
-
-    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability
-    reaches p.
-    """
+    """The next token (B, 1) from logits (B, V): greedy at temperature 0, else a draw
+    from the top_k most likely or the smallest set whose probability reaches top_p."""
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(
             f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
