@@ -30,7 +30,7 @@ def _decode_loop(
     next_token,
 ) -> list[list[int]]:
     """Feed the decoder its own output until every row has emitted <eos>; `next_token`
-    turns the last logits (B, V) into ids (B,): argmax (greedy) or a draw (sampling)."""
+    turns the last logits (B, n_vocab) into ids (B,): argmax or a draw (sampling)."""
     model.eval()
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
@@ -62,16 +62,19 @@ def greedy_decode(
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #71fba72e
 def score_candidates(scores: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-    """Running scores (B, K) + next-token log-probs (B*K, V) -> every extension's score
-    (B, K*V)."""
+    """Running scores (B, K) + next-token log-probs (B*K, n_vocab) -> every
+    extension's score (B, K*n_vocab)."""
     B, K = scores.shape
-    return (scores[:, :, None] + logp.view(B, K, -1)).view(B, -1)  # beam k: k*V + v
+    # beam k's tokens in columns k*n_vocab + v
+    return (scores[:, :, None] + logp.view(B, K, -1)).view(B, -1)
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #8d2e064b
-def top_candidates(cand: torch.Tensor, n: int, V: int) -> tuple[torch.Tensor, ...]:
+def top_candidates(
+    cand: torch.Tensor, n: int, n_vocab: int
+) -> tuple[torch.Tensor, ...]:
     """The n best extensions of each source: (score, beam, token), each (B, n)."""
     top_scores, top_idx = cand.topk(n, dim=-1)
-    return top_scores, top_idx // V, top_idx % V  # column k*V + v: token v after beam k
+    return top_scores, top_idx // n_vocab, top_idx % n_vocab  # column k*n_vocab + v
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b3
 def length_penalty_gnmt(length: int, alpha: float) -> float:
@@ -109,8 +112,8 @@ def beam_step(
     eos_id: int,
     alpha: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scores (B, K), logp (B*K, V) -> new scores (B, K), the row each new beam extends
-    (B*K,), its token (B*K,); the step's finished hypotheses go to finished[b]."""
+    """scores (B, K), logp (B*K, n_vocab) -> new scores (B, K), the row each new beam
+    extends (B*K,), its token (B*K,); finished hypotheses go to finished[b]."""
     B, K = scores.shape
     top = top_candidates(score_candidates(scores, logp), 2 * K, logp.shape[-1])
     new_scores = torch.full((B, K), float("-inf"))
@@ -168,7 +171,7 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     for _ in range(new_token_limit(max_len, model.config.context_len)):
-        logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (B*K, V)
+        logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (B*K, n_vocab)
         logp, prefixes = torch.log_softmax(logits, -1).cpu(), ys[:, 1:].tolist()
         step = beam_step(scores, logp, prefixes, finished, eos_id, length_penalty)
         if all(len(f) >= K for f in finished):
@@ -200,7 +203,7 @@ def sample_decode(
     # refuse bad settings before any decoding
     sample_next(torch.zeros(1, 1), temperature, top_k, top_p)
 
-    def draw(logits: torch.Tensor) -> torch.Tensor:  # (B, V) -> (B,), drawn on the CPU
+    def draw(logits: torch.Tensor) -> torch.Tensor:  # (B, n_vocab) -> (B,), on the CPU
         picked = sample_next(logits.cpu(), temperature, top_k, top_p, generator)
         return picked.view(-1).to(src.device)
 
