@@ -494,7 +494,7 @@ def encoder_decoder_blocks():
         "LayerNorm, then cross-attention whose queries come from the decoder and whose "
         "keys and values are the encoder's output, the memory, then add and LayerNorm, "
         "feed-forward, add and LayerNorm. Both are post-norm, as in the paper. Right, "
-        "the encoder block as the translator of notebook 09 is trained, pre-norm: "
+        "the encoder block as the course's translator is trained, pre-norm: "
         "LayerNorm, self-attention, add the input; LayerNorm, feed-forward, add; its "
         "decoder block moves each LayerNorm the same way, and each stack ends with one "
         "more LayerNorm.",
