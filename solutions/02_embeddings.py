@@ -7,8 +7,8 @@ from torch import nn
 
 
 class MyTokenEmbedding(nn.Module):
-    """Token ids (B, T) -> vectors (B, T, C): a learned (V, C) table, looked up and
-    scaled by sqrt(d_model)."""
+    """Token ids (B, T) -> vectors (B, T, C): a learned (n_vocab, C) table, looked up
+    and scaled by sqrt(d_model)."""
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()

@@ -484,20 +484,20 @@ def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
 @diagram
 def encoder_decoder_blocks():
     s = Svg(
-        900,
+        1140,
         480,
-        "The encoder block and the decoder block (post-norm, as in the paper)",
+        "The encoder and decoder blocks: post-norm as in the paper, and the pre-norm "
+        "block that notebook 09 trains",
         "Left, the encoder block: self-attention, add and LayerNorm, "
-        "feed-forward, add and "
-        "LayerNorm, with a residual connection around each sublayer. Right, "
-        "the decoder "
-        "block: masked (causal) self-attention, add and LayerNorm, then "
-        "cross-attention "
-        "whose queries come from the decoder and whose keys and values are "
-        "the encoder's "
-        "output, the memory, then add and LayerNorm, feed-forward, add and LayerNorm. "
-        "Between them, the pre-norm sublayer that notebook 09 trains: LayerNorm, "
-        "sublayer, then add the input.",
+        "feed-forward, add and LayerNorm, with a residual connection around each "
+        "sublayer. Middle, the decoder block: masked (causal) self-attention, add and "
+        "LayerNorm, then cross-attention whose queries come from the decoder and whose "
+        "keys and values are the encoder's output, the memory, then add and LayerNorm, "
+        "feed-forward, add and LayerNorm. Both are post-norm, as in the paper. Right, "
+        "the encoder block as the course's translator is trained, pre-norm: "
+        "LayerNorm, self-attention, add the input; LayerNorm, feed-forward, add; its "
+        "decoder block moves each LayerNorm the same way, and each stack ends with one "
+        "more LayerNorm.",
     )
     _sublayer_column(
         s,
@@ -541,21 +541,24 @@ def encoder_decoder_blocks():
     s.arrow(480, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
     s.text(520, cy + ch / 2 - 8, "K, V", size=12, color=PALETTE["attn"][1])
     # the variant the course trains (Seq2SeqConfig(norm_first=True)): norm first
-    s.text(405, 350, "as trained in 09: pre-norm", size=12, weight="bold")
-    mini = _stack(
+    s.line([(835, 60), (835, 470)], arrow=False, color=MUTED, dash=True)
+    _sublayer_column(
         s,
-        350,
-        446,
-        110,
-        [("LayerNorm", "norm"), ("sublayer", "attn"), ("+", "norm")],
-        h=22,
-        gap=10,
+        880,
+        "pre-norm encoder block · 09",
+        [
+            ("LayerNorm", "norm"),
+            ("self-attention", "attn"),
+            ("+", "norm"),
+            ("LayerNorm", "norm"),
+            ("feed-forward", "ffn"),
+            ("+", "norm"),
+        ],
+        [(-1, 2), (2, 5)],
+        bottom=420,
+        w=200,
     )
-    s.line(
-        [(405, 452), (338, 452), (338, mini[2][1] + 11), (350, mini[2][1] + 11)],
-        color=PALETTE["norm"][1],
-    )
-    s.arrow(405, 462, 405, 446)
+    s.text(980, 468, "trained in 09; the decoder alike", size=12, color=MUTED)
     return s
 
 

@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['new_token_limit', 'greedy_decode', 'score_candidates', 'top_candidates', 'length_penalty_gnmt', 'split_candidates',
-           'beam_step', 'best_hypotheses', 'beam_search', 'sample_decode', 'encode_sources', 'pad_sources', 'translate',
+           'beam_step', 'best_hypotheses', 'beam_search', 'sample_decode', 'encode_sources', 'translate',
            'evaluate_translations', 'evaluate_model', 'average_weights', 'first_sentences', 'choose_decoding']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d119
@@ -10,7 +10,7 @@ import torch
 
 from .sampling import sample_next
 from .seq2seq import Transformer
-from .translation_data import group_references
+from .translation_data import Pair, group_references, pad_batch
 
 
 def new_token_limit(max_len: int | None, context_len: int) -> int:
@@ -29,18 +29,14 @@ def _decode_loop(
     max_len: int | None,
     next_token,
 ) -> list[list[int]]:
-    """Feed the decoder its own output, one token at a time, until every row has emitted
-    <eos>.
-
-    `next_token` turns the last position's logits (B, V) into ids (B,): argmax for
-    greedy, a draw for sampling.
-    """
+    """Feed the decoder its own output until every row has emitted <eos>; `next_token`
+    turns the last logits (B, n_vocab) into ids (B,): argmax or a draw (sampling)."""
     model.eval()
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
-    # (B, 1)
-    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    B = src.shape[0]
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
         next_id = next_token(model.decode(ys, memory, src_mask)[:, -1])  # (B,)
         next_id = next_id.masked_fill(done, eos_id)  # finished rows keep emitting <eos>
@@ -48,7 +44,8 @@ def _decode_loop(
         done |= next_id == eos_id
         if done.all():
             break
-    return [_strip(row, eos_id) for row in ys[:, 1:].tolist()]
+    # each row up to (not including) its first <eos>
+    return [r[: r.index(eos_id)] if eos_id in r else r for r in ys[:, 1:].tolist()]
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #8390970e
 @torch.no_grad()
@@ -61,30 +58,23 @@ def greedy_decode(
 ) -> list[list[int]]:
     """The most likely next token at each step, for a batch of sources (B, S); returns
     ids without <bos>/<eos>."""
-    return _decode_loop(
-        model, src, bos_id, eos_id, max_len, lambda logits: logits.argmax(-1)
-    )
-
-
-def _strip(ids: list[int], eos_id: int) -> list[int]:
-    """Ids up to (not including) the first <eos>."""
-    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+    return _decode_loop(model, src, bos_id, eos_id, max_len, lambda z: z.argmax(-1))
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #71fba72e
 def score_candidates(scores: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-    """Running scores (B, K) + next-token log-probs (B*K, V) -> every extension's score
-    (B, K*V)."""
+    """Running scores (B, K) + next-token log-probs (B*K, n_vocab) -> every
+    extension's score (B, K*n_vocab)."""
     B, K = scores.shape
-    return (scores[:, :, None] + logp.view(B, K, -1)).view(B, -1)  # beam k: k*V + v
+    # beam k's tokens in columns k*n_vocab + v
+    return (scores[:, :, None] + logp.view(B, K, -1)).view(B, -1)
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #8d2e064b
 def top_candidates(
-    cand: torch.Tensor, n: int, V: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The n best extensions of each source, best first: (score, beam, token), each
-    (B, n)."""
+    cand: torch.Tensor, n: int, n_vocab: int
+) -> tuple[torch.Tensor, ...]:
+    """The n best extensions of each source: (score, beam, token), each (B, n)."""
     top_scores, top_idx = cand.topk(n, dim=-1)
-    return top_scores, top_idx // V, top_idx % V  # column k*V + v: token v after beam k
+    return top_scores, top_idx // n_vocab, top_idx % n_vocab  # column k*n_vocab + v
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b3
 def length_penalty_gnmt(length: int, alpha: float) -> float:
@@ -122,11 +112,8 @@ def beam_step(
     eos_id: int,
     alpha: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scores (B, K), logp (B*K, V) -> new scores (B, K), the row each new beam extends
-    (B*K,), its token (B*K,).
-
-    The step's finished hypotheses are appended to finished[b].
-    """
+    """scores (B, K), logp (B*K, n_vocab) -> new scores (B, K), the row each new beam
+    extends (B*K,), its token (B*K,); finished hypotheses go to finished[b]."""
     B, K = scores.shape
     top = top_candidates(score_candidates(scores, logp), 2 * K, logp.shape[-1])
     new_scores = torch.full((B, K), float("-inf"))
@@ -173,22 +160,18 @@ def beam_search(
     length_penalty: float = 0.6,
     max_len: int | None = None,
 ) -> list[list[int]]:
-    """Keep the `beam_size` best partial translations of each source (B, S); return the
-    best finished one (log-probability / length_penalty_gnmt(length, length_penalty)).
-    A source stops once it has `beam_size` finished hypotheses (or at max_len)."""
+    """The best translation of each source (B, S) by beam search, length-penalised."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     model.eval()
     B, K = src.shape[0], beam_size
-    max_len = new_token_limit(max_len, model.config.context_len)
-    memory, src_mask = model.encode(src)
-    memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
+    memory, src_mask = (t.repeat_interleave(K, 0) for t in model.encode(src))
     ys = torch.full((B * K, 1), bos_id, dtype=torch.long, device=src.device)  # (B*K, t)
     scores = torch.full((B, K), float("-inf"))
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    for _ in range(max_len):
-        logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (B*K, V)
+    for _ in range(new_token_limit(max_len, model.config.context_len)):
+        logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (B*K, n_vocab)
         logp, prefixes = torch.log_softmax(logits, -1).cpu(), ys[:, 1:].tolist()
         step = beam_step(scores, logp, prefixes, finished, eos_id, length_penalty)
         if all(len(f) >= K for f in finished):
@@ -220,8 +203,7 @@ def sample_decode(
     # refuse bad settings before any decoding
     sample_next(torch.zeros(1, 1), temperature, top_k, top_p)
 
-    def draw(logits: torch.Tensor) -> torch.Tensor:
-        """(B, V) -> (B,); the generator lives on the CPU."""
+    def draw(logits: torch.Tensor) -> torch.Tensor:  # (B, n_vocab) -> (B,), on the CPU
         picked = sample_next(logits.cpu(), temperature, top_k, top_p, generator)
         return picked.view(-1).to(src.device)
 
@@ -232,14 +214,6 @@ def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list
     """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are
     dropped, not an error)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
-
-# %% ../notebooks/10_decoding_and_evaluation.ipynb #3a7611f5
-def pad_sources(ids: list[list[int]], pad_id: int) -> torch.Tensor:
-    """Token ids of several lengths as one tensor (B, S), padded at the end."""
-    src = torch.full((len(ids), max(map(len, ids))), pad_id, dtype=torch.long)
-    for row, seq in enumerate(ids):
-        src[row, : len(seq)] = torch.tensor(seq)
-    return src
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #76cc6a60
 @torch.no_grad()
@@ -253,13 +227,7 @@ def translate(
     **kwargs,
 ) -> list[str]:
     """Translate English sentences with method 'greedy', 'beam' or 'sample' (kwargs go
-    to the decoder).
-
-    Sentences are sorted by length into batches (less padding) and returned in the input
-    order. Unless max_len is given, a batch stops at 2 S + 10 target tokens (S: its
-    longest source), far above the longest translation in the corpus, so that an
-    undertrained model that never says <eos> stops early.
-    """
+    to the decoder), in batches sorted by length; returned in the input order."""
     decoders = {"greedy": greedy_decode, "beam": beam_search, "sample": sample_decode}
     if method not in decoders:
         raise ValueError(f"method must be one of {sorted(decoders)}, got {method!r}")
@@ -269,11 +237,11 @@ def translate(
     out: list[str] = [""] * len(ids)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        src = pad_sources([ids[i] for i in chunk], src_tok.pad_id)  # (B, S)
+        src = pad_batch([ids[i] for i in chunk], src_tok.pad_id).to(device)  # (B, S)
+        # far above the longest translation: an undertrained model that never says
+        # <eos> stops early
         limits = {"max_len": 2 * src.shape[1] + 10} | kwargs
-        hyps = decoders[method](
-            model, src.to(device), tgt_tok.bos_id, tgt_tok.eos_id, **limits
-        )
+        hyps = decoders[method](model, src, tgt_tok.bos_id, tgt_tok.eos_id, **limits)
         for i, hyp in zip(chunk, hyps):  # an <unk> becomes nothing, not "<unk>"
             out[i] = tgt_tok.decode(hyp, skip_special=True)
     return out
@@ -282,12 +250,8 @@ def translate(
 def evaluate_translations(
     hypotheses: list[str], references: list[list[str]]
 ) -> dict[str, float]:
-    """Corpus sacreBLEU with tokenize='zh' (each Chinese character a word) and chrF,
-    against all references.
-
-    references[i] lists every reference translation of sentence i (they may differ in
-    number).
-    """
+    """Corpus sacreBLEU with tokenize='zh' (each Chinese character a word) and chrF;
+    references[i] lists every reference translation of sentence i."""
     import sacrebleu
 
     if len(hypotheses) != len(references):
@@ -296,11 +260,8 @@ def evaluate_translations(
         )
     if not hypotheses:
         raise ValueError("no sentences to evaluate")
-    n_refs = max(map(len, references))
-    streams = [
-        [refs[j] if j < len(refs) else None for refs in references]
-        for j in range(n_refs)
-    ]
+    n = max(map(len, references))  # one stream per reference, None where one has fewer
+    streams = [[r[j] if j < len(r) else None for r in references] for j in range(n)]
     bleu = sacrebleu.corpus_bleu(hypotheses, streams, tokenize="zh")
     chrf = sacrebleu.corpus_chrf(hypotheses, streams)
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
@@ -314,35 +275,23 @@ def evaluate_model(
     method: str = "greedy",
     **kwargs,
 ) -> tuple[dict[str, float], list[str], list[str], list[list[str]]]:
-    """Translate each distinct English sentence of `pairs` once and score it against all
-    its translations.
-
-    Returns (scores {'bleu', 'chrf'}, sources, hypotheses, references).
-    """
+    """(scores {'bleu', 'chrf'}, sources, hypotheses, references): each distinct
+    English sentence of `pairs` translated once, scored against all its translations."""
     sources, references = group_references(pairs)
     hypotheses = translate(model, src_tok, tgt_tok, sources, method, **kwargs)
-    return (
-        evaluate_translations(hypotheses, references),
-        sources,
-        hypotheses,
-        references,
-    )
+    scores = evaluate_translations(hypotheses, references)
+    return scores, sources, hypotheses, references
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #9d0e0020
 def average_weights(state_dicts: list[dict]) -> dict:
-    """The element-wise mean of several state dicts of one model (checkpoint
-    averaging)."""
-    return {
-        k: torch.stack([sd[k].float() for sd in state_dicts])
-        .mean(0)
-        .to(state_dicts[0][k].dtype)
-        for k in state_dicts[0]
-    }
+    """The element-wise mean of state dicts of one model (checkpoint averaging)."""
+    mean = {}
+    for k, v in state_dicts[0].items():
+        mean[k] = torch.stack([sd[k].float() for sd in state_dicts]).mean(0).to(v.dtype)
+    return mean
 
 
-def first_sentences(
-    pairs: list[tuple[str, str]], n: int | None
-) -> list[tuple[str, str]]:
+def first_sentences(pairs: list[Pair], n: int | None) -> list[Pair]:
     """The pairs of the first n distinct English sentences (all when n is None)."""
     keep = set(list(dict.fromkeys(en for en, _ in pairs))[:n])
     return [(en, zh) for en, zh in pairs if en in keep]

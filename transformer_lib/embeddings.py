@@ -22,12 +22,12 @@ class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
         super().__init__()
         self.vocab_size, self.d_model, self.scale = vocab_size, d_model, scale
-        self.embedding = nn.Embedding(vocab_size, d_model)  # the (V, C) table
+        self.embedding = nn.Embedding(vocab_size, d_model)  # the (n_vocab, C) table
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5 if scale else 1.0)
 
     @property
     def weight(self) -> nn.Parameter:
-        """The (V, C) table, for weight tying with an output layer."""
+        """The (n_vocab, C) table, for weight tying with an output layer."""
         return self.embedding.weight
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

@@ -4,9 +4,8 @@
 __all__ = ['filter_logits', 'sample_next']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #839bfb06
-# transformer_lib/sampling.py: turning a model's logits into the next token. It imports
-# only torch, so the translator (decoding) and the GPT of notebook 11 share it without
-# depending on each other.
+# transformer_lib/sampling.py: logits -> the next token. It imports only torch, so the
+# translator and the GPT of notebook 11 share it without depending on each other.
 import math
 
 import torch
@@ -16,17 +15,13 @@ from torch import Tensor
 def filter_logits(
     logits: Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> Tensor:
-    """Set to -inf every logit outside the top k, and outside the smallest set whose
-    probability reaches top_p.
-
-    logits (B, V) -> (B, V). The most likely token always survives, so sampling never
-    sees an empty set.
-    """
+    """logits (B, n_vocab) -> (B, n_vocab), -inf outside the top k and outside the
+    smallest set whose probability reaches top_p; the most likely token survives."""
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, n_vocab)
         cum = sorted_logits.softmax(-1).cumsum(-1)
         # mass before this token already reaches top_p
         drop = cum - sorted_logits.softmax(-1) >= top_p
@@ -41,12 +36,8 @@ def sample_next(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Pick the next token from logits (B, V) -> (B, 1): greedy when temperature is 0,
-    else a draw.
-
-    top_k keeps the k most likely tokens; top_p keeps the smallest set whose probability
-    reaches p.
-    """
+    """The next token (B, 1) from logits (B, n_vocab): greedy at temperature 0, else a
+    draw from the top_k most likely, or the smallest set of probability >= top_p."""
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(
             f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
@@ -60,5 +51,5 @@ def sample_next(
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     top_p = top_p if top_p is not None and top_p < 1 else None  # p = 1 keeps all
-    logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, V)
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)  # (B, n_vocab)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)

@@ -175,7 +175,8 @@ class Transformer(nn.Module):
         init_like_the_paper(
             self, {id(self.src_embed.weight), id(self.tgt_embed.weight)}
         )
-        if c.share_embeddings:  # one (V, C) table reads and writes Chinese characters
+        # one (n_vocab, C) table reads and writes Chinese characters
+        if c.share_embeddings:
             self.output.weight = self.tgt_embed.weight
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,18 +192,18 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """Target ids so far (B, T), encoder output (B, S, C) -> logits (B, T, V) for
-        the next token at each t."""
+        """Target ids so far (B, T), encoder output (B, S, C) -> logits (B, T, n_vocab)
+        for the next token at each t."""
         check_length(tgt_in, self.config.context_len, "the target")
         pad = padding_mask(tgt_in, self.config.tgt_pad_id)  # (B, 1, 1, T)
         tgt_mask = causal_mask(tgt_in.shape[1], tgt_in.device) & pad  # (B, 1, T, T)
         x = self.tgt_pos(self.tgt_embed(tgt_in))  # (B, T, C)
         x = self.decoder(x, memory, tgt_mask, src_mask, need_weights)
-        return self.output(x)  # (B, T, V)
+        return self.output(x)  # (B, T, n_vocab)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src (B, S), tgt_in = <bos> y_1 ... y_{T-1} (B, T) -> logits
-        (B, T, V)."""
+        (B, T, n_vocab)."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 

@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'SPECIAL_TOKENS', 'CHUNK_PATTERN', 'Tokenizer', 'CharTokenizer', 'pair_counts', 'merge',
-           'most_frequent_pair', 'index_pairs', 'train_bpe', 'apply_merges', 'bpe_vocab', 'BPETokenizer',
-           'HFBPETokenizer', 'train_hf_bpe', 'tokenizer_from_dict', 'gpt2_merges']
+           'most_frequent_pair', 'index_pairs', 'merge_in_chunks', 'train_bpe', 'apply_merges', 'bpe_vocab',
+           'BPETokenizer', 'HFBPETokenizer', 'train_hf_bpe', 'tokenizer_from_dict', 'gpt2_merges']
 
 # %% ../notebooks/01_tokenization.ipynb #1d4bd443
 from collections import Counter, defaultdict
@@ -172,6 +172,27 @@ def index_pairs(words: list[list[int]], freqs: list[int]) -> tuple[Counter, dict
             where[pair].add(w)
     return counts, where
 
+# %% ../notebooks/01_tokenization.ipynb #a1f0c007
+def merge_in_chunks(
+    pair: tuple[int, int],
+    new_id: int,
+    words: list[list[int]],
+    freqs: list[int],
+    counts: Counter,
+    where: dict,
+) -> None:
+    """Replace `pair` by `new_id` in the chunks that contain it, updating `words`,
+    `counts` and `where` in place."""
+    for w in sorted(where.pop(pair)):
+        new = merge(words[w], pair, new_id)
+        pair_counts(words[w], counts, -freqs[w])  # the chunk's old pairs out
+        pair_counts(new, counts, freqs[w])  # its new ones in
+        for p in zip(new, new[1:]):
+            where[p].add(w)
+        words[w] = new
+    for p in [p for p, c in counts.items() if c <= 0]:  # pairs no longer seen
+        del counts[p]
+
 # %% ../notebooks/01_tokenization.ipynb #407faace
 def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
     """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if
@@ -182,7 +203,6 @@ def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int
     counts, where = index_pairs(words, freqs)
     merges, vocab = [], [bytes([i]) for i in range(256)]
     while len(merges) < n_merges and counts:
-        # 1) the most frequent pair
         pair, new_id = most_frequent_pair(counts), 256 + len(merges)
         merges.append(pair)
         vocab.append(vocab[pair[0]] + vocab[pair[1]])
@@ -191,17 +211,7 @@ def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int
                 f"merge {new_id - 256}: {vocab[pair[0]]!r} + {vocab[pair[1]]!r} ->"
                 f" {new_id} {vocab[-1]!r} ({counts[pair]}x)"
             )
-        # 2) re-merge only the chunks that contain it
-        for w in sorted(where.pop(pair)):
-            new = merge(words[w], pair, new_id)
-            # 3) swap the chunk's old pair counts for its new ones
-            pair_counts(words[w], counts, -freqs[w])
-            pair_counts(new, counts, freqs[w])
-            for p in zip(new, new[1:]):
-                where[p].add(w)
-            words[w] = new
-        for p in [p for p, c in counts.items() if c <= 0]:  # pairs no longer seen
-            del counts[p]
+        merge_in_chunks(pair, new_id, words, freqs, counts, where)
     return merges
 
 # %% ../notebooks/01_tokenization.ipynb #71b54900

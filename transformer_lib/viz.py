@@ -149,6 +149,23 @@ def _head_grid(H: int, T_q: int, T_k: int, n_cols: int | None):
     )
     return fig, axes, fontsize
 
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #a1f0c005
+def _draw_heads(axes, w, query_labels, key_labels, fontsize: float) -> None:
+    """One heatmap per head (w: (H, T_q, T_k)) on the panels of `axes`, on the colour
+    scale of the largest weight; axis titles on the outer panels only."""
+    H, n_cols, vmax = w.shape[0], axes.shape[1], float(w.max())
+    for ax in axes.flat[H:]:
+        ax.axis("off")
+    for h, ax in enumerate(axes.flat[:H]):
+        labels = query_labels, key_labels, f"head {h}"
+        plot_attention(
+            w[h], *labels, ax=ax, vmax=vmax, colorbar=False, fontsize=fontsize
+        )
+        if h % n_cols:  # axis titles only on the outer panels
+            ax.set_ylabel("")
+        if h + n_cols < H:
+            ax.set_xlabel("")
+
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #aa0840ec
 def plot_heads(
     weights,
@@ -164,20 +181,8 @@ def plot_heads(
         raise ValueError(
             f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}"
         )
-    H, T_q, T_k = w.shape
-    fig, axes, fontsize = _head_grid(H, T_q, T_k, n_cols)
-    n_cols, vmax = axes.shape[1], float(w.max())  # one colour scale, so heads compare
-    for ax in axes.flat[H:]:
-        ax.axis("off")
-    for h, ax in enumerate(axes.flat[:H]):
-        labels = query_labels, key_labels, f"head {h}"
-        plot_attention(
-            w[h], *labels, ax=ax, vmax=vmax, colorbar=False, fontsize=fontsize
-        )
-        if h % n_cols:  # axis titles only on the outer panels
-            ax.set_ylabel("")
-        if h + n_cols < H:
-            ax.set_xlabel("")
+    fig, axes, fontsize = _head_grid(*w.shape, n_cols)
+    _draw_heads(axes, w, query_labels, key_labels, fontsize)
     cbar = axes.flat[0].collections[0]
     fig.colorbar(cbar, ax=axes, fraction=0.02, pad=0.02, label="weight")
     fig.suptitle(title)
