@@ -49,8 +49,8 @@ def dpo_loss(
 def sequence_logprob(model: GPT, x: Tensor, y: Tensor) -> Tensor:
     """log pi(y | x) of each row: the sum, over the targets (B, T) that are not IGNORE
     (the translation), of the log-probability of the target token -> (B,)."""
-    logits, _ = model(x)  # (B, T, V)
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    logits, _ = model(x)  # (B, T, n_vocab)
+    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, n_vocab)
     keep = y != IGNORE  # (B, T)
     picked = logp.gather(-1, y.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
     return (picked * keep).sum(dim=1)  # (B,)

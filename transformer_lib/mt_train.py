@@ -95,7 +95,7 @@ def guarded_step(
     )
     set_lr(optimizer, lr)
     with autocast or contextlib.nullcontext():
-        logits = model(src, tgt_in)  # (B, T, V)
+        logits = model(src, tgt_in)  # (B, T, n_vocab)
     loss = label_smoothed_cross_entropy(
         logits, tgt_out, cfg.label_smoothing, c.tgt_pad_id
     )

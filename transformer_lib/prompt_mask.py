@@ -103,7 +103,7 @@ def collate_prompts(
 
 def masked_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy (nats) over the targets (B, T) that are not IGNORE."""
-    flat = logits.float().reshape(-1, logits.size(-1))  # (B*T, V)
+    flat = logits.float().reshape(-1, logits.size(-1))  # (B*T, n_vocab)
     return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE)
 
 # %% ../notebooks/14_decoder_only_translation.ipynb #14441355
@@ -120,10 +120,10 @@ def complete_batch(
     through the KV cache: greedy at temperature 0, else sampled."""
     N, B = model.config.context_len, idx.size(0)
     cache = KVCache(model.config, B)
-    logits, _ = model(idx, cache=cache)  # (B, P, V)
+    logits, _ = model(idx, cache=cache)  # (B, P, n_vocab)
     done, new = torch.zeros(B, dtype=torch.bool, device=idx.device), []
     for _ in range(min(max_new, N - idx.size(1) + 1)):
-        last = logits[:, -1].float()  # (B, V)
+        last = logits[:, -1].float()  # (B, n_vocab)
         if temperature == 0:
             next_id = last.argmax(-1)  # (B,)
         else:
@@ -134,7 +134,7 @@ def complete_batch(
         done |= next_id == eos_id
         if done.all() or cache.length == N:
             break
-        logits, _ = model(next_id[:, None], cache=cache)  # (B, 1, V)
+        logits, _ = model(next_id[:, None], cache=cache)  # (B, 1, n_vocab)
     rows = torch.stack(new, 1).tolist()  # (B, new)
     return [ids[: ids.index(eos_id)] if eos_id in ids else ids for ids in rows]
 

@@ -198,8 +198,9 @@ def label_smoothed_cross_entropy(
     ignore_index: int = 0,
 ) -> torch.Tensor:
     """Mean over non-PAD positions of (1 - eps) * NLL(target) + eps * mean of -log p
-    over the V classes; logits (B, T, V), target (B, T). Equals F.cross_entropy's."""
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    over the n_vocab classes; logits (B, T, n_vocab), target (B, T). Equals
+    F.cross_entropy's."""
+    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, n_vocab)
     nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
     smooth = -logp.mean(dim=-1)  # (B, T): cross-entropy against the uniform
     keep = target != ignore_index

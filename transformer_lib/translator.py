@@ -142,7 +142,7 @@ def train_step(model: Transformer, optimizer, batch: list, cfg: TrainConfig, lr:
     batch = collate(batch, c.src_pad_id, pad)
     src, tgt_in, tgt_out = (x.to(device) for x in batch)
     set_lr(optimizer, lr)
-    logits = model(src, tgt_in)  # (B, T, V), teacher forced
+    logits = model(src, tgt_in)  # (B, T, n_vocab), teacher forced
     loss = label_smoothed_cross_entropy(logits, tgt_out, cfg.label_smoothing, pad)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
