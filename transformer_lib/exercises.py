@@ -284,19 +284,21 @@ def check_bpe_merges(fn: Callable[[list, int], list]) -> str:
 
 @_checker("token embedding")
 def check_token_embedding(cls: type) -> str:
-    """cls(vocab_size, d_model): a (V, C) parameter `weight`, std 1/sqrt(C) at the
+    """cls(vocab_size, d_model): a (n_vocab, C) parameter `weight`, std 1/sqrt(C) at the
     start; (B, T) ids -> weight[ids] * sqrt(C)."""
     torch.manual_seed(0)
-    V, C = 500, 64
-    emb = cls(V, C)
+    n_vocab, C = 500, 64
+    emb = cls(n_vocab, C)
     w = getattr(emb, "weight", None)
     if not isinstance(w, nn.Parameter):
         raise ExerciseError(
             f"MyTokenEmbedding needs a parameter `weight` (nn.Parameter), got "
             f"{type(w).__name__}: a plain tensor is not trained"
         )
-    if tuple(w.shape) != (V, C):
-        raise ExerciseError(f"weight has shape {tuple(w.shape)}, expected ({V}, {C})")
+    if tuple(w.shape) != (n_vocab, C):
+        raise ExerciseError(
+            f"weight has shape {tuple(w.shape)}, expected ({n_vocab}, {C})"
+        )
     std = w.detach().std().item()
     if not 0.9 < std * math.sqrt(C) < 1.1:
         raise ExerciseError(
@@ -313,7 +315,7 @@ def check_token_embedding(cls: type) -> str:
     if not out.requires_grad:
         raise ExerciseError("no gradient reached weight: is the output made from it?")
     out.sum().backward()
-    want = torch.zeros(V, C)
+    want = torch.zeros(n_vocab, C)
     want.index_add_(0, ids.flatten(), torch.full((ids.numel(), C), math.sqrt(C)))
     if w.grad is None:
         raise ExerciseError("no gradient reached weight: is the output made from it?")
@@ -722,7 +724,7 @@ def check_shift_targets(fn: Callable) -> str:
 
 def train_step_reference(model, optimizer, src, tgt_in, tgt_out, pad_id, eps=0.1):
     """One update of the translator; returns the loss before it, as a float."""
-    logits = model(src, tgt_in)  # (B, T, V)
+    logits = model(src, tgt_in)  # (B, T, n_vocab)
     loss = F.cross_entropy(
         logits.flatten(0, 1),
         tgt_out.flatten(),
@@ -896,14 +898,14 @@ def check_training_loop(fn: Callable) -> str:
 
 @_checker("top-p sampling")
 def check_top_p_sampling(fn: Callable) -> str:
-    """fn(logits (B, V), p, generator) -> (B,) token ids drawn from the smallest set of
-    top tokens whose probability reaches p, renormalised."""
+    """fn(logits (B, n_vocab), p, generator) -> (B,) token ids drawn from the smallest
+    set of top tokens whose probability reaches p, renormalised."""
     from transformer_lib.sampling import filter_logits
 
     probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.6, 0.05, 0.2]])
     n = 4000
     for p in (0.45, 0.65, 0.88, 1.0):  # no p on a boundary: rounding would decide
-        want = filter_logits(probs.log(), top_p=p).softmax(-1)  # (2, V)
+        want = filter_logits(probs.log(), top_p=p).softmax(-1)  # (2, n_vocab)
         g = torch.Generator().manual_seed(0)
         got = fn(probs.log().repeat(n, 1), p, g)
         if not isinstance(got, Tensor) or got.numel() != 2 * n:
