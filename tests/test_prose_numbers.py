@@ -227,6 +227,38 @@ FIGURE = re.compile(r"(?<![\w.,$\\{^_/-])(\d{1,3}(?:,\d{3})+|\d+\.\d+)(?![\w.,]*
 # A declaration that starts with "=" is a sum of printed figures ("= 1.7235 - 1.5890"):
 # the test checks that each is printed and that the result rounds to the figure.
 NOT_PRINTED: dict[str, dict[str, str]] = {
+    "00": {"2.0": "the pairs' licence, CC-BY 2.0"},
+    "01": {
+        "0.39": "cited: a 2,000-token BPE on Shakespeare (exercise's answer)",
+        "0.32": "cited: GPT-2's tokenizer on the same text",
+        "50,000": "GPT-2's merges file, cited",
+        "150,000": "Unicode's size, cited",
+    },
+    "02": {
+        "50,000": "a vocabulary size for the example",
+        "3.4": "a section of the paper",
+        "1,000": "the positions of the picture, a setting",
+        "0.02": "GPT-2's initialisation, cited",
+    },
+    "03": {
+        "3.5": "a section of the paper",
+        "2,000": "positions in the exercise and the plot, a setting",
+        "4.7": "read off the plot above",
+        "1,000": "a position named in the text",
+    },
+    "05": {"0.10": "= 1 / 10"},
+    "07": {"18,914,304": "the exercise's answer, left to the reader"},
+    "08": {
+        "3.4": "a section of the paper",
+        "4,000": "in 09",
+        "2,767": "in 09",
+        "0.76": "read off the loss curves above",
+    },
+    "12": {
+        "1.65": "an earlier run on an AMD EPYC, cited",
+        "1.41": "the translator's bf16 speed-up on the Xeon (results page)",
+        "1.47": "nanoGPT's A100 result, cited",
+    },
     "14": {
         "1.54": "= 1536384 / 1e6",
         "0.2": "a bound on the two seeds' BLEU gap, from the table",
