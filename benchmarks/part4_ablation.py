@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from transformer_lib.gpt import GPT
+from transformer_lib.modern import ModernGPT as GPT
 from transformer_lib.lm_train import (
     TrainSettings,
     get_batch,

@@ -167,9 +167,11 @@ def settings_problem(s: "TrainSettings") -> str | None:
     if problem:
         return problem
     if not isinstance(s.model, dict) or set(s.model) - known:
-        unknown = sorted(set(s.model) - known) if isinstance(s.model, dict) else s.model
-        fields = ", ".join(sorted(known))
-        return f"unknown model setting {unknown}; the settings are: {fields}"
+        unknown = (
+            sorted(set(s.model) - known) if isinstance(s.model, dict) else [s.model]
+        )
+        names, fields = ", ".join(map(str, unknown)), ", ".join(sorted(known))
+        return f"unknown model setting {names}; the settings are: {fields}"
     if s.min_lr > s.lr:
         return f"min_lr {s.min_lr:g} is above lr {s.lr:g}; give a min_lr below it"
     if s.tokenizer == "bpe" and s.bpe_vocab <= 256:
