@@ -33,13 +33,11 @@ class ModernConfig(GPTConfig):
     }
 
     def __post_init__(self):
-        """GPTConfig's checks, SwiGLU's width, and the checks of the new switches."""
         if not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 0:
             raise ValueError(
                 f"n_kv_heads must be >= 0 (0 means n_heads), got {self.n_kv_heads!r}"
             )
-        # SwiGLU has 3 matrices, not 2: 2/3 of the width, a multiple of 8, holds as
-        # many weights as GELU's 4 * d_model
+        # SwiGLU's 3 matrices: 2/3 of 4 * d_model (a multiple of 8), as many weights
         if self.mlp == "swiglu" and self.d_ff == 0 and isinstance(self.d_model, int):
             self.d_ff = 8 * round(8 * self.d_model / 3 / 8)
         super().__post_init__()
