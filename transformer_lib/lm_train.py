@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'CHOICES', 'POSITIVE', 'NOT_NEGATIVE', 'nanogpt_cpu', 'setting', 'TrainSettings',
-           'range_problem', 'settings_problem', 'config_from_dict', 'RESUMABLE', 'init_distributed', 'any_rank',
-           'wrap_model', 'model_config', 'make_optimizer', 'LMRun', 'save_lm', 'check_same_settings', 'check_not_past',
+           'range_problem', 'settings_problem', 'any_rank', 'check_same_settings', 'check_not_past', 'config_from_dict',
+           'RESUMABLE', 'init_distributed', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun', 'save_lm',
            'resume_lm', 'learning_rate', 'LMTraining', 'save_job', 'train_step', 'record_evaluation',
            'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums', 'finish_lm',
            'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt', 'generate_text']
@@ -21,35 +21,22 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from transformer_lib.checkpoints import (
-    CheckpointError,
-    CheckpointMismatchError,
-    build_checked,
-    changed_settings,
-    check_entries,
-    load_checkpoint,
-    restore_training,
-    save_checkpoint,
-    start_run,
-)
+from .checkpoints import CheckpointError, CheckpointMismatchError
+from .checkpoints import build_checked, changed_settings, check_entries
+from .checkpoints import load_checkpoint, restore_training
+from .checkpoints import save_checkpoint, start_run
 from .files import releasing_lock, save_patiently
 from .gpt import GPT, generate
 from .lm_loop import LMData, bits_per_char, evaluate, get_batch
 from .lm_loop import load_lm_data
 from .modern import ModernConfig, ModernGPT
 from .muon import MuonAdamW
-from transformer_lib.training import (
-    StopRequest,
-    TrainingInterrupted,
-    check_finite,
-    clip_gradients,
-    make_adamw,
-    mixed_precision,
-    set_lr,
-    tensorboard_writer,
-    uses_bf16,
-    warmup_cosine,
-)
+from .runtime import get_device, set_seed
+from .tokenization import tokenizer_from_dict
+from .training import StopRequest, TrainingInterrupted, check_finite
+from .training import clip_gradients, make_adamw, mixed_precision
+from .training import set_lr, tensorboard_writer, uses_bf16
+from .training import warmup_cosine
 
 CHECKPOINT_FORMAT = "transformer_lib.lm/1"
 
@@ -74,7 +61,7 @@ def setting(default, help: str):
         return field(default_factory=lambda: dict(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
 
-
+# %% ../notebooks/A2_language_model_training_runs.ipynb #a2000035
 @dataclass
 class TrainSettings:
     """Everything a language-model run needs besides the data; checked when made."""
@@ -189,6 +176,40 @@ def settings_problem(s: "TrainSettings") -> str | None:
         return f"--{which} needs --out, the checkpoint to {which}"
     return None
 
+# %% ../notebooks/A2_language_model_training_runs.ipynb #a2000036
+def any_rank(flag: bool, world: int, device: torch.device) -> bool:
+    """True on every process if `flag` is True on any one (so that all stop at the same
+    step)."""
+    if world == 1:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+# %% ../notebooks/A2_language_model_training_runs.ipynb #a2000037
+def check_same_settings(saved: dict, s: TrainSettings) -> None:
+    """Refuse to resume the run at s.out, saved with the settings `saved`, under other
+    ones."""
+    changed = changed_settings(saved, s.plain(), RESUMABLE)
+    if changed:
+        raise CheckpointMismatchError(
+            f"{s.out} was trained with other settings ({'; '.join(changed)}); resume "
+            f"with the same ones, or use --restart or another path for a new run"
+        )
+
+
+def check_not_past(s: TrainSettings, step: int) -> None:
+    """Refuse to resume a run saved at `step` with a max_iters or stop_at below it,
+    which would go back on nothing and rewrite the checkpoint."""
+    end = min(s.max_iters, s.stop_at or s.max_iters)
+    if end < step:
+        raise ValueError(
+            f"{s.out} is at step {step}, past the {end} steps asked for; give a larger "
+            "--max-iters (or --stop-at) to train it further"
+        )
+
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000034
 def config_from_dict(d: dict) -> ModernConfig:
     """The config a checkpoint saved (notebook 11's fields, 13's switches optional);
@@ -228,18 +249,6 @@ def init_distributed(device: str | None) -> tuple[int, int, int, torch.device]:
         dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
     return rank, world, local_rank, dev
-
-
-def any_rank(flag: bool, world: int, device: torch.device) -> bool:
-    """True on every process if `flag` is True on any one (so that all stop at the same
-    step)."""
-    if world == 1:
-        return flag
-    import torch.distributed as dist
-
-    t = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #234e9443
 def wrap_model(
@@ -337,28 +346,6 @@ RESUMABLE = (
     "verbose",
 )
 
-
-def check_same_settings(saved: dict, s: TrainSettings) -> None:
-    """Refuse to resume the run at s.out, saved with the settings `saved`, under other
-    ones."""
-    changed = changed_settings(saved, s.plain(), RESUMABLE)
-    if changed:
-        raise CheckpointMismatchError(
-            f"{s.out} was trained with other settings ({'; '.join(changed)}); resume "
-            f"with the same ones, or use --restart or another path for a new run"
-        )
-
-
-def check_not_past(s: TrainSettings, step: int) -> None:
-    """Refuse to resume a run saved at `step` with a max_iters or stop_at below it,
-    which would go back on nothing and rewrite the checkpoint."""
-    end = min(s.max_iters, s.stop_at or s.max_iters)
-    if end < step:
-        raise ValueError(
-            f"{s.out} is at step {step}, past the {end} steps asked for; give a larger "
-            "--max-iters (or --stop-at) to train it further"
-        )
-
 # %% ../notebooks/A2_language_model_training_runs.ipynb #d75631e9
 def resume_lm(
     s: TrainSettings,
@@ -369,16 +356,11 @@ def resume_lm(
     device: torch.device,
     say=print,
 ) -> LMRun:
-    """Load the run saved at s.out into model, optimizer and sampler, after checking
-    every part of it; refuse one with other settings, or past s.max_iters or
-    s.stop_at."""
-    state = load_checkpoint(
-        s.out,
-        kind=CHECKPOINT_FORMAT,
-        expected_config=model.config.to_dict(),
-        expected_tokenizer=data.tokenizer.to_dict(),
-        map_location=device,
-    )
+    """Load the run saved at s.out into model, optimizer and sampler, checking every
+    part; refuse one with other settings, or past s.max_iters or s.stop_at."""
+    kw = dict(kind=CHECKPOINT_FORMAT, map_location=device)
+    config, tok = model.config.to_dict(), data.tokenizer.to_dict()
+    state = load_checkpoint(s.out, expected_config=config, expected_tokenizer=tok, **kw)
     parts = dict(settings=dict, optimizer=dict, torch_rng=torch.Tensor)
     fields = {k: f.type for k, f in LMRun.__dataclass_fields__.items()}
     check_entries(s.out, state, parts | {"batch_rng": torch.Tensor} | fields)
@@ -388,11 +370,8 @@ def resume_lm(
     restore_training(s.out, state, model, optimizer, rng)
     run = LMRun(**{k: state[k] for k in fields})
     if s.max_iters > run.schedule_steps:
-        say(
-            f"extending the run to {s.max_iters} steps; its cosine ended at "
-            f"step {run.schedule_steps}, so the learning rate stays at {s.min_lr:g} "
-            "from there"
-        )
+        ended = f"its cosine ended at step {run.schedule_steps}, the rate stays at"
+        say(f"extending the run to {s.max_iters} steps; {ended} {s.min_lr:g}")
     say(f"resumed from {os.path.basename(s.out)} at step {run.step}")
     return run
 
@@ -638,10 +617,7 @@ def start_lm(
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0014
 def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
-    """Train a GPT on Tiny Shakespeare as `s` says; returns the model, its history and
-    the final figures."""
-    from transformer_lib.runtime import set_seed
-
+    """Train a GPT on Tiny Shakespeare as `s` says -> model, history, final figures."""
     rank, world, local_rank, device = init_distributed(s.device)
     main = rank == 0
     say = print if (main and s.verbose) else (lambda *a, **k: None)
@@ -676,9 +652,6 @@ def load_lm(
 ) -> tuple[GPT, object]:
     """(model in eval mode, tokenizer) from a train-lm checkpoint, read with
     weights_only=True."""
-    from transformer_lib.runtime import get_device
-    from transformer_lib.tokenization import tokenizer_from_dict
-
     dev = torch.device(device) if device else get_device()
     state = load_checkpoint(checkpoint, kind=CHECKPOINT_FORMAT, map_location=dev)
     if not isinstance(state.get("tokenizer"), dict):
