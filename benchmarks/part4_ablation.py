@@ -26,7 +26,6 @@ import time
 
 import torch
 
-from transformer_lib.modern import ModernGPT as GPT
 from transformer_lib.lm_train import (
     TrainSettings,
     get_batch,
@@ -35,6 +34,7 @@ from transformer_lib.lm_train import (
     model_config,
     train_lm,
 )
+from transformer_lib.modern import ModernGPT as GPT
 from transformer_lib.runtime import describe_machine
 
 # name -> (overrides of the GPTConfig preset, optimizer)

@@ -61,8 +61,8 @@ the budget (--max-iters is then only an upper bound, a million steps unless give
 def train_command(args: argparse.Namespace) -> int:
     """`train-lm`: build TrainSettings from the flags, train, report the final
     figures."""
-    from transformer_lib.modern import ModernConfig as GPTConfig
     from transformer_lib.lm_train import TrainSettings, train_lm
+    from transformer_lib.modern import ModernConfig as GPTConfig
 
     kinds = {
         f.name: type(getattr(GPTConfig(), f.name))
