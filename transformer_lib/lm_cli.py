@@ -91,11 +91,15 @@ def train_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     names = {f.name for f in dataclasses.fields(TrainSettings)} - {"model", "betas"}
-    s = TrainSettings(
-        **{k: v for k, v in vars(args).items() if k in names},
-        model=model,
-        betas=tuple(args.betas),
-    )
+    try:  # the settings check themselves: one line, as for a flag
+        s = TrainSettings(
+            **{k: v for k, v in vars(args).items() if k in names},
+            model=model,
+            betas=tuple(args.betas),
+        )
+    except ValueError as e:
+        print(f"train-lm: {e}", file=sys.stderr)
+        return 2
     status, _ = run_reported(
         "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
     )
