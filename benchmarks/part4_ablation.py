@@ -27,7 +27,6 @@ import time
 import torch
 from timing import fastest_of_rounds, training_step  # benchmarks/timing.py
 
-from transformer_lib.gpt import GPT
 from transformer_lib.lm_train import (
     TrainSettings,
     get_batch,
@@ -36,6 +35,7 @@ from transformer_lib.lm_train import (
     model_config,
     train_lm,
 )
+from transformer_lib.modern import ModernGPT as GPT
 from transformer_lib.runtime import describe_machine
 
 # name -> (overrides of the GPTConfig preset, optimizer)

@@ -63,14 +63,14 @@ def test_bad_config_and_gelu_mode_are_named():
         GPTConfig(norm="batch")
     with pytest.raises(ValueError, match="approximate must be"):
         gelu(torch.zeros(1), "sigmoid")
-    with pytest.raises(ValueError, match="unknown GPTConfig fields"):
-        GPTConfig.from_dict({**GPTConfig.tiny().to_dict(), "n_embd": 3})
+    with pytest.raises(ValueError, match="dropout"):
+        GPTConfig(dropout=1.0)
 
 
 def test_config_round_trip_and_presets():
-    for preset in (GPTConfig.tiny, GPTConfig.cpu, GPTConfig.gpu, GPTConfig.nanogpt_cpu):
+    for preset in (GPTConfig.tiny, GPTConfig.cpu, GPTConfig.gpu):
         config = preset()
-        assert GPTConfig.from_dict(config.to_dict()) == config
+        assert GPTConfig(**config.to_dict()) == config
         assert (
             config.d_ff == 4 * config.d_model
             and config.d_head * config.n_heads == config.d_model
@@ -161,7 +161,7 @@ def test_greedy_generation_same_with_and_without_cache(impl):
 
 def test_generate_refuses_empty_prompt_and_unknown_ids():
     model = tiny_model()
-    with pytest.raises(ValueError, match="non-empty prompt"):
+    with pytest.raises(ValueError, match=r"need ids \(B, T >= 1\)"):
         generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65\)"):
         generate(model, torch.tensor([[3, 70]]), 3)
@@ -196,17 +196,15 @@ def test_library_guards_name_what_is_wrong():
         mha(x, torch.randn(3, 5, 8))
     model = GPT(GPTConfig.tiny())
     with pytest.raises(
-        ValueError, match="token ids must lie in \\[0, 65\\); got min 0, max 65"
+        ValueError, match="token ids must lie in \\[0, 65\\); got 0..65"
     ):
         model(torch.tensor([[0, 65]]))
     with pytest.raises(ValueError, match="token ids must lie in"):
         model(torch.tensor([[-1, 3]]))
     cache = KVCache(model.config, batch_size=2)
-    with pytest.raises(
-        ValueError, match="this cache holds a batch of 2, got a batch of 1"
-    ):
+    with pytest.raises(ValueError, match="this cache holds a batch of 2, got 1"):
         model(torch.tensor([[1, 2]]), cache=cache)
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+    with pytest.raises(ValueError, match="max_new_tokens >= 0; got \\(1, 1\\), -1"):
         generate(model, torch.tensor([[1]]), -1)
     assert generate(model, torch.tensor([[1, 2]]), 0).shape == (1, 2)
     with pytest.raises(ValueError, match="top_p must lie in"):

@@ -245,3 +245,51 @@ def test_tensorboard_curves_while_training(tmp_path):
     assert len(scalars["valid/loss"]) == 2 and all(
         math.isfinite(v) for v in scalars["valid/loss"]
     )
+
+
+def test_notebook_11s_loop_and_the_library_trainer_give_the_same_losses():
+    """train_lm is notebook 11's loop with run management around it: same seed, same
+    steps, the same losses and the same weights (in fp32, on the CPU)."""
+    from transformer_lib.lm_loop import train as core_train
+    from transformer_lib.runtime import set_seed
+
+    data, steps = small_data(), 6
+    set_seed(0)
+    model = GPT(GPTConfig.tiny(vocab_size=data.tokenizer.vocab_size))
+    history = core_train(model, data, max_iters=steps, batch_size=4, lr=5e-3)
+    settings = dict(preset="tiny", batch_size=4, max_iters=steps, dtype="fp32")
+    result = train_lm(TrainSettings(**settings, device="cpu", progress=False), data)
+    assert len(history) == len(result["history"]) == 1
+    core, library = history[0], result["history"][0]
+    assert core["step"] == library["step"] == steps
+    assert core["train_loss"] == library["train_loss"]
+    assert core["val_loss"] == library["val_loss"]
+    trained = result["model"].state_dict()
+    for name, weight in model.state_dict().items():
+        assert torch.equal(weight, trained[name]), name
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(lr=-1), "lr must be above 0, got -1"),
+        (dict(lr=1e-3, min_lr=1e-2), "min_lr 0.01 is above lr 0.001"),
+        (dict(preset="huge"), "preset must be one of tiny, cpu, gpu, nanogpt_cpu"),
+        (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+        (dict(betas=(0.9, 1.5)), r"betas must be two numbers in \[0, 1\)"),
+        (dict(tokenizer="bpe", bpe_vocab=100), "bpe_vocab must be above 256"),
+        (dict(resume=True), "--resume needs --out"),
+        (dict(resume=True, restart=True, out="x.pt"), "not both"),
+        (dict(time_budget_s=0), "time_budget_s must be above 0"),
+    ],
+)
+def test_settings_refuse_bad_values_when_made(bad, message):
+    with pytest.raises(ValueError, match=message):
+        TrainSettings(**bad)
+
+
+def test_every_setting_has_a_help_text():
+    import dataclasses
+
+    for f in dataclasses.fields(TrainSettings):
+        assert f.metadata.get("help"), f"{f.name} has no help text"

@@ -11,7 +11,14 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from transformer_lib.gpt import GPT, GPTConfig, KVCache, generate
-from transformer_lib.modern import GroupedQueryAttention, Rotary, SwiGLU, repeat_kv
+from transformer_lib.modern import (
+    GroupedQueryAttention,
+    ModernConfig,
+    ModernGPT,
+    Rotary,
+    SwiGLU,
+    repeat_kv,
+)
 from transformer_lib.multi_head import merge_heads, split_heads
 from transformer_lib.muon import Muon, MuonAdamW, newton_schulz
 from transformer_lib.tiled_attention import tiled_attention
@@ -66,7 +73,7 @@ def test_repeat_kv_groups_the_heads():
 @pytest.mark.parametrize("qk_norm, positions", [(False, "learned"), (True, "rope")])
 def test_gqa_equals_pytorch(n_kv_heads, qk_norm, positions):
     torch.manual_seed(0)
-    config = GPTConfig.tiny(
+    config = ModernConfig.tiny(
         n_heads=4, n_kv_heads=n_kv_heads, qk_norm=qk_norm, positions=positions
     )
     attn = GroupedQueryAttention(config).eval()
@@ -86,7 +93,9 @@ def test_gqa_equals_pytorch(n_kv_heads, qk_norm, positions):
 
 def test_gqa_cache_holds_kv_heads_and_gives_the_same_tokens():
     torch.manual_seed(0)
-    model = GPT(GPTConfig.tiny(n_kv_heads=1, qk_norm=True, positions="rope")).eval()
+    model = ModernGPT(
+        ModernConfig.tiny(n_kv_heads=1, qk_norm=True, positions="rope")
+    ).eval()
     prompt = torch.randint(0, 65, (2, 4))
     cached = generate(model, prompt, 40, temperature=0, use_cache=True)  # past N=32
     assert torch.equal(
@@ -97,8 +106,8 @@ def test_gqa_cache_holds_kv_heads_and_gives_the_same_tokens():
 
 def test_rope_model_cached_logits_equal_one_full_pass():
     torch.manual_seed(0)
-    config = GPTConfig.tiny(positions="rope")
-    model = GPT(config).eval()
+    config = ModernConfig.tiny(positions="rope")
+    model = ModernGPT(config).eval()
     ids = torch.randint(0, 65, (2, 20))
     with torch.no_grad():
         full, _ = model(ids)
@@ -116,7 +125,7 @@ def test_swiglu_equals_its_formula_and_matches_the_gelu_size():
     W1, W3, W2 = mlp.gate.weight, mlp.up.weight, mlp.proj.weight
     assert_close(mlp(x), (F.silu(x @ W1.T) * (x @ W3.T)) @ W2.T)
     gelu = sum(p.numel() for p in GPT(GPTConfig.cpu()).blocks[0].mlp.parameters())
-    swiglu = GPT(GPTConfig.cpu(mlp="swiglu")).blocks[0].mlp
+    swiglu = ModernGPT(ModernConfig.cpu(mlp="swiglu")).blocks[0].mlp
     assert isinstance(swiglu, SwiGLU)
     n = sum(p.numel() for p in swiglu.parameters())
     assert abs(n - gelu) / gelu < 0.02
@@ -200,7 +209,9 @@ def test_one_muon_step_by_hand():
 
 @pytest.mark.parametrize("tie_weights", [True, False])
 def test_muon_adamw_splits_every_parameter_once(tie_weights):
-    model = GPT(GPTConfig.tiny(tie_weights=tie_weights, mlp="swiglu", n_kv_heads=1))
+    model = ModernGPT(
+        ModernConfig.tiny(tie_weights=tie_weights, mlp="swiglu", n_kv_heads=1)
+    )
     opt = MuonAdamW(model, lr=1e-3)
     muon = [p for g in opt.muon.param_groups for p in g["params"]]
     adamw = [p for g in opt.adamw.param_groups for p in g["params"]]

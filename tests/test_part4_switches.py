@@ -1,6 +1,6 @@
-"""Part IV's switches in the GPT (notebooks 11 and 13): every combination generates the
-same tokens with and without the KV cache and is causal; the trainer's Muon option, the
-clock-planned cosine and the `train-lm` flags."""
+"""Part IV's switches in notebook 13's ModernGPT (notebook 11's GPT, extended): every
+combination generates the same tokens with and without the KV cache and is causal; the
+trainer's Muon option, the clock-planned cosine and the `train-lm` flags."""
 
 import itertools
 import math
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from transformer_lib.__main__ import main
-from transformer_lib.gpt import GPT, GPTConfig, generate
+from transformer_lib.gpt import generate
 from transformer_lib.lm_train import LMRun, TrainSettings, learning_rate, train_lm
+from transformer_lib.modern import ModernConfig, ModernGPT
 from transformer_lib.muon import MuonAdamW
 
 COMBINATIONS = list(
@@ -27,7 +28,7 @@ COMBINATIONS = list(
 @pytest.mark.parametrize("positions,mlp,kv,qk,tie", COMBINATIONS)
 def test_every_combination_is_causal_and_caches_exactly(positions, mlp, kv, qk, tie):
     torch.manual_seed(0)
-    config = GPTConfig.tiny(
+    config = ModernConfig.tiny(
         n_heads=4,
         context_len=12,
         positions=positions,
@@ -36,7 +37,7 @@ def test_every_combination_is_causal_and_caches_exactly(positions, mlp, kv, qk, 
         qk_norm=qk,
         tie_weights=tie,
     )
-    model = GPT(config).eval()
+    model = ModernGPT(config).eval()
     prompt = torch.randint(0, 65, (2, 5))
     cached = generate(model, prompt, 16, temperature=0, use_cache=True)
     plain = generate(model, prompt, 16, temperature=0, use_cache=False)
@@ -49,10 +50,10 @@ def test_every_combination_is_causal_and_caches_exactly(positions, mlp, kv, qk, 
 
 
 def test_defaults_are_notebook_11s_gpt_and_switches_change_the_parts():
-    base = GPT(GPTConfig.cpu())
+    base = ModernGPT(ModernConfig.cpu())
     assert type(base.blocks[0].attn).__name__ == "CausalSelfAttention"
     assert type(base.blocks[0].mlp).__name__ == "MLP" and hasattr(base, "pos_emb")
-    rope = GPT(GPTConfig.cpu(positions="rope", n_kv_heads=2, mlp="swiglu"))
+    rope = ModernGPT(ModernConfig.cpu(positions="rope", n_kv_heads=2, mlp="swiglu"))
     assert type(rope.blocks[0].attn).__name__ == "GroupedQueryAttention"
     assert not hasattr(rope, "pos_emb")
     assert rope.blocks[0].attn.kv.out_features == 2 * 2 * 32  # K and V, 2 heads of 32
@@ -68,12 +69,12 @@ def test_defaults_are_notebook_11s_gpt_and_switches_change_the_parts():
         ({"positions": "alibi"}, "positions must be one of"),
         ({"mlp": "relu2"}, "mlp must be one of"),
         ({"positions": "rope", "n_heads": 4, "d_model": 36}, "d_head=9 is odd"),
-        ({"n_kv_heads": -1}, "n_kv_heads >= 0"),
+        ({"n_kv_heads": -1}, "n_kv_heads must be >= 0"),
     ],
 )
 def test_impossible_switches_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
-        GPTConfig.tiny(**overrides)
+        ModernConfig.tiny(**overrides)
 
 
 def test_the_cosine_planned_on_the_clock_ends_at_the_budget():
@@ -94,7 +95,7 @@ def test_the_cosine_planned_on_the_clock_ends_at_the_budget():
 
 
 def test_muon_trains_resumes_and_splits_the_parameters(tmp_path):
-    model = GPT(GPTConfig.tiny())
+    model = ModernGPT(ModernConfig.tiny())
     opt = MuonAdamW(model, lr=1e-3)
     in_muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
     for name, p in model.named_parameters():

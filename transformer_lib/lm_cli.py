@@ -68,8 +68,8 @@ is then only an upper bound, a million steps unless given).
 def train_command(args: argparse.Namespace) -> int:
     """`train-lm`: build TrainSettings from the flags, train, report the final
     figures."""
-    from transformer_lib.gpt import GPTConfig
     from transformer_lib.lm_train import TrainSettings, train_lm
+    from transformer_lib.modern import ModernConfig as GPTConfig
 
     kinds = {
         f.name: type(getattr(GPTConfig(), f.name))

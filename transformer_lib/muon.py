@@ -42,11 +42,8 @@ def newton_schulz(
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0031
 class Muon(torch.optim.Optimizer):
     """torch.optim.Muon's update (Nesterov momentum, Newton-Schulz, the rate scaled as
-    "match_rms_adamw"), iterating in bf16 only where bf16 is native.
-
-    `dtype=None` picks bf16 where `bf16_supported` says the parameters' device has it
-    natively, fp32 elsewhere: emulated bf16 makes the iteration many times slower.
-    """
+    "match_rms_adamw"); with dtype=None it iterates in bf16 only where bf16 is native,
+    in fp32 elsewhere."""
 
     def __init__(
         self,
@@ -106,12 +103,7 @@ def muon_split(
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0012
 class MuonAdamW:
     """Muon for the weight matrices inside the blocks, AdamW for the rest (embeddings,
-    output layer, norm gains), stepped together as one optimizer.
-
-    Muon's rate is scaled per matrix to match AdamW's update size (torch's
-    "match_rms_adamw"), so one learning-rate schedule drives both. Muon iterates in bf16
-    only where bf16 is native (`Muon`).
-    """
+    output layer, norm gains), stepped as one optimizer under one learning rate."""
 
     def __init__(
         self,

@@ -13,21 +13,16 @@ from torch import Tensor
 def tiled_attention(
     q: Tensor, k: Tensor, v: Tensor, block_size: int = 64, causal: bool = True
 ) -> Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v computed tile by tile with an online softmax,
-    never holding more than a (block_size, block_size) tile of scores per head.
-
-    q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> (..., T_q, D_v); with
-    causal=True, query i sees keys j <= i (T_q must equal T_k).
-    """
+    """softmax(q k^T / sqrt(D) + mask) v, a (block_size, block_size) tile of scores at
+    a time: q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> (..., T_q, D_v)."""
     if causal and q.size(-2) != k.size(-2):
         raise ValueError(f"causal needs T_q == T_k, got {q.size(-2)} and {k.size(-2)}")
     T_q, T_k, scale = q.size(-2), k.size(-2), 1 / math.sqrt(q.size(-1))
     out = []
     for i in range(0, T_q, block_size):
         q_tile = q[..., i : i + block_size, :] * scale  # (..., b, D)
-        rows = q_tile.shape[:-1] + (1,)
-        m = q.new_full(rows, -math.inf)  # (..., b, 1): running maximum
-        ell = q.new_zeros(rows)  # (..., b, 1): running sum of exp(s - m)
+        m = q.new_full(q_tile.shape[:-1] + (1,), -math.inf)  # (..., b, 1): running max
+        ell = torch.zeros_like(m)  # (..., b, 1): running sum of exp(s - m)
         o = q.new_zeros(q_tile.shape[:-1] + (v.size(-1),))  # (..., b, D_v)
         last = min(i + block_size, T_k) if causal else T_k  # later keys: all masked
         for j in range(0, last, block_size):
