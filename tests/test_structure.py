@@ -22,6 +22,7 @@ HAND_WRITTEN = {
     "exercises",
 }
 PART_II = {
+    "translator",
     "encoder",
     "seq2seq",
     "torch_reference",
@@ -29,7 +30,7 @@ PART_II = {
     "mt_train",
     "decoding",
 }
-PART_III = {"gpt", "lm_train", "gpt2_weights", "perf"}
+PART_III = {"gpt", "lm_loop", "lm_train", "gpt2_weights", "perf"}
 PART_IV = {"modern", "muon", "tiled_attention"}  # notebook 13: builds on Part III
 PART_V = {"prompt_mask", "lora", "dpo"}  # notebooks 14-16: build on Part III
 SHARED = {"training", "checkpoints", "files", "sampling"}
@@ -163,40 +164,63 @@ def test_each_notebook_is_framed_learn_content_summary_exercises(path):
     )
 
 
-# The core track (00-13) is read in sittings: the code a reader sees stays short.
+# The core track (00-13) is read in sittings: the code a reader sees stays short. A line
+# is any line of a code cell the book shows (folded ones and blank lines count), the
+# measure issue 22 set its targets in.
 CORE_LINES_EACH, CORE_LINES_ALL, CELL_LINES = 600, 5000, 30
+# Not there yet (issue 22 is open): the lines each of these shows now, to come down.
+OVER_TODAY = {"01": 603, "09": 631, "10": 635, "11": 633, "13": 645}
 
 
-def visible_code(path: Path) -> list[list[str]]:
-    """The non-blank lines of each code cell the book shows (folded ones count), less
-    the export directives (`#| export`)."""
+def shown_cells(path: Path) -> list[list[str]]:
+    """The lines of each code cell the book shows."""
     cells = json.loads(path.read_text())["cells"]
     return [
-        [
-            line
-            for line in "".join(c["source"]).splitlines()
-            if line.strip() and not line.startswith("#|")
-        ]
+        "".join(c["source"]).splitlines()
         for c in cells
         if c["cell_type"] == "code"
         and not {"remove-cell", "remove-input"} & set(c["metadata"].get("tags", []))
     ]
 
 
+def visible_code(path: Path) -> list[list[str]]:
+    """The non-blank lines of each code cell the book shows, less the export
+    directives (`#| export`): what the 30-line rule for a cell counts."""
+    return [
+        [line for line in cell if line.strip() and not line.startswith("#|")]
+        for cell in shown_cells(path)
+    ]
+
+
 CORE = [p for p in NOTEBOOKS if p.stem[:2] <= "13"]
 
 
-@pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem[:2])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(
+            p,
+            marks=pytest.mark.xfail(
+                p.stem[:2] in OVER_TODAY,
+                reason=f"{OVER_TODAY.get(p.stem[:2])} lines today",
+                strict=True,
+            ),
+        )
+        for p in CORE
+    ],
+    ids=lambda p: p.stem[:2],
+)
 def test_a_core_notebook_shows_at_most_600_code_lines(path):
-    lines = sum(map(len, visible_code(path)))
+    lines = sum(map(len, shown_cells(path)))
     assert lines <= CORE_LINES_EACH, (
-        f"{path.name}: {lines} visible code lines, over {CORE_LINES_EACH}: move run "
+        f"{path.name}: {lines} code lines shown, over {CORE_LINES_EACH}: move run "
         "management to an appendix (A1, A2) or shorten"
     )
 
 
+@pytest.mark.xfail(reason="5,785 lines today (issue 22 is open)", strict=True)
 def test_the_core_track_shows_at_most_5000_code_lines():
-    lines = {p.stem[:2]: sum(map(len, visible_code(p))) for p in CORE}
+    lines = {p.stem[:2]: sum(map(len, shown_cells(p))) for p in CORE}
     assert sum(lines.values()) <= CORE_LINES_ALL, f"{sum(lines.values())}: {lines}"
 
 
