@@ -78,7 +78,9 @@ class GPTConfig:
     """Every size and switch of the GPT, each default with its reason (they make
     nanoGPT's Shakespeare model, the `gpu` preset), with named presets."""
 
-    vocab_size: int = 65  # V: Tiny Shakespeare's characters; set it from the tokenizer
+    vocab_size: int = (
+        65  # n_vocab: Tiny Shakespeare's characters; set it from the tokenizer
+    )
     context_len: int = 256  # N: the longest context the model reads
     n_layers: int = 6  # L
     n_heads: int = 6  # H; d_head = d_model / n_heads
@@ -250,9 +252,9 @@ def init_gpt_weights(model: nn.Module, n_layers: int) -> None:
 
 # %% ../notebooks/11_gpt_language_model.ipynb #ef0fa161
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy (nats) of logits (B, T, V) against the next tokens (B, T),
-    computed in fp32."""
-    flat = logits.float().view(-1, logits.size(-1))  # (B*T, V)
+    """Mean cross-entropy (nats) of logits (B, T, n_vocab) against the next tokens
+    (B, T), computed in fp32."""
+    flat = logits.float().view(-1, logits.size(-1))  # (B*T, n_vocab)
     return F.cross_entropy(flat, targets.reshape(-1))
 
 # %% ../notebooks/11_gpt_language_model.ipynb #311554b0
@@ -287,7 +289,7 @@ class GPT(nn.Module):
         )
         self.norm_f = make_norm(config)
         self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
-        if config.tie_weights:  # one (V, C) matrix reads and writes tokens
+        if config.tie_weights:  # one (n_vocab, C) matrix reads and writes tokens
             self.lm_head.weight = self.tok_emb.weight
         init_gpt_weights(self, config.n_layers)
 
@@ -312,9 +314,9 @@ class GPT(nn.Module):
         cache: "KVCache | None" = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """ids (B, T) -> (logits (B, T, V), loss against targets (B, T) or None). With a
-        cache, idx holds only the new tokens; with need_weights, each layer's attention
-        weights go to `self.last_weights`."""
+        """ids (B, T) -> (logits (B, T, n_vocab), loss against targets (B, T) or None).
+        With a cache, idx holds only the new tokens; with need_weights, each layer's
+        attention weights go to `self.last_weights`."""
         start = cache.length if cache is not None else 0
         check_input(idx, start, self.config, self.training)
         x, weights = self.embed(idx, start), []  # (B, T, C)
@@ -325,7 +327,7 @@ class GPT(nn.Module):
             self.last_weights = weights  # L x (B, H, T, T_k)
         if cache is not None:
             cache.length += idx.size(1)
-        logits = self.lm_head(self.norm_f(x))  # (B, T, V)
+        logits = self.lm_head(self.norm_f(x))  # (B, T, n_vocab)
         loss = None if targets is None else next_token_loss(logits, targets)
         return logits, loss
 

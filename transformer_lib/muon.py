@@ -20,7 +20,7 @@ def newton_schulz(
     eps: float = 1e-7,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """An approximate orthogonalisation of G (its U V^T): Muon's update direction.
+    """An approximate orthogonalisation of G (its U n_vocab^T): Muon's update direction.
 
     Five steps of the odd polynomial X <- aX + b(XX^T)X + c(XX^T)^2 X, from X = G/||G||,
     push every singular value of X towards 1: those above about ||G|| / 500 end in about
