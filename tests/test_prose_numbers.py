@@ -84,23 +84,23 @@ QUOTES = [
     ),
     ("08_decoder_and_model", r"It gets (\d+)% of the digits", r"digits right: (\d+)%"),
     (
-        "11_gpt_language_model",
+        "A2_language_model_training_runs",
         r"baseline ends at a validation loss of ([\d.]+)",
         r"nanoGPT CPU config: val loss ([\d.]+)",
     ),
     (
-        "11_gpt_language_model",
+        "A2_language_model_training_runs",
         r"Our preset ends at ([\d.]+)",
         r"our CPU preset: val loss ([\d.]+)",
     ),
     (
-        "11_gpt_language_model",
+        "A2_language_model_training_runs",
         r"the BPE model is better, ([\d.]+) bits",
         r"final: val loss 3\.\d+ over all [\d,]+ validation tokens \| ([\d.]+) bits",
     ),
     (
-        "11_gpt_language_model",
-        r"head 0\.1 puts four fifths of its weight \(([\d.]+)\)",
+        "A2_language_model_training_runs",
+        r"head 0\.1 puts three quarters of its weight \(([\d.]+)\)",
         r"\n0\.1\s+[\d.]+\s+([\d.]+)\s",
     ),
     (
@@ -124,7 +124,7 @@ QUOTES = [
         r"([\d,]+) of 32,028 Chinese sentences",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"The record: \*\*([\d.]+)\*\*",
         r"validation loss ([\d.]+) after",
     ),
@@ -139,27 +139,27 @@ QUOTES = [
         r"Challenge test\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"\*\*Muon is the big one\*\*: ([\d.]+) against",
         r"\nmuon\s+(1\.\d{4})\s+0\.\d{4}",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"against the baseline's ([\d.]+), a gain",
         r"\nbaseline\s+(1\.\d{4})\s+0\.\d{4}",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"\*\*RoPE helps\*\* \(([\d.]+),",
         r"\nrope\s+(1\.\d{4})\s+0\.\d{4}",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"\*\*QK-norm hurts\*\* here \(([\d.]+),",
         r"\nqk-norm\s+(1\.\d{4})\s+0\.\d{4}",
     ),
     (
-        "13_modern_gpt",
+        "A2_language_model_training_runs",
         r"\s([\d.]+), a gain of 0\.17",
         r"\ncombination:.*?\s+(1\.\d{4})\s+0\.\d{4}",
     ),
@@ -177,6 +177,46 @@ QUOTES = [
         "16_preference_tuning",
         r"mean sentence chrF\s+of ([\d.]+)",
         r"mean chrF chosen ([\d.]+)",
+    ),
+    (
+        "11_gpt_language_model",
+        r"from the bigram model's ([\d.]+) nats",
+        r"bigram model: validation loss ([\d.]+)",
+    ),
+    (
+        "11_gpt_language_model",
+        r"nats per character to ([\d.]+)\s+over every validation token",
+        r"val loss ([\d.]+) over every validation token",
+    ),
+    (
+        "11_gpt_language_model",
+        r"over every validation token \(([\d.]+) bits per character\)",
+        r"\| ([\d.]+) bits/char\n",
+    ),
+    (
+        "11_gpt_language_model",
+        r"The estimate on 64 windows \(([\d.]+) at step 700\)",
+        r"step  700 \| train [\d.]+ \| val ([\d.]+)",
+    ),
+    (
+        "11_gpt_language_model",
+        r"its loss of ([\d.]+) nats",
+        r"val loss ([\d.]+) over every validation token",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"the two sentences reach BLEU-zh ([\d.]+);",
+        r"\{'bleu': ([\d.]+), 'chrf'",
+    ),
+    (
+        "10_decoding_and_evaluation",
+        r"the same output falls to ([\d.]+)\.",
+        r"BLEU = ([\d.]+) ",
+    ),
+    (
+        "08_decoder_and_model",
+        r"ends at a loss of ([\d.]+) instead",
+        r"without positions, 400 steps: final loss ([\d.]+)",
     ),
 ]
 
