@@ -294,6 +294,11 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "2,767": "in 09",
         "0.76": "read off the loss curves above",
     },
+    "09": {
+        "3,000": "the demo's batch cap, a setting",
+        "5.4": "a section of the paper",
+        "4.4": "= 4415040 / 1e6",
+    },
     "10": {
         "0.48": "the beam tree's score, in the figure's alt text (tools/beam_tree.py)",
         "0.73": "greedy's score, in the figure's alt text (tools/beam_tree.py)",
