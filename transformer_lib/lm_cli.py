@@ -39,7 +39,7 @@ MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on 
 # switches), or by no flag (verbose: the CLI always prints)
 NOT_FLAGS = ("out", "resume", "restart", "device", "log_dir", "progress", "preset")
 NOT_FLAGS += ("model", "verbose")
-PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # GPTConfig's, notebook 13
+PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # ModernConfig's, notebook 13
 
 TRAIN_HELP = """Train the GPT on Tiny Shakespeare: the first 90% of the characters
 train, the last 10% validate.
@@ -143,8 +143,8 @@ def generate_command(args: argparse.Namespace) -> int:
 def register(commands) -> None:
     """Add `train-lm` and `generate` to the subcommands of `python -m
     transformer_lib`."""
-    from transformer_lib.gpt import GPTConfig
     from transformer_lib.lm_train import PRESETS, TrainSettings
+    from transformer_lib.modern import ModernConfig as GPTConfig
 
     p = commands.add_parser(
         "train-lm",
