@@ -2983,9 +2983,11 @@ def _mha_autocast() -> str | None:
 def _trained_tiny(env: Env):
     import torch
 
-    G_ = _lib()["gpt"]
+    from transformer_lib.lm_train import config_from_dict
+    from transformer_lib.modern import ModernGPT
+
     state = torch.load(lm_ckpt(env), weights_only=True)
-    model = G_.GPT(G_.GPTConfig.from_dict(state["config"]))
+    model = ModernGPT(config_from_dict(state["config"]))
     model.load_state_dict(state["model"])
     return model.eval()
 
