@@ -2,8 +2,10 @@
 run: the same losses, step by step and epoch by epoch, for the same seed."""
 
 import math
+from dataclasses import replace
 
 import pytest
+import test_mt_train  # the same task and settings as the trainer's tests
 import torch
 
 from transformer_lib.checkpoints import load_checkpoint
@@ -11,27 +13,8 @@ from transformer_lib.mt_train import fit
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.translator import CHECKPOINT_FORMAT, TrainConfig, train_loop
 
-CFG = TrainConfig(
-    epochs=3,
-    max_minutes=None,
-    warmup_steps=3,
-    max_tokens=60,
-    patience=5,
-    lr=3e-3,
-    min_lr=6e-5,
-    dtype="fp32",
-)
-
-
-def examples(n: int = 48, seed: int = 0) -> list:
-    """Encoded pairs of a reversal task: <bos> = 1, <eos> = 2, pad = 0."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        length = int(torch.randint(2, 6, (1,), generator=g))
-        src = torch.randint(3, 10, (length,), generator=g).tolist()
-        out.append((src + [2], [1] + src[::-1] + [2]))
-    return out
+CFG = replace(test_mt_train.CFG, dtype="fp32")  # both runs in fp32 on every machine
+examples = test_mt_train.examples
 
 
 def new_model() -> Transformer:

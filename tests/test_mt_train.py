@@ -13,8 +13,9 @@ from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
 
-def examples(n: int = 48) -> list:
-    g = torch.Generator().manual_seed(0)
+def examples(n: int = 48, seed: int = 0) -> list:
+    """Encoded pairs of a reversal task: <bos> = 1, <eos> = 2, pad = 0."""
+    g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         src = torch.randint(
