@@ -22,14 +22,6 @@ def _check_specials(specials: Sequence[str]) -> list[str]:
         raise ValueError(f"special tokens must be distinct, got {specials}")
     return specials
 
-# %% ../notebooks/01_tokenization.ipynb #8159566d
-def _check_specials(specials: Sequence[str]) -> list[str]:
-    """The special tokens as a list, refusing duplicates (two ids for one token)."""
-    specials = list(specials)
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"special tokens must be distinct, got {specials}")
-    return specials
-
 # %% ../notebooks/01_tokenization.ipynb #f6fa111d
 def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
     """`ids` as a list of ints (a tensor too), refusing any outside the vocabulary."""
@@ -40,13 +32,6 @@ def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
     return ids
 
 # %% ../notebooks/01_tokenization.ipynb #2ab4ade8
-def _special_id(token: str) -> property:
-    """A read-only property: the tokenizer's id of `token`, or None if it lacks it."""
-    return property(
-        lambda self: self.special_ids.get(token), doc=f"id of {token}, or None"
-    )
-
-# %% ../notebooks/01_tokenization.ipynb #4606b31b
 def _special_id(token: str) -> property:
     """A read-only property: the tokenizer's id of `token`, or None if it lacks it."""
     return property(
@@ -150,19 +135,6 @@ def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
             i += 1
     return out
 
-# %% ../notebooks/01_tokenization.ipynb #e425dac9
-def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace `pair` by `new_id`: [1, 2, 3, 1, 2], (1, 2), 4 -> [4, 3, 4]."""
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
 # %% ../notebooks/01_tokenization.ipynb #a826fc26
 # a contraction, a word with its leading space, a number, punctuation, or whitespace
 CHUNK_PATTERN = regex.compile(
@@ -170,12 +142,6 @@ CHUNK_PATTERN = regex.compile(
 )
 
 # %% ../notebooks/01_tokenization.ipynb #8e9fd0c8
-def most_frequent_pair(counts: Counter) -> tuple[int, int]:
-    """The most frequent pair; on a tie the smallest, so that order never matters."""
-    best = max(counts.values())
-    return min(p for p, c in counts.items() if c == best)
-
-# %% ../notebooks/01_tokenization.ipynb #4f3c209d
 def most_frequent_pair(counts: Counter) -> tuple[int, int]:
     """The most frequent pair; on a tie the smallest, so that order never matters."""
     best = max(counts.values())
