@@ -49,25 +49,19 @@ def load_torch_encoder_layer(
 # %% ../notebooks/08_decoder_and_model.ipynb #4333a112
 from typing import TYPE_CHECKING
 
-# type hints only: in notebook 08, importing it would replace the DecoderLayer built
-# there
+# type hints only: importing it in notebook 08 would replace the DecoderLayer there
 if TYPE_CHECKING:
     from transformer_lib.seq2seq import DecoderLayer
 
-
+# %% ../notebooks/08_decoder_and_model.ipynb #4815a190
 def load_torch_decoder_layer(
     ours: "DecoderLayer", theirs: nn.TransformerDecoderLayer
 ) -> "DecoderLayer":
-    """Copy the weights of PyTorch's `nn.TransformerDecoderLayer` into `ours` (for
-    checking); returns `ours`."""
+    """Copy PyTorch's `nn.TransformerDecoderLayer` weights into `ours`, returned."""
     copy_torch_attention(ours.self_attn, theirs.self_attn)
     copy_torch_attention(ours.cross_attn, theirs.multihead_attn)
-    same = [
-        (ours.ff.linear1, theirs.linear1),
-        (ours.ff.linear2, theirs.linear2),
-        (ours.norm1, theirs.norm1),
-        (ours.norm2, theirs.norm2),
-        (ours.norm3, theirs.norm3),
-    ]
+    same = [(ours.ff.linear1, theirs.linear1), (ours.ff.linear2, theirs.linear2)]
+    same += [(ours.norm1, theirs.norm1), (ours.norm2, theirs.norm2)]
+    same.append((ours.norm3, theirs.norm3))
     copy_params((mine, ref.weight, ref.bias) for mine, ref in same)
     return ours
