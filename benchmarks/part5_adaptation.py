@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.data import course_pairs, public_test_pairs
 from transformer_lib.decoding import evaluate_model, evaluate_translations
 from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
 from transformer_lib.gpt import GPT, GPTConfig
@@ -44,11 +45,9 @@ from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.translation_data import (
     build_tokenizers,
     collate,
-    course_pairs,
     encode_pair,
     group_references,
     label_smoothed_cross_entropy,
-    public_test_pairs,
     split_by_english,
 )
 

@@ -28,6 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from transformer_lib.data import public_test_pairs
 from transformer_lib.decoding import (
     average_weights,
     choose_decoding,
@@ -41,11 +42,7 @@ from transformer_lib.mt_train import (
     train_translator,
 )
 from transformer_lib.runtime import describe_machine, get_device
-from transformer_lib.translation_data import (
-    TEST_FINGERPRINT,
-    public_test_pairs,
-    split_fingerprint,
-)
+from transformer_lib.translation_data import TEST_FINGERPRINT, split_fingerprint
 
 
 def load() -> str:

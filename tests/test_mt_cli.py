@@ -239,7 +239,7 @@ def test_traditional_script_is_a_conversion_and_sampling_at_temperature_0_is_ref
         == 0
     )
     out, err = capsys.readouterr()
-    from transformer_lib.translation_data import to_traditional
+    from transformer_lib.data import to_traditional
 
     assert (
         out.strip() == to_traditional(simplified) and "converted to Traditional" in err

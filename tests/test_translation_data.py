@@ -7,22 +7,24 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer_lib.data import (
+    course_pairs,
+    drop_test_sentences,
+    english_key,
+    simplify_pairs,
+    to_simplified,
+    to_traditional,
+)
 from transformer_lib.translation_data import (
     TEST_FINGERPRINT,
     build_tokenizers,
     collate,
-    course_pairs,
-    drop_test_sentences,
     encode_pair,
-    english_key,
     group_references,
     label_smoothed_cross_entropy,
     length_bucketed_batches,
-    simplify_pairs,
     split_by_english,
     split_fingerprint,
-    to_simplified,
-    to_traditional,
 )
 
 PAIRS = [
@@ -156,7 +158,7 @@ def test_one_script_and_no_test_sentence_in_training():
 
 
 def test_the_course_corpus_is_simplified_and_disjoint_from_the_public_test():
-    from transformer_lib.translation_data import public_test_pairs
+    from transformer_lib.data import public_test_pairs
 
     pairs, public = course_pairs(), public_test_pairs()
     assert len(pairs) == 27_526 and len(public) == 8_613

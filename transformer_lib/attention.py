@@ -12,42 +12,27 @@ from torch import Tensor
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #889fe265
 def check_mask(mask: Tensor, scores_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise a ValueError naming the shapes unless `mask` is bool and broadcasts to
-    `scores_shape`.
-
-    The one mask convention of the course: True = "may attend", as in
-    F.scaled_dot_product_attention.
-    """
+    """A ValueError naming the shapes unless `mask` is bool and fits the scores."""
     if mask.dtype != torch.bool:
         raise ValueError(
             f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
         )
     try:
-        fits = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(
-            scores_shape
-        )
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == tuple(scores_shape)
     except RuntimeError:
         fits = False
     if not fits:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the "
-            "scores' shape "
-            f"{tuple(scores_shape)} (..., T_q, T_k)"
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+            f"shape {tuple(scores_shape)} (..., T_q, T_k)"
         )
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #9aa80bb3
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v, returning (output, weights) so the weights can be
-    drawn.
-
-    q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) -> out (..., T_q, D_v), weights
-    (..., T_q, T_k). mask: bool, True = may attend, broadcastable to (..., T_q, T_k). A
-    query row with no key allowed gets all-zero weights and a zero output, with finite
-    gradients (a plain softmax gives NaN there). The weights returned are those before
-    dropout.
-    """
+    """softmax(q k^T / sqrt(d_k)) v -> (out (..., T_q, D_v), weights before dropout);
+    mask: bool, True = may attend. A query seeing no key gets 0 weights, not NaN."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
     empty = None
     if mask is not None:
@@ -66,13 +51,8 @@ def scaled_dot_product_attention(
 def fast_scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> Tensor:
-    """The output of `scaled_dot_product_attention` through PyTorch's fused
-    F.scaled_dot_product_attention.
-
-    Same arguments and mask convention; no weights (the fused kernels never store them).
-    Rows with no allowed key attend everywhere inside the kernel and are then zeroed, so
-    they are finite, not NaN.
-    """
+    """`scaled_dot_product_attention`'s output by PyTorch's fused kernel (no weights); a
+    row with no allowed key attends everywhere there, then is zeroed: no NaN."""
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     check_mask(mask, (*q.shape[:-1], k.size(-2)))

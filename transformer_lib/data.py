@@ -20,6 +20,7 @@ every source fails, the error lists why for each and says in one line what to do
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import http.client
 import io
@@ -556,4 +557,84 @@ __all__ = [
     "load_tatoeba_test",
     "load_tiny_shakespeare",
     "pack",
+]
+
+
+# ------------------------------------------------------------------------------------
+# The translation corpus made clean (notebook 09): one script, the public test kept out.
+# ------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def opencc_converter(config: str):
+    """An OpenCC converter ("t2s": Traditional to Simplified characters, "s2t": back),
+    made once."""
+    import opencc
+
+    return opencc.OpenCC(config)
+
+
+def to_simplified(text: str) -> str:
+    """Chinese text in Simplified characters (OpenCC t2s: the characters change, the
+    words do not)."""
+    return opencc_converter("t2s").convert(text)
+
+
+def to_traditional(text: str) -> str:
+    """Chinese text in Traditional characters (OpenCC s2t), for readers who want
+    them."""
+    return opencc_converter("s2t").convert(text)
+
+
+def simplify_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every Chinese side in Simplified characters; pairs that became identical are kept
+    once, in order."""
+    seen, out = set(), []
+    for en, zh in pairs:
+        pair = (en, to_simplified(zh))
+        if pair not in seen:
+            seen.add(pair)
+            out.append(pair)
+    return out
+
+
+def english_key(sentence: str) -> str:
+    """An English sentence with case and spacing normalised: 'Hi  there.' and 'hi
+    there.' match."""
+    return " ".join(sentence.lower().split())
+
+
+def drop_test_sentences(
+    pairs: list[tuple[str, str]], test_pairs: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The pairs whose English sentence (case and spacing normalised) is not in
+    `test_pairs`."""
+    test = {english_key(en) for en, _ in test_pairs}
+    return [(en, zh) for en, zh in pairs if english_key(en) not in test]
+
+
+def public_test_pairs() -> list[tuple[str, str]]:
+    """The Tatoeba Challenge's English-Mandarin test pairs, references in Simplified
+    characters."""
+    return [(en, to_simplified(zh)) for en, zh in load_tatoeba_test()]
+
+
+def course_pairs(pairs: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """The corpus the course trains on: Tatoeba's pairs (or `pairs`) in Simplified,
+    without the public test's sentences."""
+    return drop_test_sentences(
+        simplify_pairs(load_tatoeba_pairs() if pairs is None else pairs),
+        public_test_pairs(),
+    )
+
+
+__all__ += [
+    "course_pairs",
+    "drop_test_sentences",
+    "english_key",
+    "opencc_converter",
+    "public_test_pairs",
+    "simplify_pairs",
+    "to_simplified",
+    "to_traditional",
 ]

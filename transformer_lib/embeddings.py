@@ -12,12 +12,7 @@ from torch import nn
 # %% ../notebooks/02_embeddings.ipynb #d6ea9ff5
 class TokenEmbedding(nn.Module):
     """Token ids (B, T) -> vectors (B, T, C): a learned table, times sqrt(d_model) when
-    `scale`.
-
-    With `scale`, the table starts with std 1/sqrt(d_model), the paper's choice for a
-    table shared with the output layer, so the scaled output has unit variance; without
-    it, std 1 (nn.Embedding's default).
-    """
+    `scale` (the table then starts at std 1/sqrt(d_model), else at std 1)."""
 
     def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
         super().__init__()

@@ -5,14 +5,13 @@ __all__ = ['PositionwiseFeedForward', 'EncoderLayer', 'Encoder']
 
 # %% ../notebooks/07_encoder.ipynb #7a8ca3b0
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .multi_head import MultiHeadAttention
 
-
+# %% ../notebooks/07_encoder.ipynb #e7bdaa88
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, the same at every position (the paper's
-    equation 2)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position (the paper's equation 2)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
@@ -27,13 +26,8 @@ class PositionwiseFeedForward(nn.Module):
 
 # %% ../notebooks/07_encoder.ipynb #38554f49
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network; each in a residual connection with
-    a LayerNorm.
-
-    norm_first=False: the paper's post-norm, x = LN(x + sublayer(x)).
-    norm_first=True: pre-norm, x = x + sublayer(LN(x)), which keeps an un-normalised
-    path from input to output.
-    """
+    """Self-attention, then the feed-forward network, each in a residual connection with
+    a LayerNorm: after the sum (post-norm, the paper's) or at its input (norm_first)."""
 
     def __init__(
         self,
@@ -53,11 +47,8 @@ class EncoderLayer(nn.Module):
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return self.dropout(self.self_attn(x, mask=mask)[0])
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """x (B, T, C), mask broadcastable to (B, H, T, T) with True = may attend -> (B,
-        T, C)."""
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x (B, T, C), mask (True = may attend; to (B, H, T, T)) -> (B, T, C)."""
         if self.norm_first:
             x = x + self._attend(self.norm1(x), mask)
             return x + self.dropout(self.ff(self.norm2(x)))
@@ -66,8 +57,7 @@ class EncoderLayer(nn.Module):
 
 # %% ../notebooks/07_encoder.ipynb #e6aab352
 class Encoder(nn.Module):
-    """A stack of `n_layers` encoder layers; with pre-norm, a final LayerNorm (its
-    layers leave x un-normalised)."""
+    """`n_layers` encoder layers; with pre-norm, a final LayerNorm after the last."""
 
     def __init__(
         self,
@@ -79,15 +69,11 @@ class Encoder(nn.Module):
         norm_first: bool = False,
     ):
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-            for _ in range(n_layers)
-        )
+        args = (d_model, n_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """(B, T, C) -> (B, T, C)."""
         for layer in self.layers:
             x = layer(x, mask)

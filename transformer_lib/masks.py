@@ -9,12 +9,7 @@ from torch import Tensor
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
-    """(B, T) token ids -> (B, 1, 1, T) bool mask, True at real tokens (True = may
-    attend).
-
-    The singleton dimensions broadcast over heads and queries: every query sees every
-    real key.
-    """
+    """(B, T) ids -> (B, 1, 1, T) bool, True at real tokens (any head, query)."""
     if ids.dim() != 2:
         raise ValueError(f"ids must be (B, T), got shape {tuple(ids.shape)}")
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
@@ -23,11 +18,6 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 def causal_mask(
     T: int, device: torch.device | str | None = None, past: int = 0
 ) -> Tensor:
-    """(T, past + T) bool mask, True = may attend: query i sees keys j <= past + i.
-
-    past = 0 gives the square lower triangle. Notebook 11 generates text with `past`
-    keys kept from earlier steps and T new queries after them: each new query still sees
-    everything up to itself.
-    """
-    # (T, past + T)
+    """(T, past + T) bool, True = may attend: query i sees keys j <= past + i (`past`
+    keys kept from earlier steps, as notebook 11 generates; 0: the square triangle)."""
     return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)

@@ -140,7 +140,7 @@ def translate_cmd(args: argparse.Namespace) -> int:
         print(f"translate: {e}", file=sys.stderr)
         return 1
     if args.script == "traditional":
-        from transformer_lib.translation_data import to_traditional
+        from transformer_lib.data import to_traditional
 
         print(
             "note: the model writes Simplified Chinese; this is its answer "

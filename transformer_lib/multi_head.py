@@ -12,10 +12,9 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
 )
 
-
+# %% ../notebooks/05_multi_head_attention.ipynb #7cb040e6
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
-    """(B, T, C) -> (B, H, T, D): cut the width into n_heads slices, heads becoming a
-    batch dimension."""
+    """(B, T, C) -> (B, H, T, D): n_heads slices of the width; heads batch up."""
     B, T, C = x.shape
     if C % n_heads:
         raise ValueError(f"width C={C} is not divisible by n_heads={n_heads}")
@@ -23,8 +22,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 
 # %% ../notebooks/05_multi_head_attention.ipynb #6d24f149
 def merge_heads(x: Tensor) -> Tensor:
-    """(B, H, T, D) -> (B, T, C): concatenate the heads back along the width (the
-    inverse of split_heads)."""
+    """(B, H, T, D) -> (B, T, C): the heads concatenated back (undoes split_heads)."""
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
 
@@ -38,10 +36,9 @@ def head_width(d_model: int, n_heads: int) -> int:
         )
     return d_model // n_heads
 
-
+# %% ../notebooks/05_multi_head_attention.ipynb #5ad754ec
 def check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, d_model: int):
-    """Refuse query, key and value that are not (B, T, d_model) with one batch size B
-    and one length T_k for key and value, naming the sizes."""
+    """Refuse inputs not (B, T, d_model) of one B, with key and value of one T_k."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != 3 or t.size(-1) != d_model:
             raise ValueError(
@@ -60,8 +57,7 @@ def check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, d_model: i
 
 # %% ../notebooks/05_multi_head_attention.ipynb #68dc3fe5
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: H scaled dot-product attentions on projections of width D =
-    d_model / H."""
+    """H scaled dot-product attentions on projections of width D = d_model / H."""
 
     def __init__(
         self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True
@@ -84,13 +80,8 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """query (B, T_q, C), key/value (B, T_k, C) -> (out (B, T_q, C), weights (B, H,
-        T_q, T_k) or None).
-
-        key defaults to query and value to key. mask: bool, True = may attend,
-        broadcastable to (B, H, T_q, T_k). need_weights=False runs
-        F.scaled_dot_product_attention and returns None weights.
-        """
+        """query (B, T_q, C), key, value (B, T_k, C) -> out (B, T_q, C), weights (B, H,
+        T_q, T_k) or None. key defaults to query, value to key; mask: True attends."""
         key = query if key is None else key
         value = key if value is None else value
         check_attention_inputs(query, key, value, self.d_model)

@@ -11,26 +11,21 @@ from torch import nn
 
 
 def sinusoidal_positional_encoding(context_len: int, d_model: int) -> torch.Tensor:
-    """The paper's table PE (N, C): PE[pos, 2i] = sin(pos * w_i), PE[pos, 2i+1] =
-    cos(pos * w_i), w_i = 10000^(-2i/C)."""
+    """The paper's table PE (N, C): sin and cos of pos * w_i, w_i = 10000^(-2i/C)."""
     pos = torch.arange(context_len, dtype=torch.float32).unsqueeze(1)  # (N, 1)
-    freq = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32)
-        * (-math.log(10000.0) / d_model)
-    )  # (ceil(C/2),)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (ceil(C/2),)
+    freq = torch.exp(two_i * (-math.log(10000.0) / d_model))  # w_i
     angles = pos * freq  # (N, ceil(C/2)): the outer product
     pe = torch.zeros(context_len, d_model)  # (N, C)
     pe[:, 0::2] = torch.sin(angles)
-    # an odd C has one sine more than cosines
-    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])  # an odd C: one cosine fewer
     return pe
 
 # %% ../notebooks/03_positional_encoding.ipynb #817d7e76
 def _check_positions(
     x: torch.Tensor, offset: int, context_len: int, d_model: int
 ) -> int:
-    """T of x (B, T, C), after checking that C matches and positions offset..offset+T-1
-    fit in context_len."""
+    """T of x (B, T, C), after checking C and that offset + T fits in context_len."""
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"expected x of shape (B, T, {d_model}), got {tuple(x.shape)}")
     T = x.shape[1]
@@ -43,15 +38,13 @@ def _check_positions(
 
 # %% ../notebooks/03_positional_encoding.ipynb #edad764b
 class SinusoidalPositionalEncoding(nn.Module):
-    """x (B, T, C) -> dropout(x + PE[offset:offset+T]), with the paper's fixed
-    sinusoidal table."""
+    """x (B, T, C) -> dropout(x + PE[offset:offset+T]), the paper's fixed sinusoids."""
 
     def __init__(self, d_model: int, context_len: int, dropout: float = 0.0):
         super().__init__()
         self.d_model, self.context_len = d_model, context_len
-        self.register_buffer(
-            "pe", sinusoidal_positional_encoding(context_len, d_model), persistent=False
-        )  # (N, C)
+        pe = sinusoidal_positional_encoding(context_len, d_model)  # (N, C)
+        self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -64,24 +57,20 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 # %% ../notebooks/03_positional_encoding.ipynb #563b2936
 class LearnedPositionalEmbedding(nn.Module):
-    """x (B, T, C) -> dropout(x + P[offset:offset+T]), with a learned table P (N, C)
-    (GPT-2 style)."""
+    """x (B, T, C) -> dropout(x + P[offset:offset+T]), a learned P (N, C), as GPT-2."""
 
     def __init__(self, context_len: int, d_model: int, dropout: float = 0.0):
         super().__init__()
         self.d_model, self.context_len = d_model, context_len
-        # (N, C): one learned row per position
-        self.embedding = nn.Embedding(context_len, d_model)
+        self.embedding = nn.Embedding(context_len, d_model)  # (N, C): one per position
         nn.init.normal_(self.embedding.weight, std=0.02)  # GPT-2's initialisation
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Add the learned rows of positions offset, ..., offset + T - 1 to x (B, T,
-        C)."""
+        """Add the rows of positions offset, ..., offset + T - 1 to x (B, T, C)."""
         T = _check_positions(x, offset, self.context_len, self.d_model)
         positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        # (B, T, C): (T, C) broadcasts over B
-        return self.dropout(x + self.embedding(positions))
+        return self.dropout(x + self.embedding(positions))  # (T, C) broadcasts over B
 
     def extra_repr(self) -> str:
         return f"context_len={self.context_len}, d_model={self.d_model}"

@@ -12,41 +12,34 @@ import time
 import numpy as np
 import torch
 
-# set to 1 for quick mode (CI); unset or 0 for full mode (the book)
-QUICK_ENV = "TRANSFORMER_QUICK"
+QUICK_ENV = "TRANSFORMER_QUICK"  # 1 for quick mode (CI); 0 or unset for the book
 DEVICE_ENV = "TRANSFORMER_DEVICE"  # optional override: cpu, cuda, cuda:1, mps
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #46c485a5
 def is_quick() -> bool:
-    """True in quick mode: TRANSFORMER_QUICK is 1, true, yes or on; False for 0, false,
-    no, off or unset; any other value is refused (ValueError), not taken as full."""
+    """True for TRANSFORMER_QUICK=1/true/yes/on, False for 0/false/no/off or unset."""
     value = os.environ.get(QUICK_ENV, "0").strip().lower()
     if value not in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
         raise ValueError(f"{QUICK_ENV}={value!r}: give 1 (quick mode) or 0 (full mode)")
     return value in {"1", "true", "yes", "on"}
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #59776e87
 def pick(full, quick):
-    """`full` normally and `quick` in quick mode, so each setting that shrinks for CI
-    reads as one line."""
+    """`full` normally, `quick` in quick mode: each shrinking setting in one line."""
     return quick if is_quick() else full
 
 # %% ../notebooks/00_introduction_and_setup.ipynb #15d0e076
 def get_device() -> torch.device:
-    """The device to run on: $TRANSFORMER_DEVICE if set, else cuda, then mps, then
-    cpu."""
+    """$TRANSFORMER_DEVICE if set, else cuda, then mps, then cpu."""
     if os.environ.get(DEVICE_ENV):
         return torch.device(os.environ[DEVICE_ENV])
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if (
-        getattr(torch.backends, "mps", None) is not None
-        and torch.backends.mps.is_available()
-    ):
+    if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #41c5630f
 def set_seed(seed: int = 0) -> None:
     """Seed Python, NumPy and PyTorch (all devices) so that runs repeat."""
     random.seed(seed)
@@ -58,15 +51,12 @@ def _cpu_name() -> str:
     """The CPU's model name where the OS tells it (Linux), else the architecture."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(
-                line.split(":", 1)[1].strip()
-                for line in f
-                if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
+            names = [line for line in f if line.startswith("model name")]
+        return names[0].split(":", 1)[1].strip()
+    except (OSError, IndexError):
         return platform.processor() or platform.machine()
 
-
+# %% ../notebooks/00_introduction_and_setup.ipynb #a2e42d38
 def describe_machine(device: torch.device | None = None) -> str:
     """One line naming the hardware and versions a result came from."""
     device = device or get_device()
@@ -74,13 +64,10 @@ def describe_machine(device: torch.device | None = None) -> str:
         where = torch.cuda.get_device_name(device)
     else:
         where = f"{_cpu_name()}, {torch.get_num_threads()} CPU threads"
-    return (
-        f"{where} | {platform.system()} | Python {platform.python_version()} | "
-        f"torch {torch.__version__}"
-    )
+    versions = f"Python {platform.python_version()} | torch {torch.__version__}"
+    return f"{where} | {platform.system()} | {versions}"
 
 # %% ../notebooks/00_introduction_and_setup.ipynb #bdc03963
 def elapsed_since(start: float) -> str:
-    """'executed in 12.3 s on <machine>', from a `time.perf_counter()` taken at the top
-    of a notebook."""
+    """'executed in 12.3 s on <machine>', since a `time.perf_counter()` at the top."""
     return f"executed in {time.perf_counter() - start:.1f} s on {describe_machine()}"

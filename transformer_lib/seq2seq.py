@@ -17,8 +17,7 @@ from .positional import SinusoidalPositionalEncoding
 
 # %% ../notebooks/08_decoder_and_model.ipynb #fbec8437
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention to the encoder's output, feed-forward;
-    each with residual + LayerNorm."""
+    """Masked self-attention, cross-attention to the encoder's output, feed-forward."""
 
     def __init__(
         self,
@@ -35,8 +34,7 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
-        # (B, H, T, S) from the last forward with need_weights=True
-        self.cross_weights = None
+        self.cross_weights = None  # (B, H, T, S), from the last need_weights=True
 
     def _self(self, x, mask):
         return self.dropout(self.self_attn(x, mask=mask)[0])
@@ -56,8 +54,7 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """x (B, T, C), memory (B, S, C); tgt_mask broadcastable to (B, H, T, T),
-        memory_mask to (B, H, T, S)."""
+        """x (B, T, C), memory (B, S, C), masks to (B, H, T, T) and (B, H, T, S)."""
         if self.norm_first:
             x = x + self._self(self.norm1(x), tgt_mask)
             x = x + self._cross(self.norm2(x), memory, memory_mask, need_weights)
@@ -80,10 +77,8 @@ class Decoder(nn.Module):
         norm_first: bool = False,
     ):
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-            for _ in range(n_layers)
-        )
+        args = (d_model, n_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(DecoderLayer(*args) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(
@@ -102,22 +97,18 @@ class Decoder(nn.Module):
 # %% ../notebooks/08_decoder_and_model.ipynb #fb4c9832
 @dataclass
 class Seq2SeqConfig:
-    """Sizes of the encoder-decoder Transformer. Defaults: the CPU translator of
-    notebook 09."""
+    """Sizes of the encoder-decoder Transformer; defaults: notebook 09's translator."""
 
     src_vocab_size: int  # English BPE tokens
     tgt_vocab_size: int  # Chinese characters + special tokens
-    # the paper's base model: 512; 192 fits notebook 09's CPU time budget
-    d_model: int = 192
+    d_model: int = 192  # the paper: 512; 192 fits notebook 09's CPU time budget
     n_heads: int = 4  # D = C / H = 48 (the paper: 64)
     n_layers: int = 3  # encoder layers = decoder layers (the paper: 6)
     d_ff: int = 768  # 4 * d_model, as in the paper
     dropout: float = 0.1  # the paper's P_drop
     context_len: int = 64  # longest source or target, in tokens (incl. <bos>/<eos>)
-    # pre-norm: trains reliably without careful warm-up (notebook 07)
-    norm_first: bool = True
-    # tie the target embedding and the output projection (paper, sec. 3.4)
-    share_embeddings: bool = True
+    norm_first: bool = True  # pre-norm: trains without careful warm-up (notebook 07)
+    share_embeddings: bool = True  # tied target embedding and output (paper, 3.4)
     src_pad_id: int = 0
     tgt_pad_id: int = 0
 
@@ -137,13 +128,12 @@ class Seq2SeqConfig:
 
 # %% ../notebooks/08_decoder_and_model.ipynb #1d2ce9c0
 def init_like_the_paper(model: nn.Module, keep: set[int]) -> None:
-    """Xavier-uniform initialisation of every weight matrix of `model`, as in the
-    paper's reference code, except the parameters whose id() is in `keep`."""
+    """Xavier-uniform init of each weight matrix, as the paper's code, bar `keep`."""
     for p in model.parameters():
         if p.dim() > 1 and id(p) not in keep:
             nn.init.xavier_uniform_(p)
 
-
+# %% ../notebooks/08_decoder_and_model.ipynb #e3f78671
 def check_length(ids: torch.Tensor, context_len: int, side: str) -> None:
     """Refuse ids (B, T) longer than the context_len the positional encoding covers."""
     if ids.shape[1] > context_len:
@@ -154,8 +144,7 @@ def check_length(ids: torch.Tensor, context_len: int, side: str) -> None:
 
 # %% ../notebooks/08_decoder_and_model.ipynb #917d9f7b
 class Transformer(nn.Module):
-    """The encoder-decoder model of "Attention Is All You Need": source ids in,
-    next-target-token logits out."""
+    """The encoder-decoder of "Attention Is All You Need": source ids in, logits out."""
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
@@ -172,9 +161,8 @@ class Transformer(nn.Module):
         self.encoder, self.decoder = Encoder(*sizes), Decoder(*sizes)
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         # the embeddings keep their N(0, 1/C) (notebook 02)
-        init_like_the_paper(
-            self, {id(self.src_embed.weight), id(self.tgt_embed.weight)}
-        )
+        keep = {id(self.src_embed.weight), id(self.tgt_embed.weight)}
+        init_like_the_paper(self, keep)
         # one (n_vocab, C) table reads and writes Chinese characters
         if c.share_embeddings:
             self.output.weight = self.tgt_embed.weight
@@ -192,8 +180,7 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """Target ids so far (B, T), encoder output (B, S, C) -> logits (B, T, n_vocab)
-        for the next token at each t."""
+        """Target ids (B, T), memory (B, S, C) -> next-token logits (B, T, n_vocab)."""
         check_length(tgt_in, self.config.context_len, "the target")
         pad = padding_mask(tgt_in, self.config.tgt_pad_id)  # (B, 1, 1, T)
         tgt_mask = causal_mask(tgt_in.shape[1], tgt_in.device) & pad  # (B, 1, T, T)
@@ -202,14 +189,12 @@ class Transformer(nn.Module):
         return self.output(x)  # (B, T, n_vocab)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: src (B, S), tgt_in = <bos> y_1 ... y_{T-1} (B, T) -> logits
-        (B, T, n_vocab)."""
+        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, n_vocab)."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
     def cross_attention(self) -> list[torch.Tensor]:
-        """Cross-attention weights (B, H, T, S) of each decoder layer, from the last
-        decode(need_weights=True)."""
+        """Each layer's (B, H, T, S) cross-attention from decode(need_weights=True)."""
         return [layer.cross_weights for layer in self.decoder.layers]
 
     def num_parameters(self) -> int:

@@ -9,17 +9,14 @@ __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'SPECIAL_TOKENS', 'CHUNK_PATTERN', 'Token
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-# Python's `re` plus Unicode classes such as \p{L}, which GPT-2's chunk pattern needs
-import regex
+import regex  # Python's `re` plus Unicode classes such as \p{L}, for GPT-2's chunks
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-# the usual set, in this order (PAD gets id 0 where they come first)
-SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # the usual set, in this order (PAD gets id 0)
 
-
+# %% ../notebooks/01_tokenization.ipynb #5c779a77
 def _check_specials(specials: Sequence[str]) -> list[str]:
-    """The special tokens as a list, refusing duplicates (two ids for one token would be
-    ambiguous)."""
+    """The special tokens as a list, refusing duplicates (two ids for one token)."""
     specials = list(specials)
     if len(set(specials)) != len(specials):
         raise ValueError(f"special tokens must be distinct, got {specials}")
@@ -27,15 +24,14 @@ def _check_specials(specials: Sequence[str]) -> list[str]:
 
 # %% ../notebooks/01_tokenization.ipynb #f6fa111d
 def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
-    """`ids` as a list of ints (a tensor works too), refusing any outside [0,
-    vocab_size)."""
+    """`ids` as a list of ints (a tensor too), refusing any outside the vocabulary."""
     ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):
         bad = next(i for i in ids if not 0 <= i < vocab_size)
         raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
     return ids
 
-
+# %% ../notebooks/01_tokenization.ipynb #2ab4ade8
 def _special_id(token: str) -> property:
     """A read-only property: the tokenizer's id of `token`, or None if it lacks it."""
     return property(
@@ -44,8 +40,7 @@ def _special_id(token: str) -> property:
 
 # %% ../notebooks/01_tokenization.ipynb #81f5b791
 class Tokenizer:
-    """The interface shared by the tokenizers here: special-token ids, BOS/EOS framing,
-    vocab_size."""
+    """What the tokenizers here share: special ids, BOS/EOS framing, vocab_size."""
 
     special_ids: dict[str, int]  # special token -> id, set by each subclass
     vocab_size: int
@@ -54,8 +49,7 @@ class Tokenizer:
     eos_id, unk_id = _special_id(EOS), _special_id(UNK)
 
     def _frame(self, ids: list[int], bos: bool, eos: bool) -> list[int]:
-        """`ids` with <bos> in front and/or <eos> at the end, refusing if the tokenizer
-        lacks them."""
+        """`ids` framed by <bos> and/or <eos>, if the tokenizer has them."""
         for wanted, name, i in ((bos, BOS, self.bos_id), (eos, EOS, self.eos_id)):
             if wanted and i is None:
                 raise ValueError(
@@ -65,15 +59,13 @@ class Tokenizer:
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(vocab_size={self.vocab_size}, "
-            f"specials={list(self.special_ids)})"
-        )
+        specials = list(self.special_ids)
+        name = type(self).__name__
+        return f"{name}(vocab_size={self.vocab_size}, specials={specials})"
 
 # %% ../notebooks/01_tokenization.ipynb #9c971463
 class CharTokenizer(Tokenizer):
-    """One token per character: the special tokens first (ids 0, 1, ...), then the
-    sorted characters.
+    """One token per character: specials first (ids 0, 1, ...), then sorted characters.
 
     >>> tok = CharTokenizer("hello", specials=[PAD, UNK])
     >>> tok.encode("hole")  # <pad> 0, <unk> 1, e 2, h 3, l 4, o 5
@@ -85,7 +77,6 @@ class CharTokenizer(Tokenizer):
         self.specials = _check_specials(specials)
         self.chars = sorted(chars - set(self.specials))
         self.itos = self.specials + self.chars  # id -> string
-        # char -> id
         self.stoi = {c: i for i, c in enumerate(self.chars, start=len(self.specials))}
         self.special_ids = {s: i for i, s in enumerate(self.specials)}
         self.vocab_size = len(self.itos)
@@ -125,17 +116,15 @@ class CharTokenizer(Tokenizer):
 def pair_counts(
     ids: Sequence[int], counts: Counter | None = None, weight: int = 1
 ) -> Counter:
-    """How often each neighbouring pair occurs: [1, 2, 3, 1, 2] -> {(1, 2): 2, (2, 3):
-    1, (3, 1): 1}."""
+    """How often each neighbouring pair occurs (times `weight`, added to `counts`)."""
     counts = Counter() if counts is None else counts
     for pair in zip(ids, ids[1:]):
         counts[pair] += weight
     return counts
 
-
+# %% ../notebooks/01_tokenization.ipynb #9b52ca48
 def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace each occurrence of `pair` by `new_id`: merge([1, 2, 3, 1, 2], (1, 2), 4)
-    -> [4, 3, 4]."""
+    """Replace `pair` by `new_id`: [1, 2, 3, 1, 2], (1, 2), 4 -> [4, 3, 4]."""
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
@@ -147,24 +136,20 @@ def merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 # %% ../notebooks/01_tokenization.ipynb #a826fc26
-# A chunk: a contraction, a word with its leading space, a number, punctuation, or
-# whitespace. GPT-2's pattern, character for character; every character falls in exactly
-# one chunk.
+# a contraction, a word with its leading space, a number, punctuation, or whitespace
 CHUNK_PATTERN = regex.compile(
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
 
-
+# %% ../notebooks/01_tokenization.ipynb #8e9fd0c8
 def most_frequent_pair(counts: Counter) -> tuple[int, int]:
-    """The pair with the highest count; on a tie, the smallest pair, so training never
-    depends on order."""
+    """The most frequent pair; on a tie the smallest, so that order never matters."""
     best = max(counts.values())
     return min(p for p, c in counts.items() if c == best)
 
 # %% ../notebooks/01_tokenization.ipynb #cd1f5502
 def index_pairs(words: list[list[int]], freqs: list[int]) -> tuple[Counter, dict]:
-    """Each pair's count over chunks `words` weighted by `freqs`, and the chunks it
-    occurs in."""
+    """Each pair's weighted count over the chunks, and the chunks it occurs in."""
     counts, where = Counter(), defaultdict(set)  # pair -> count, pair -> chunks
     for w, ids in enumerate(words):
         pair_counts(ids, counts, freqs[w])
@@ -174,15 +159,9 @@ def index_pairs(words: list[list[int]], freqs: list[int]) -> tuple[Counter, dict
 
 # %% ../notebooks/01_tokenization.ipynb #a1f0c007
 def merge_in_chunks(
-    pair: tuple[int, int],
-    new_id: int,
-    words: list[list[int]],
-    freqs: list[int],
-    counts: Counter,
-    where: dict,
+    pair: tuple, new_id: int, words: list, freqs: list, counts: Counter, where: dict
 ) -> None:
-    """Replace `pair` by `new_id` in the chunks that contain it, updating `words`,
-    `counts` and `where` in place."""
+    """Merge `pair` into `new_id` in its chunks, updating the rest in place."""
     for w in sorted(where.pop(pair)):
         new = merge(words[w], pair, new_id)
         pair_counts(words[w], counts, -freqs[w])  # the chunk's old pairs out
@@ -195,8 +174,7 @@ def merge_in_chunks(
 
 # %% ../notebooks/01_tokenization.ipynb #407faace
 def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int, int]]:
-    """The first `n_merges` merges of byte-level BPE on the chunks of `text` (fewer if
-    it runs out of pairs)."""
+    """Up to `n_merges` merges of byte-level BPE, learned on the chunks of `text`."""
     chunks = Counter(CHUNK_PATTERN.findall(text))
     # distinct chunks, as bytes, and how often each occurs
     words, freqs = [list(c.encode("utf-8")) for c in chunks], list(chunks.values())
@@ -216,14 +194,11 @@ def train_bpe(text: str, n_merges: int, verbose: bool = False) -> list[tuple[int
 
 # %% ../notebooks/01_tokenization.ipynb #71b54900
 def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]:
-    """Merge one chunk's `ids`, the earliest-learned pair first, until no learned pair
-    is left.
+    """Merge one chunk's `ids`, the earliest-learned pair first, while one is left.
 
-    With ranks {(108, 111): 256, (256, 119): 257}: list(b"low") = [108, 111, 119] ->
-    [256, 119] -> [257].
+    {(108, 111): 256, (256, 119): 257} merges [108, 111, 119] -> [256, 119] -> [257].
     """
     while len(ids) >= 2:
-        # the earliest learned
         pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
         if pair not in ranks:
             break
@@ -232,8 +207,7 @@ def apply_merges(ids: list[int], ranks: dict[tuple[int, int], int]) -> list[int]
 
 # %% ../notebooks/01_tokenization.ipynb #62390d1b
 def bpe_vocab(merges: Sequence[tuple[int, int]]) -> list[bytes]:
-    """id -> the bytes it stands for: the 256 bytes, then one id per merge, whose bytes
-    are its two parts' joined."""
+    """id -> its bytes: the 256 bytes, then per merge its two parts' bytes joined."""
     vocab = [bytes([i]) for i in range(256)]
     for a, b in merges:
         vocab.append(vocab[a] + vocab[b])
@@ -241,8 +215,7 @@ def bpe_vocab(merges: Sequence[tuple[int, int]]) -> list[bytes]:
 
 # %% ../notebooks/01_tokenization.ipynb #b4a66116
 class BPETokenizer(Tokenizer):
-    """Byte-level BPE from scratch: ids 0-255 are bytes, then one id per merge, then the
-    special tokens."""
+    """Byte-level BPE from scratch: ids 0-255 are bytes, then merges, then specials."""
 
     def __init__(self, merges: Sequence[tuple] = (), specials: Sequence[str] = ()):
         self.specials = _check_specials(specials)
@@ -298,17 +271,13 @@ class BPETokenizer(Tokenizer):
 
 # %% ../notebooks/01_tokenization.ipynb #3cba94e6
 class HFBPETokenizer(Tokenizer):
-    """A Hugging Face `tokenizers` byte-level BPE behind the interface of the tokenizers
-    above."""
+    """A Hugging Face `tokenizers` byte-level BPE behind the interface of ours above."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer  # a tokenizers.Tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
-        self.special_ids = {
-            s: tokenizer.token_to_id(s)
-            for s in SPECIAL_TOKENS
-            if tokenizer.token_to_id(s) is not None
-        }
+        ids = {s: tokenizer.token_to_id(s) for s in SPECIAL_TOKENS}
+        self.special_ids = {s: i for s, i in ids.items() if i is not None}
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
         """The ids of `text`, framed by BOS/EOS if asked."""
@@ -316,9 +285,8 @@ class HFBPETokenizer(Tokenizer):
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """The text of `ids`; specials as names unless `skip_special`."""
-        return self.tokenizer.decode(
-            _check_ids(ids, self.vocab_size), skip_special_tokens=skip_special
-        )
+        ids = _check_ids(ids, self.vocab_size)
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
 
     def to_dict(self) -> dict:
         """A plain, JSON-able description (the library's own JSON, as a string)."""
@@ -337,15 +305,9 @@ def train_hf_bpe(
     vocab_size: int,
     specials: Sequence[str] = SPECIAL_TOKENS,
 ) -> HFBPETokenizer:
-    """Train a byte-level BPE with Hugging Face `tokenizers` (fast, in Rust) on a text
-    or texts."""
-    from tokenizers import (
-        Tokenizer as HFTokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        trainers,
-    )
+    """A byte-level BPE trained on `texts` by Hugging Face `tokenizers` (in Rust)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = HFTokenizer(models.BPE())
     # GPT-2's chunks, bytes as symbols
@@ -362,8 +324,7 @@ def train_hf_bpe(
 
 # %% ../notebooks/01_tokenization.ipynb #d308f37a
 def tokenizer_from_dict(d: dict) -> Tokenizer:
-    """Rebuild any tokenizer of this module from its `to_dict()` (as stored in a
-    checkpoint)."""
+    """Rebuild any tokenizer here from its `to_dict()` (as a checkpoint holds it)."""
     kinds = {"char": CharTokenizer, "bpe": BPETokenizer, "hf_bpe": HFBPETokenizer}
     if d.get("type") not in kinds:
         raise ValueError(
@@ -373,8 +334,7 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
 
 # %% ../notebooks/01_tokenization.ipynb #8cd9002c
 def gpt2_merges() -> list[tuple[int, int]]:
-    """GPT-2's 50,000 merges as pairs of our ids, read from its `vocab.bpe` (pinned in
-    transformer_lib.data)."""
+    """GPT-2's 50,000 merges as pairs of our ids, from its pinned `vocab.bpe`."""
     from transformer_lib.data import GPT2_VOCAB_BPE, fetch
 
     # GPT-2's byte -> character table: printable bytes stand for themselves, the other
@@ -385,9 +345,8 @@ def gpt2_merges() -> list[tuple[int, int]]:
         *range(ord("®"), ord("ÿ") + 1),
     ]
     others = [b for b in range(256) if b not in printable]
-    byte_of = {chr(b): b for b in printable} | {
-        chr(256 + k): b for k, b in enumerate(others)
-    }
+    byte_of = {chr(b): b for b in printable}
+    byte_of |= {chr(256 + k): b for k, b in enumerate(others)}
     ids = {bytes([b]): b for b in range(256)}  # bytes -> our id
     merges = []
     # line 0: a version

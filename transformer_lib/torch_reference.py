@@ -12,15 +12,13 @@ from torch import nn
 
 from .multi_head import MultiHeadAttention
 
-# type hints only: in notebook 07, importing it would replace the EncoderLayer built
-# there
+# type hints only: importing it in notebook 07 would replace the EncoderLayer there
 if TYPE_CHECKING:
     from transformer_lib.encoder import EncoderLayer
 
-
+# %% ../notebooks/07_encoder.ipynb #4ef3e02e
 def copy_params(parts: Iterable[tuple[nn.Module, torch.Tensor, torch.Tensor]]) -> None:
-    """For each (module, weight, bias), copy weight and bias into the module (ours)
-    without tracking gradients."""
+    """Copy each (module, weight, bias)'s weight and bias into the module, no grad."""
     with torch.no_grad():
         for module, weight, bias in parts:
             module.weight.copy_(weight)
@@ -30,57 +28,40 @@ def copy_params(parts: Iterable[tuple[nn.Module, torch.Tensor, torch.Tensor]]) -
 def copy_torch_attention(
     ours: MultiHeadAttention, theirs: nn.MultiheadAttention
 ) -> None:
-    """Copy nn.MultiheadAttention's fused input projection (rows q, k, v) and output
-    projection into `ours`."""
+    """Copy nn.MultiheadAttention's fused input (q, k, v) and output projections."""
     w_q, w_k, w_v = theirs.in_proj_weight.chunk(3)  # each (C, C)
     b_q, b_k, b_v = theirs.in_proj_bias.chunk(3)
-    copy_params(
-        [
-            (ours.q_proj, w_q, b_q),
-            (ours.k_proj, w_k, b_k),
-            (ours.v_proj, w_v, b_v),
-            (ours.out_proj, theirs.out_proj.weight, theirs.out_proj.bias),
-        ]
-    )
+    out = theirs.out_proj
+    copy_params([(ours.q_proj, w_q, b_q), (ours.k_proj, w_k, b_k)])
+    copy_params([(ours.v_proj, w_v, b_v), (ours.out_proj, out.weight, out.bias)])
 
 # %% ../notebooks/07_encoder.ipynb #9f2134c6
 def load_torch_encoder_layer(
     ours: "EncoderLayer", theirs: nn.TransformerEncoderLayer
 ) -> "EncoderLayer":
-    """Copy the weights of PyTorch's `nn.TransformerEncoderLayer` into `ours` (for
-    checking); returns `ours`."""
+    """Copy PyTorch's `nn.TransformerEncoderLayer` weights into `ours`, returned."""
     copy_torch_attention(ours.self_attn, theirs.self_attn)
-    same = [
-        (ours.ff.linear1, theirs.linear1),
-        (ours.ff.linear2, theirs.linear2),
-        (ours.norm1, theirs.norm1),
-        (ours.norm2, theirs.norm2),
-    ]
+    same = [(ours.ff.linear1, theirs.linear1), (ours.ff.linear2, theirs.linear2)]
+    same += [(ours.norm1, theirs.norm1), (ours.norm2, theirs.norm2)]
     copy_params((mine, ref.weight, ref.bias) for mine, ref in same)
     return ours
 
 # %% ../notebooks/08_decoder_and_model.ipynb #4333a112
 from typing import TYPE_CHECKING
 
-# type hints only: in notebook 08, importing it would replace the DecoderLayer built
-# there
+# type hints only: importing it in notebook 08 would replace the DecoderLayer there
 if TYPE_CHECKING:
     from transformer_lib.seq2seq import DecoderLayer
 
-
+# %% ../notebooks/08_decoder_and_model.ipynb #4815a190
 def load_torch_decoder_layer(
     ours: "DecoderLayer", theirs: nn.TransformerDecoderLayer
 ) -> "DecoderLayer":
-    """Copy the weights of PyTorch's `nn.TransformerDecoderLayer` into `ours` (for
-    checking); returns `ours`."""
+    """Copy PyTorch's `nn.TransformerDecoderLayer` weights into `ours`, returned."""
     copy_torch_attention(ours.self_attn, theirs.self_attn)
     copy_torch_attention(ours.cross_attn, theirs.multihead_attn)
-    same = [
-        (ours.ff.linear1, theirs.linear1),
-        (ours.ff.linear2, theirs.linear2),
-        (ours.norm1, theirs.norm1),
-        (ours.norm2, theirs.norm2),
-        (ours.norm3, theirs.norm3),
-    ]
+    same = [(ours.ff.linear1, theirs.linear1), (ours.ff.linear2, theirs.linear2)]
+    same += [(ours.norm1, theirs.norm1), (ours.norm2, theirs.norm2)]
+    same.append((ours.norm3, theirs.norm3))
     copy_params((mine, ref.weight, ref.bias) for mine, ref in same)
     return ours

@@ -17,8 +17,7 @@ import torch.nn as nn
 def warmup_cosine(
     step: int, max_lr: float, warmup_steps: int, decay_steps: int, min_lr: float = 0.0
 ) -> float:
-    """Learning rate at `step` (from 0): nanoGPT's linear warm-up to max_lr (step 0 is
-    not 0), cosine decay to min_lr at decay_steps, then min_lr."""
+    """Warm-up to max_lr (step 0 is not 0), cosine decay to min_lr at decay_steps."""
     if step < warmup_steps:
         return max_lr * (step + 1) / (warmup_steps + 1)
     if step >= decay_steps:
@@ -28,8 +27,7 @@ def warmup_cosine(
 
 # %% ../notebooks/09_training_a_translator.ipynb #6870d340
 def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
-    """The paper's d_model^-0.5 * min(s^-0.5, s * w^-1.5), s = step + 1, written with
-    its peak max_lr: linear warm-up, then max_lr * sqrt(warmup / s)."""
+    """The paper's schedule, peak max_lr: warm-up, then max_lr * sqrt(warmup / s)."""
     if warmup_steps < 1:
         raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
     s = step + 1
@@ -39,22 +37,14 @@ def warmup_inverse_sqrt(step: int, max_lr: float, warmup_steps: int) -> float:
 def param_groups(
     model: nn.Module, weight_decay: float, decay_embeddings: bool = False
 ) -> list[dict]:
-    """Two AdamW groups: decay on the weight matrices of Linear layers, none on norm
-    gains, biases and embeddings (a weight tied to the output layer counts as one);
-    decay_embeddings=True decays embeddings too, as nanoGPT does."""
-    embedding_ids = {
-        id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)
-    }
+    """Two AdamW groups: decay on Linear matrices (+ embeddings if decay_embeddings)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     decay, no_decay = [], []
-    for p in model.parameters():  # each shared parameter once
-        if not p.requires_grad:
-            continue
-        matrix = p.dim() >= 2 and (decay_embeddings or id(p) not in embedding_ids)
+    for p in filter(lambda p: p.requires_grad, model.parameters()):  # shared ones once
+        matrix = p.dim() >= 2 and (decay_embeddings or id(p) not in embeddings)
         (decay if matrix else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    groups = [(decay, weight_decay), (no_decay, 0.0)]
+    return [{"params": params, "weight_decay": wd} for params, wd in groups]
 
 # %% ../notebooks/09_training_a_translator.ipynb #23543496
 def make_adamw(
@@ -66,31 +56,21 @@ def make_adamw(
 ) -> torch.optim.AdamW:
     """AdamW over `param_groups(model, weight_decay)`; the fused kernel on CUDA."""
     fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(
-        param_groups(model, weight_decay, decay_embeddings),
-        lr=lr,
-        betas=tuple(betas),
-        fused=fused or None,
-    )
+    groups = param_groups(model, weight_decay, decay_embeddings)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused or None)
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #tr09-setlr
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Give every parameter group the learning rate of this step (the schedule's
-    value)."""
+    """Give every parameter group this step's learning rate (the schedule's value)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
 
 # %% ../notebooks/09_training_a_translator.ipynb #ec07c9a7
 def clip_gradients(model: nn.Module, max_norm: float) -> float:
-    """Scale all gradients together so their global L2 norm is at most max_norm; the
-    norm before.
-
-    max_norm <= 0 turns clipping off (the norm is still returned, for logging).
-    """
+    """Scale gradients to a global L2 norm <= max_norm (<= 0: off); the norm before."""
     params = [p for p in model.parameters() if p.grad is not None]
-    return float(
-        nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-    )
+    limit = max_norm if max_norm > 0 else float("inf")
+    return float(nn.utils.clip_grad_norm_(params, limit))
 
 # %% ../notebooks/12_making_it_fast.ipynb #12bf16nat
 def bf16_supported(device: torch.device) -> bool:

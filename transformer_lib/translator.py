@@ -3,8 +3,8 @@
 # %% auto #0
 __all__ = ['COUNT', 'POSITIVE', 'AT_LEAST_0', 'FRACTION', 'OPTIONAL', 'PAIR', 'BETAS', 'SIZES', 'SCHEDULES', 'DTYPES',
            'CHECKPOINT_FORMAT', 'setting', 'one_of', 'TrainConfig', 'lr_at', 'prepare_data', 'train_step',
-           'epoch_batches', 'copy_weights', 'new_run', 'validation_loss', 'finish_epoch', 'train_loop',
-           'save_translator', 'load_translator', 'train_translator', 'held_out_split']
+           'epoch_batches', 'copy_weights', 'validation_loss', 'finish_epoch', 'train_loop', 'save_translator',
+           'load_translator', 'train_translator', 'held_out_split']
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-imports
 # transformer_lib/translator.py, the translator's settings, training loop, save and
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .data import course_pairs
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
 from transformer_lib.training import (
@@ -29,7 +30,6 @@ from transformer_lib.training import (
 from transformer_lib.translation_data import (
     build_tokenizers,
     collate,
-    course_pairs,
     encode_pair,
     label_smoothed_cross_entropy,
     length_bucketed_batches,
@@ -70,8 +70,7 @@ SCHEDULES, DTYPES = one_of("cosine", "inverse_sqrt"), one_of("fp32", "bf16", "au
 # %% ../notebooks/09_training_a_translator.ipynb #f1df03ee
 @dataclass
 class TrainConfig:
-    """Everything that decides a translator's training run; the defaults are this
-    notebook's full-mode run. A value that cannot work raises a one-line ValueError."""
+    """Everything that decides a training run; defaults: this notebook's full run."""
 
     seed: int = setting(0, "seed of splits, initial weights and batches", AT_LEAST_0)
     n_valid: int = setting(1000, "English sentences held out to validate", COUNT)
@@ -109,8 +108,7 @@ class TrainConfig:
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b12
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Learning rate at optimizer step `step` (from 0) of a run of `total_steps`:
-    warm-up, then cosine or the paper's inverse square root."""
+    """Learning rate at step `step` (from 0) of a run of `total_steps` steps."""
     if cfg.schedule == "inverse_sqrt":
         return warmup_inverse_sqrt(step, cfg.lr, cfg.warmup_steps)
     return warmup_cosine(step, cfg.lr, cfg.warmup_steps, total_steps, cfg.min_lr)
@@ -135,12 +133,10 @@ def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-step
 def train_step(model: Transformer, optimizer, batch: list, cfg: TrainConfig, lr: float):
-    """One update on `batch` (encoded pairs) at learning rate `lr`: (the loss, the
-    number of target tokens it averages over)."""
+    """One update on `batch` at rate `lr`: (the loss, the target tokens it averages)."""
     c, device = model.config, next(model.parameters()).device
     pad = c.tgt_pad_id
-    batch = collate(batch, c.src_pad_id, pad)
-    src, tgt_in, tgt_out = (x.to(device) for x in batch)
+    src, tgt_in, tgt_out = (x.to(device) for x in collate(batch, c.src_pad_id, pad))
     set_lr(optimizer, lr)
     logits = model(src, tgt_in)  # (B, T, n_vocab), teacher forced
     loss = label_smoothed_cross_entropy(logits, tgt_out, cfg.label_smoothing, pad)
@@ -152,30 +148,21 @@ def train_step(model: Transformer, optimizer, batch: list, cfg: TrainConfig, lr:
 
 # %% ../notebooks/09_training_a_translator.ipynb #47c0856e
 def epoch_batches(examples: list, max_tokens: int, seed: int | None) -> list[list[int]]:
-    """Length-bucketed index batches of encoded pairs, shuffled by `seed` (None: in
-    order); a pair counts its longer side."""
+    """Bucketed index batches of encoded pairs (a pair counts its longer side)."""
     lengths = [max(len(s), len(t) - 1) for s, t in examples]
     return length_bucketed_batches(lengths, max_tokens, seed)
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #tr09-copy
 def copy_weights(model: Transformer) -> dict:
     """A detached copy of the model's weights (kept for the best and last epochs)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def new_run(model: Transformer, cfg: TrainConfig) -> dict:
-    """A run before its first step: what train_loop updates, and saves at the end."""
-    run = dict(step=0, seconds=0.0, planned_epochs=cfg.epochs, best_valid=math.inf)
-    kept = dict(best_model=copy_weights(model), recent_models=[])
-    return run | kept | dict(history=[], curve=[])
 
 # %% ../notebooks/09_training_a_translator.ipynb #3f4d5f2e
 @torch.no_grad()
 def validation_loss(
     model: Transformer, examples: list, max_tokens: int = 8000
 ) -> float:
-    """Mean cross-entropy per target token, no smoothing, teacher forced; exp() of it
-    is the perplexity."""
+    """Mean unsmoothed cross-entropy per target token; exp() of it is the perplexity."""
     model.eval()
     device, c = next(model.parameters()).device, model.config
     total, count = 0.0, 0
@@ -192,18 +179,14 @@ def validation_loss(
 def finish_epoch(
     model, valid: list, cfg: TrainConfig, run: dict, row: dict, log=print
 ) -> bool:
-    """Validate, record the epoch `row` in run["history"], keep the best and the last
-    weights, re-plan the epochs that fit the budget; True when training should stop."""
+    """Validate, record `row`, keep the best and last weights, re-plan; True: stop."""
     start = time.perf_counter()
     row["valid_loss"] = validation_loss(model, valid)
     row["seconds"] += time.perf_counter() - start  # training and validation
     run["seconds"] += row["seconds"]
     run["history"].append(row)
-    log(
-        f"epoch {row['epoch']:>2}  step {row['step']:>5}  train loss "
-        f"{row['train_loss']:.3f}  valid loss {row['valid_loss']:.3f}  "
-        f"lr {row['lr']:.2e}  {row['seconds']:.0f} s"
-    )
+    line = "epoch {epoch:>2}  step {step:>5}  train loss {train_loss:.3f}  valid loss "
+    log((line + "{valid_loss:.3f}  lr {lr:.2e}  {seconds:.0f} s").format(**row))
     if row["valid_loss"] < run["best_valid"]:
         run["best_valid"], run["best_model"] = row["valid_loss"], copy_weights(model)
     recent = run["recent_models"] + [copy_weights(model)]
@@ -219,25 +202,24 @@ def finish_epoch(
 def train_loop(
     model: Transformer, train: list, valid: list, cfg: TrainConfig, log=print
 ) -> dict:
-    """Train `model` on the encoded pairs `train` until the budget, the epoch limit or
-    early stopping ends it; returns the run, and leaves the best weights in `model`."""
+    """Train until budget, epoch limit or early stop: the run; model keeps its best."""
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
     steps_per_epoch = len(epoch_batches(train, cfg.max_tokens, cfg.seed))
-    run = new_run(model, cfg)
+    run = dict(step=0, seconds=0.0, planned_epochs=cfg.epochs, best_valid=math.inf)
+    run |= dict(best_model=copy_weights(model), recent_models=[], history=[], curve=[])
     for epoch in range(cfg.epochs):
         model.train()
-        start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+        start, total, tokens = time.perf_counter(), 0.0, 0
         for idx in epoch_batches(train, cfg.max_tokens, cfg.seed + epoch):
             lr = lr_at(run["step"], cfg, run["planned_epochs"] * steps_per_epoch)
             loss, n = train_step(model, optimizer, [train[i] for i in idx], cfg, lr)
-            loss_sum, tokens = loss_sum + loss * n, tokens + n
+            total, tokens = total + loss * n, tokens + n
             run["step"] += 1
             if run["step"] % 10 == 0:  # the loss curve
                 run["curve"].append([run["step"], loss])
             if run["step"] % 100 == 0:
                 log(f"step {run['step']:>5}  loss {loss:.3f}  lr {lr:.2e}")
-        mean = loss_sum / tokens
-        row = dict(epoch=epoch + 1, step=run["step"], train_loss=mean, lr=lr)
+        row = dict(epoch=epoch + 1, step=run["step"], train_loss=total / tokens, lr=lr)
         row["seconds"] = time.perf_counter() - start
         if finish_epoch(model, valid, cfg, run, row, log):
             break

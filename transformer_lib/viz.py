@@ -13,23 +13,14 @@ from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-ATTENTION_CMAP = (
-    "viridis"  # the one colour map of every attention heatmap in the course
-)
-CJK_FONTS = [
-    "Noto Sans CJK SC",
-    "Noto Sans CJK JP",
-    "WenQuanYi Zen Hei",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang SC",
-    "Source Han Sans SC",
-]  # Chinese labels in later notebooks need one of these
+ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap
+# Chinese labels in later notebooks need one of these
+CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei", "SimHei"]
+CJK_FONTS += ["Microsoft YaHei", "PingFang SC", "Source Han Sans SC"]
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #814b8997
 def _add_system_cjk_fonts() -> None:
-    """Register the CJK fonts of the system font folders that matplotlib's font cache,
-    built before they were installed, does not know."""
+    """Register the system's CJK fonts missing from matplotlib's older font cache."""
     for path in font_manager.findSystemFonts():
         names = ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")
         if any(part in path.lower() for part in names):
@@ -40,13 +31,7 @@ def _add_system_cjk_fonts() -> None:
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #cc3b7e25
 def use_cjk_fallback_fonts() -> list[str]:
-    """Set matplotlib's font family to DejaVu Sans, then the installed CJK fonts; return
-    that list.
-
-    Fonts installed after matplotlib built its font cache are added from the system font
-    folders. With no CJK font at all, the list is just DejaVu Sans: Chinese labels then
-    show as boxes, nothing fails.
-    """
+    """Set matplotlib's fonts: DejaVu Sans, then the CJK fonts found; return them."""
     if not {f.name for f in font_manager.fontManager.ttflist} & set(CJK_FONTS):
         _add_system_cjk_fonts()
     known = {f.name for f in font_manager.fontManager.ttflist}
@@ -55,20 +40,18 @@ def use_cjk_fallback_fonts() -> list[str]:
     plt.rcParams["font.family"] = fonts
     return fonts
 
-
-# the one theme of the course's figures
-sns.set_theme(context="notebook", style="white")
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #604b9e63
+sns.set_theme(context="notebook", style="white")  # the course's one theme
 _ = use_cjk_fallback_fonts()  # at import, so every later notebook gets the fonts
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #1800b3b0
 def _as_array(weights) -> np.ndarray:
-    """A NumPy float array from a tensor (any device, with or without grad) or an
-    array."""
+    """A NumPy float array from a tensor (any device, with grad or not) or an array."""
     if hasattr(weights, "detach"):
         weights = weights.detach().float().cpu().numpy()
     return np.asarray(weights, dtype=float)
 
-
+# %% ../notebooks/04_scaled_dot_product_attention.ipynb #14d17355
 def _labels(labels, n: int, axis: str) -> list[str]:
     """`labels` as strings (positions 0..n-1 when None), checked to number n."""
     labels = [str(i) for i in range(n)] if labels is None else [str(t) for t in labels]
@@ -78,27 +61,16 @@ def _labels(labels, n: int, axis: str) -> list[str]:
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #7438575d
 def _cell_size(n: int, budget: float, largest: float) -> tuple[float, float]:
-    """Inches per token, so that n tokens fit in `budget` inches, and a tick font size
-    (points) to match."""
+    """Inches per token so that n tokens fit in `budget` inches, and a font size."""
     cell = min(largest, budget / max(n, 1))
     return cell, min(10.0, max(6.0, 0.8 * 72 * cell))
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #552905b9
 def _heatmap(ax: Axes, w, queries, keys, vmax, colorbar, value_label, fontsize) -> None:
-    """Draw `w` into `ax`: the course's colour map from 0 (a masked key, the darkest)
-    up, and token labels, turned upright when they would overlap."""
-    cbar_kws = {"label": value_label, "fraction": 0.046, "pad": 0.04}
-    sns.heatmap(
-        w,
-        ax=ax,
-        cmap=ATTENTION_CMAP,
-        vmin=0.0,
-        vmax=vmax,
-        cbar=colorbar,
-        cbar_kws=cbar_kws,
-        xticklabels=keys,
-        yticklabels=queries,
-    )
+    """Draw `w` into `ax`: the course's colours from 0 (masked: darkest), labels."""
+    kws = {"label": value_label, "fraction": 0.046, "pad": 0.04}
+    style = dict(cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, cbar=colorbar, cbar_kws=kws)
+    sns.heatmap(w, ax=ax, xticklabels=keys, yticklabels=queries, **style)
     # long labels would overlap
     crowded = len(keys) > 12 or len(keys) * max(len(t) for t in keys) > 40
     ax.set_xticklabels(keys, rotation=90 if crowded else 0, fontsize=fontsize)
@@ -116,8 +88,7 @@ def plot_attention(
     value_label: str = "weight",
     fontsize: float | None = None,
 ) -> Axes:
-    """Heatmap of attention weights (T_q, T_k): one row per query, one column per key,
-    token labels."""
+    """Heatmap of weights (T_q, T_k): a row per query, a column per key, labelled."""
     w = _as_array(weights)
     if w.ndim != 2:
         raise ValueError(
@@ -137,9 +108,8 @@ def plot_attention(
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #d62b2cf3
 def _head_grid(H: int, T_q: int, T_k: int, n_cols: int | None):
-    """The figure, its (rows, cols) panels and the label font size for H heads of
-    (T_q, T_k): two panels a row (2x2 for four heads), one a row past 20 tokens, so
-    that on a page (about 700 px) the labels stay readable at 1x."""
+    """Figure, panels and label font size for H heads of (T_q, T_k): two panels a row,
+    one past 20 tokens, so that on a page (about 700 px) the labels stay readable."""
     n_cols = min(n_cols or (1 if max(T_q, T_k) > 20 else 2), H)
     n_rows = math.ceil(H / n_cols)
     cell, fontsize = _cell_size(n_cols * max(T_q, T_k), budget=7.0, largest=0.4)
@@ -150,17 +120,14 @@ def _head_grid(H: int, T_q: int, T_k: int, n_cols: int | None):
     return fig, axes, fontsize
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #a1f0c005
-def _draw_heads(axes, w, query_labels, key_labels, fontsize: float) -> None:
-    """One heatmap per head (w: (H, T_q, T_k)) on the panels of `axes`, on the colour
-    scale of the largest weight; axis titles on the outer panels only."""
+def _draw_heads(axes, w, query_labels, key_labels, size: float) -> None:
+    """One heatmap per head of w (H, T_q, T_k) on `axes`, on one colour scale."""
     H, n_cols, vmax = w.shape[0], axes.shape[1], float(w.max())
     for ax in axes.flat[H:]:
         ax.axis("off")
     for h, ax in enumerate(axes.flat[:H]):
         labels = query_labels, key_labels, f"head {h}"
-        plot_attention(
-            w[h], *labels, ax=ax, vmax=vmax, colorbar=False, fontsize=fontsize
-        )
+        plot_attention(w[h], *labels, ax=ax, vmax=vmax, colorbar=False, fontsize=size)
         if h % n_cols:  # axis titles only on the outer panels
             ax.set_ylabel("")
         if h + n_cols < H:
@@ -174,13 +141,10 @@ def plot_heads(
     title: str = "attention weights per head",
     n_cols: int | None = None,
 ) -> Figure:
-    """A grid of heatmaps, one per head, for weights (H, T_q, T_k), sharing one colour
-    scale and bar; about 9 to 10 inches wide, so labels stay readable on a page."""
+    """A grid of heatmaps of weights (H, T_q, T_k), a head each, one colour bar."""
     w = _as_array(weights)
     if w.ndim != 3:
-        raise ValueError(
-            f"plot_heads needs weights of shape (H, T_q, T_k), got {w.shape}"
-        )
+        raise ValueError(f"plot_heads needs weights (H, T_q, T_k), got {w.shape}")
     fig, axes, fontsize = _head_grid(*w.shape, n_cols)
     _draw_heads(axes, w, query_labels, key_labels, fontsize)
     cbar = axes.flat[0].collections[0]
