@@ -49,12 +49,7 @@ class MLP(nn.Module):
     """The feed-forward sublayer: Linear(C -> F), GELU, Linear(F -> C), dropout."""
 
     def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        approximate: str = "tanh",
-        bias: bool = False,
-        dropout: float = 0.0,
+        self, d_model: int, d_ff: int, approximate="tanh", bias=False, dropout=0.0
     ):
         super().__init__()
         self.fc = nn.Linear(d_model, d_ff, bias=bias)
@@ -92,8 +87,7 @@ class GPTConfig:
     def __post_init__(self):
         """Refuse a config that cannot make a model, with the field and the value."""
         for name in ("vocab_size", "context_len", "n_layers", "n_heads", "d_model"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value := getattr(self, name), int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         p, F, H, C = self.dropout, self.d_ff, self.n_heads, self.d_model
         if not 0 <= p < 1 or F < 0:
@@ -161,11 +155,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(config.dropout)
 
     def forward(
-        self,
-        x: Tensor,
-        cache: "KVCache | None" = None,
-        layer: int = 0,
-        need_weights: bool = False,
+        self, x: Tensor, cache: "KVCache | None" = None, layer=0, need_weights=False
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) -> (y (B, T, C), weights (B, H, T, T_k) or None)."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, C)
@@ -203,11 +193,7 @@ class Block(nn.Module):
         return MLP(*args, config.dropout)
 
     def forward(
-        self,
-        x: Tensor,
-        cache: "KVCache | None" = None,
-        layer: int = 0,
-        need_weights: bool = False,
+        self, x: Tensor, cache: "KVCache | None" = None, layer=0, need_weights=False
     ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attn(self.norm1(x), cache, layer, need_weights)
         x = x + a  # (B, T, C)
@@ -241,8 +227,7 @@ def check_token_ids(idx: Tensor, vocab_size: int) -> None:
 # %% ../notebooks/11_gpt_language_model.ipynb #311554b1
 def check_input(idx: Tensor, start: int, config: GPTConfig, training: bool) -> None:
     """Refuse ids (B, T) at positions start.. past the context or the vocabulary."""
-    if start + idx.size(1) > config.context_len:
-        n, N = start + idx.size(1), config.context_len
+    if (n := start + idx.size(1)) > (N := config.context_len):
         raise ValueError(f"sequence of {n} tokens is longer than context_len={N}")
     # reading the ids makes a GPU wait: training there skips it (tokenizer ids)
     if not torch.compiler.is_compiling() and (idx.device.type == "cpu" or not training):
@@ -271,9 +256,10 @@ class GPT(nn.Module):
         return Block(config)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameters (shared ones once), by default without the position table."""
+        """Parameters (shared once), by default without a learned position table."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.pos_emb.weight.numel() if non_embedding else n
+        table = self.pos_emb.weight.numel() if hasattr(self, "pos_emb") else 0
+        return n - table if non_embedding else n
 
     def embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token ids (B, T) at positions start.. -> their input vectors (B, T, C)."""
@@ -281,11 +267,7 @@ class GPT(nn.Module):
         return self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
 
     def forward(
-        self,
-        idx: Tensor,
-        targets: Tensor | None = None,
-        cache: "KVCache | None" = None,
-        need_weights: bool = False,
+        self, idx: Tensor, targets: Tensor | None = None, cache=None, need_weights=False
     ) -> tuple[Tensor, Tensor | None]:
         """ids (B, T) -> (logits (B, T, n_vocab), loss against targets (B, T) or None).
         With a cache, idx holds only the new tokens; with need_weights, each layer's

@@ -67,11 +67,7 @@ def window_starts(n_ids: int, N: int, max_windows: int | None = None) -> list[in
 # %% ../notebooks/11_gpt_language_model.ipynb #7884dee1
 @torch.no_grad()
 def evaluate(
-    model: GPT,
-    ids: torch.Tensor,
-    batch_size: int = 32,
-    max_windows: int | None = None,
-    autocast=None,
+    model: GPT, ids: torch.Tensor, batch_size=32, max_windows=None, autocast=None
 ) -> tuple[float, int]:
     """(mean next-token loss in nats over the `window_starts` windows, tokens seen)."""
     N = model.config.context_len

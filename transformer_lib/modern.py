@@ -155,12 +155,6 @@ class ModernGPT(GPT):
     def make_block(self, config: ModernConfig) -> ModernBlock:
         return ModernBlock(config)
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """As GPT.num_params; a model without a learned table counts every weight."""
-        if self.config.positions == "learned":
-            return super().num_params(non_embedding)
-        return sum(p.numel() for p in self.parameters())
-
     def embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token ids (B, T) at positions start.. -> their input vectors (B, T, C)."""
         if self.config.positions == "learned":

@@ -21,8 +21,7 @@ def newton_schulz(
     a, b, c = 3.4445, -4.775, 2.0315  # Muon's coefficients: fast, not exact
     X = G.to(dtype or G.dtype)
     tall = X.size(0) > X.size(1)
-    if tall:  # work with the smaller Gram matrix X X^T
-        X = X.T
+    X = X.T if tall else X  # work with the smaller Gram matrix X X^T
     X = X / X.norm().clamp(min=1e-7)  # singular values now <= 1
     for _ in range(steps):
         A = X @ X.T
@@ -33,8 +32,7 @@ def newton_schulz(
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0031
 class Muon(torch.optim.Optimizer):
     """torch.optim.Muon's update (Nesterov momentum, Newton-Schulz, the rate scaled as
-    "match_rms_adamw"); with dtype=None it iterates in bf16 only where bf16 is native,
-    in fp32 elsewhere."""
+    "match_rms_adamw"); dtype=None iterates in bf16 where it is native, else in fp32."""
 
     def __init__(
         self,
@@ -94,10 +92,9 @@ class MuonAdamW:
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.99),
         decay_embeddings: bool = False,
-        momentum: float = 0.95,
     ):
         matrices, rest = muon_split(model, weight_decay, decay_embeddings)
-        self.muon = Muon(matrices, lr, weight_decay, momentum)
+        self.muon = Muon(matrices, lr, weight_decay)
         self.adamw = torch.optim.AdamW(rest, lr=lr, betas=tuple(betas))
         self.param_groups = self.muon.param_groups + self.adamw.param_groups
 

@@ -23,10 +23,7 @@ def sync(device: torch.device) -> None:
 
 # %% ../notebooks/12_making_it_fast.ipynb #f809b865
 def time_it(
-    fn: Callable[[], object],
-    repeats: int = 5,
-    warmup: int = 2,
-    device: torch.device = torch.device("cpu"),
+    fn: Callable[[], object], repeats=5, warmup=2, device=torch.device("cpu")
 ) -> float:
     """Median seconds of `fn()` over `repeats` runs after `warmup` untimed ones."""
     for _ in range(warmup):
@@ -42,10 +39,7 @@ def time_it(
 
 # %% ../notebooks/12_making_it_fast.ipynb #2607ecfb
 def matmul_flops(
-    device: torch.device = torch.device("cpu"),
-    dtype: torch.dtype = torch.float32,
-    n: int = 1024,
-    repeats: int = 50,
+    device=torch.device("cpu"), dtype=torch.float32, n=1024, repeats=50
 ) -> float:
     """Matmul FLOP/s, 2 n^3 per (n, n) @ (n, n): the best of `repeats` (the ceiling, not
     a shared machine's noise; 50, as a best of 10 once gave an MFU above 100%)."""
@@ -127,11 +121,9 @@ def training_throughput(
     bf16: bool = False,
     compile: bool = False,
     device: torch.device = torch.device("cpu"),
-    warmup: int = 3,
-    seed: int = 0,
 ) -> float:
     """Tokens/s of training steps (forward, backward, clipping, AdamW) on random ids."""
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     model = GPT(config).to(device)
     optimizer = make_adamw(model, 1e-3)
     fwd = torch.compile(model) if compile else model
@@ -147,5 +139,5 @@ def training_throughput(
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    seconds = timed_steps(step, steps, warmup, device)
+    seconds = timed_steps(step, steps, 3, device)
     return batch_size * config.context_len * steps / seconds
