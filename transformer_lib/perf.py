@@ -121,6 +121,7 @@ def training_throughput(
     bf16: bool = False,
     compile: bool = False,
     device: torch.device = torch.device("cpu"),
+    warmup: int = 3,
 ) -> float:
     """Tokens/s of training steps (forward, backward, clipping, AdamW) on random ids."""
     torch.manual_seed(0)
@@ -139,5 +140,5 @@ def training_throughput(
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    seconds = timed_steps(step, steps, 3, device)
+    seconds = timed_steps(step, steps, warmup, device)
     return batch_size * config.context_len * steps / seconds
