@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.gpt import (
-    GELU_MODES,
     GPT,
     GPTConfig,
     KVCache,
@@ -48,7 +47,9 @@ def test_rmsnorm_matches_torch(b, t, c, dtype):
 
 
 @FAST
-@given(st.integers(1, 64), st.sampled_from(GELU_MODES), st.sampled_from(list(DTYPES)))
+@given(
+    st.integers(1, 64), st.sampled_from(("none", "tanh")), st.sampled_from(list(DTYPES))
+)
 def test_gelu_matches_torch(n, approximate, dtype):
     x = torch.randn(n, dtype=dtype) * 4
     torch.testing.assert_close(

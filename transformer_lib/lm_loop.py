@@ -4,8 +4,7 @@
 __all__ = ['LMData', 'load_lm_data', 'get_batch', 'window_starts', 'evaluate', 'train', 'bits_per_char']
 
 # %% ../notebooks/11_gpt_language_model.ipynb #b1100001
-# transformer_lib/lm_loop.py: the data, the batches, the evaluation and the loop
-# of this notebook (the cells marked `#| export lm_loop`)
+# transformer_lib/lm_loop.py: the cells marked `#| export lm_loop`
 import contextlib
 import math
 import time
@@ -50,8 +49,7 @@ def load_lm_data(tokenizer: str = "char", bpe_vocab: int = 512) -> LMData:
 def get_batch(
     ids: torch.Tensor, batch_size: int, context_len: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows: inputs x (B, T) and targets y (B, T), y shifted one token to the
-    right."""
+    """Random windows: inputs x (B, T) and targets y (B, T), one token later."""
     starts = torch.randint(len(ids) - context_len, (batch_size,), generator=generator)
     x = torch.stack([ids[s : s + context_len] for s in starts.tolist()])  # (B, T)
     y = torch.stack([ids[s + 1 : s + 1 + context_len] for s in starts.tolist()])
@@ -59,9 +57,7 @@ def get_batch(
 
 # %% ../notebooks/11_gpt_language_model.ipynb #3c0d0007
 def window_starts(n_ids: int, N: int, max_windows: int | None = None) -> list[int]:
-    """Starts 0, N, 2N, ... of the non-overlapping windows over n_ids tokens, so that
-    every token but the first is predicted once; with max_windows, an evenly spaced
-    subset of them (a cheaper estimate)."""
+    """Starts 0, N, 2N, ... of the windows over n_ids tokens, or max_windows of them."""
     starts = list(range(0, n_ids - 1, N))
     if max_windows is not None and max_windows < len(starts):
         last, gaps = len(starts) - 1, max_windows - 1 or 1
@@ -71,18 +67,12 @@ def window_starts(n_ids: int, N: int, max_windows: int | None = None) -> list[in
 # %% ../notebooks/11_gpt_language_model.ipynb #7884dee1
 @torch.no_grad()
 def evaluate(
-    model: GPT,
-    ids: torch.Tensor,
-    batch_size: int = 32,
-    max_windows: int | None = None,
-    autocast=None,
+    model: GPT, ids: torch.Tensor, batch_size=32, max_windows=None, autocast=None
 ) -> tuple[float, int]:
-    """Mean next-token loss (nats) over the windows of `window_starts`, and how many
-    tokens it predicted."""
+    """(mean next-token loss in nats over the `window_starts` windows, tokens seen)."""
     N = model.config.context_len
     starts = window_starts(len(ids), N, max_windows)
-    device = next(model.parameters()).device
-    was_training = model.training
+    device, was_training = next(model.parameters()).device, model.training
     model.eval()
     total, count = 0.0, 0
     # full windows, then the last one, which may be shorter

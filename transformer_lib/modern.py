@@ -33,22 +33,17 @@ class ModernConfig(GPTConfig):
     }
 
     def __post_init__(self):
-        if not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 0:
-            raise ValueError(
-                f"n_kv_heads must be >= 0 (0 means n_heads), got {self.n_kv_heads!r}"
-            )
+        if not isinstance(kv := self.n_kv_heads, int) or kv < 0:
+            raise ValueError(f"n_kv_heads must be >= 0 (0 means n_heads), got {kv!r}")
         # SwiGLU's 3 matrices: 2/3 of 4 * d_model (a multiple of 8), as many weights
         if self.mlp == "swiglu" and self.d_ff == 0 and isinstance(self.d_model, int):
             self.d_ff = 8 * round(8 * self.d_model / 3 / 8)
         super().__post_init__()
-        if self.n_heads % self.kv_heads:
-            raise ValueError(
-                f"n_kv_heads={self.kv_heads} must divide n_heads={self.n_heads}"
-            )
-        if self.positions == "rope" and self.d_head % 2:
-            raise ValueError(
-                f"RoPE rotates pairs of features: d_head={self.d_head} is odd"
-            )
+        H, H_kv, D = self.n_heads, self.kv_heads, self.d_head
+        if H % H_kv:
+            raise ValueError(f"n_kv_heads={H_kv} must divide n_heads={H}")
+        if self.positions == "rope" and D % 2:
+            raise ValueError(f"RoPE rotates pairs of features: d_head={D} is odd")
 
     @property
     def kv_heads(self) -> int:
@@ -57,8 +52,7 @@ class ModernConfig(GPTConfig):
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0004
 class Rotary(nn.Module):
-    """RoPE: rotate each pair of features (2i, 2i+1) of a query or key at position m by
-    the angle m * base^(-2i/D), so that q_m . k_n depends on m - n only."""
+    """RoPE: turn each feature pair (2i, 2i+1) at position m by m * base^(-2i/D)."""
 
     def __init__(self, d_head: int, context_len: int, base: float = 10000.0):
         super().__init__()
@@ -79,9 +73,7 @@ class Rotary(nn.Module):
 class SwiGLU(nn.Module):
     """LLaMA's gated MLP: proj(silu(gate(x)) * up(x)), three matrices of width F."""
 
-    def __init__(
-        self, d_model: int, d_ff: int, bias: bool = False, dropout: float = 0.0
-    ):
+    def __init__(self, d_model: int, d_ff: int, bias=False, dropout=0.0):
         super().__init__()
         self.gate = nn.Linear(d_model, d_ff, bias=bias)
         self.up = nn.Linear(d_model, d_ff, bias=bias)
@@ -94,14 +86,12 @@ class SwiGLU(nn.Module):
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0008
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
-    """(B, H_kv, T, D) -> (B, H_kv * n_rep, T, D): each key/value head serves n_rep
-    query heads."""
+    """(B, H_kv, T, D) -> (B, H_kv * n_rep, T, D): n_rep query heads per KV head."""
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0009
 class GroupedQueryAttention(nn.Module):
-    """Causal self-attention with n_kv_heads key/value heads shared by groups of query
-    heads (GQA; MQA at 1; notebook 11's at n_heads), optional QK-norm and RoPE."""
+    """Causal self-attention where groups of query heads share n_kv_heads K/V heads."""
 
     def __init__(self, config: ModernConfig):
         super().__init__()
@@ -116,11 +106,7 @@ class GroupedQueryAttention(nn.Module):
         self.resid_drop = nn.Dropout(config.dropout)
 
     def forward(
-        self,
-        x: Tensor,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        need_weights: bool = False,
+        self, x: Tensor, cache: KVCache | None = None, layer=0, need_weights=False
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) -> (y (B, T, C), weights (B, H, T, T_k) or None)."""
         c = self.config
@@ -141,8 +127,7 @@ class GroupedQueryAttention(nn.Module):
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13b0004
 class ModernBlock(Block):
-    """Notebook 11's pre-norm block with this notebook's attention and MLP when the
-    config asks for them."""
+    """Notebook 11's block, with this notebook's attention and MLP where asked."""
 
     def make_attention(self, config: ModernConfig) -> nn.Module:
         modern = config.positions == "rope" or config.qk_norm
@@ -157,8 +142,7 @@ class ModernBlock(Block):
 
 # %% ../notebooks/13_modern_gpt.ipynb #d13b0005
 class ModernGPT(GPT):
-    """Notebook 11's GPT built from ModernBlocks, with learned, sinusoidal or no
-    position table (RoPE turns the queries and keys inside attention instead)."""
+    """Notebook 11's GPT of ModernBlocks; a learned, sinusoidal or no position table."""
 
     def __init__(self, config: ModernConfig):
         super().__init__(config)
@@ -170,12 +154,6 @@ class ModernGPT(GPT):
 
     def make_block(self, config: ModernConfig) -> ModernBlock:
         return ModernBlock(config)
-
-    def num_params(self, non_embedding: bool = True) -> int:
-        """As GPT.num_params; a model without a learned table counts every weight."""
-        if self.config.positions == "learned":
-            return super().num_params(non_embedding)
-        return sum(p.numel() for p in self.parameters())
 
     def embed(self, idx: Tensor, start: int = 0) -> Tensor:
         """Token ids (B, T) at positions start.. -> their input vectors (B, T, C)."""

@@ -12,27 +12,17 @@ from torch import Tensor
 
 from .training import bf16_supported, param_groups
 
-
+# %% ../notebooks/13_modern_gpt.ipynb #d13a0014
 def newton_schulz(
-    G: Tensor,
-    steps: int = 5,
-    coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
-    eps: float = 1e-7,
-    dtype: torch.dtype | None = None,
+    G: Tensor, steps: int = 5, dtype: torch.dtype | None = None
 ) -> Tensor:
-    """An approximate orthogonalisation of G (its U n_vocab^T): Muon's update direction.
-
-    Five steps of the odd polynomial X <- aX + b(XX^T)X + c(XX^T)^2 X, from X = G/||G||,
-    push every singular value of X towards 1: those above about ||G|| / 500 end in about
-    0.7-1.2, which is enough; smaller ones grow about a^5 = 490 times. It iterates in
-    `dtype` (G's own if None); the result has G's dtype.
-    """
-    a, b, c = coefficients
+    """About U V^T of G = U S V^T, Muon's update direction; iterates in `dtype` (G's if
+    None), returns G's dtype. X <- aX + b(XX^T)X + c(XX^T)^2 X from X = G / ||G||."""
+    a, b, c = 3.4445, -4.775, 2.0315  # Muon's coefficients: fast, not exact
     X = G.to(dtype or G.dtype)
     tall = X.size(0) > X.size(1)
-    if tall:  # work with the smaller Gram matrix X X^T
-        X = X.T
-    X = X / X.norm().clamp(min=eps)  # singular values now <= 1
+    X = X.T if tall else X  # work with the smaller Gram matrix X X^T
+    X = X / X.norm().clamp(min=1e-7)  # singular values now <= 1
     for _ in range(steps):
         A = X @ X.T
         B = torch.addmm(A, A, A, beta=b, alpha=c)  # b A + c A A
@@ -42,8 +32,7 @@ def newton_schulz(
 # %% ../notebooks/13_modern_gpt.ipynb #d13a0031
 class Muon(torch.optim.Optimizer):
     """torch.optim.Muon's update (Nesterov momentum, Newton-Schulz, the rate scaled as
-    "match_rms_adamw"); with dtype=None it iterates in bf16 only where bf16 is native,
-    in fp32 elsewhere."""
+    "match_rms_adamw"); dtype=None iterates in bf16 where it is native, else in fp32."""
 
     def __init__(
         self,
@@ -55,14 +44,8 @@ class Muon(torch.optim.Optimizer):
         ns_steps: int = 5,
         dtype: torch.dtype | None = None,
     ):
-        defaults = dict(
-            lr=lr,
-            weight_decay=weight_decay,
-            momentum=momentum,
-            nesterov=nesterov,
-            ns_steps=ns_steps,
-        )
-        super().__init__(params, defaults)
+        hyper = dict(weight_decay=weight_decay, momentum=momentum, nesterov=nesterov)
+        super().__init__(params, dict(lr=lr, ns_steps=ns_steps, **hyper))
         if dtype is None:
             device = self.param_groups[0]["params"][0].device
             dtype = torch.bfloat16 if bf16_supported(device) else torch.float32
@@ -88,11 +71,8 @@ def muon_split(
 ) -> tuple[list[nn.Parameter], list[dict]]:
     """(the blocks' weight matrices, for Muon; AdamW's parameter groups of notebook 09
     holding everything else: embeddings, output layer, norm gains)."""
-    matrices = [
-        p
-        for name, p in model.named_parameters()
-        if p.dim() == 2 and name.startswith("blocks.") and p.requires_grad
-    ]
+    in_blocks = [p for n, p in model.named_parameters() if n.startswith("blocks.")]
+    matrices = [p for p in in_blocks if p.dim() == 2 and p.requires_grad]
     in_muon = {id(p) for p in matrices}
     rest = []
     for group in param_groups(model, weight_decay, decay_embeddings):
@@ -112,10 +92,9 @@ class MuonAdamW:
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.99),
         decay_embeddings: bool = False,
-        momentum: float = 0.95,
     ):
         matrices, rest = muon_split(model, weight_decay, decay_embeddings)
-        self.muon = Muon(matrices, lr, weight_decay, momentum)
+        self.muon = Muon(matrices, lr, weight_decay)
         self.adamw = torch.optim.AdamW(rest, lr=lr, betas=tuple(betas))
         self.param_groups = self.muon.param_groups + self.adamw.param_groups
 

@@ -15,19 +15,15 @@ import torch.nn as nn
 from .gpt import GPT, GPTConfig
 from .training import make_adamw
 
-
+# %% ../notebooks/12_making_it_fast.ipynb #6e3a8b87
 def sync(device: torch.device) -> None:
-    """Wait for queued GPU work (timings on a GPU are wrong without it); nothing on a
-    CPU."""
+    """Wait for queued GPU work (GPU timings are wrong without it); nothing on a CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 # %% ../notebooks/12_making_it_fast.ipynb #f809b865
 def time_it(
-    fn: Callable[[], object],
-    repeats: int = 5,
-    warmup: int = 2,
-    device: torch.device = torch.device("cpu"),
+    fn: Callable[[], object], repeats=5, warmup=2, device=torch.device("cpu")
 ) -> float:
     """Median seconds of `fn()` over `repeats` runs after `warmup` untimed ones."""
     for _ in range(warmup):
@@ -43,20 +39,10 @@ def time_it(
 
 # %% ../notebooks/12_making_it_fast.ipynb #2607ecfb
 def matmul_flops(
-    device: torch.device = torch.device("cpu"),
-    dtype: torch.dtype = torch.float32,
-    n: int = 1024,
-    repeats: int = 50,
+    device=torch.device("cpu"), dtype=torch.float32, n=1024, repeats=50
 ) -> float:
-    """Measured matmul speed in FLOP/s: 2 n^3 operations per (n, n) @ (n, n), best of
-    `repeats`.
-
-    The practical ceiling of this machine for this dtype, the denominator of MFU. The
-    best run rather than the median: it is the ceiling we want, not the noise of a
-    shared machine. Fifty runs (about half a second in fp32 on a laptop CPU) so that a
-    short slow spell cannot set the ceiling: a best of ten once measured 109 GFLOP/s on
-    a machine that sustains 185, and gave an MFU above 100%.
-    """
+    """Matmul FLOP/s, 2 n^3 per (n, n) @ (n, n): the best of `repeats` (the ceiling, not
+    a shared machine's noise; 50, as a best of 10 once gave an MFU above 100%)."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     best = min(
@@ -70,21 +56,15 @@ _MEMORY_PROBE = """
 import sys, torch, torch.nn.functional as F
 from transformer_lib.attention import scaled_dot_product_attention
 def kib(field):  # a line of /proc/self/status, in KiB
-    return next(
-        int(line.split()[1])
-        for line in open("/proc/self/status")
-        if line.startswith(field)
-    )
+    lines = open("/proc/self/status").read().splitlines()
+    return next(int(line.split()[1]) for line in lines if line.startswith(field))
 impl, B, H, T, D = sys.argv[1], *map(int, sys.argv[2:])
 def run(q, k, v, mask):
     out = scaled_dot_product_attention(q, k, v, mask)[0] if impl == "explicit" else \\
         F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out.sum().backward()
-run(
-    *(torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)),
-    torch.ones(8, 8, dtype=torch.bool).tril(),
-)
-# warmed up: libraries loaded
+tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
+run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
 q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
 mask = torch.ones(T, T, dtype=torch.bool).tril()
 with open("/proc/self/clear_refs", "w") as f:
@@ -96,50 +76,34 @@ print((kib("VmHWM:") - before) / 1024)
 
 # %% ../notebooks/12_making_it_fast.ipynb #5d283812
 def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float:
-    """Extra peak memory (MiB) of one causal attention forward and backward on the CPU,
-    "explicit" or "sdpa".
-
-    Measured in a fresh Python process, as its peak resident memory (reset just before,
-    Linux only) minus its resident memory before the call, so nothing else this notebook
-    holds is counted. (On a GPU, torch.cuda.reset_peak_memory_stats and
-    max_memory_allocated do the same in-process.)
-    """
+    """Extra peak memory (MiB) of one causal attention ("explicit" or "sdpa") forward
+    and backward on the CPU, in a fresh process (Linux), so that nothing else counts.
+    (On a GPU, torch.cuda.max_memory_allocated measures it in-process.)"""
     import subprocess
     import sys
 
-    out = subprocess.run(
-        [sys.executable, "-c", _MEMORY_PROBE, impl, str(B), str(H), str(T), str(D)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    args = [sys.executable, "-c", _MEMORY_PROBE, impl, *map(str, (B, H, T, D))]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 # %% ../notebooks/12_making_it_fast.ipynb #b38b2564
 def model_flops_per_token(config: GPTConfig, training: bool = True) -> float:
-    """Matmul FLOPs the model spends per token: 2N + 4LCN forward, three times that with
-    the backward.
-
-    N counts the weights of every matmul (12 L C^2 in the blocks plus V C in the output
-    layer, tied or not); 4LCN is attention's q k^T and weights @ v at full context N
-    (PaLM, appendix B, counts the same). Norms, softmax and the optimizer are left out:
-    they are few FLOPs but not free, which is one reason MFU stays below 100%.
-    """
+    """Matmul FLOPs per token: 2 x the matmul weights (12LC^2 + VC, tied or not) + 4LCN
+    (q k^T and weights @ v at full context N, as PaLM's appendix B) forward, x3 with the
+    backward. Norms, softmax, the optimizer are left out: one reason MFU stays <100%."""
     L, C, N, V = config.n_layers, config.d_model, config.context_len, config.vocab_size
     weights = L * (4 * C * C + 2 * C * config.d_ff) + V * C
     forward = 2 * weights + 4 * L * C * N
     return 3 * forward if training else forward
 
-
+# %% ../notebooks/12_making_it_fast.ipynb #b38b2565
 def mfu(tokens_per_s: float, flops_per_token: float, peak_flops: float) -> float:
-    """Model-FLOPs utilisation: the fraction of the measured peak the model's own
-    matmuls use."""
+    """Model-FLOPs utilisation: the fraction of the measured peak its matmuls use."""
     return tokens_per_s * flops_per_token / peak_flops
 
 # %% ../notebooks/12_making_it_fast.ipynb #4519a0d3
 def timed_steps(step: Callable[[], None], steps: int, warmup: int, device) -> float:
-    """Seconds that `steps` calls of `step` take, after `warmup` untimed calls (the
-    first steps allocate memory, pick kernels, and with compile, compile)."""
+    """Seconds of `steps` calls of `step` after `warmup` untimed ones (warm-up)."""
     for _ in range(warmup):
         step()
     sync(device)
@@ -158,11 +122,9 @@ def training_throughput(
     compile: bool = False,
     device: torch.device = torch.device("cpu"),
     warmup: int = 3,
-    seed: int = 0,
 ) -> float:
-    """Tokens per second of full training steps (forward, backward, clipping, AdamW) on
-    random tokens."""
-    torch.manual_seed(seed)
+    """Tokens/s of training steps (forward, backward, clipping, AdamW) on random ids."""
+    torch.manual_seed(0)
     model = GPT(config).to(device)
     optimizer = make_adamw(model, 1e-3)
     fwd = torch.compile(model) if compile else model

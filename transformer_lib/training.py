@@ -74,9 +74,8 @@ def clip_gradients(model: nn.Module, max_norm: float) -> float:
 
 # %% ../notebooks/12_making_it_fast.ipynb #12bf16nat
 def bf16_supported(device: torch.device) -> bool:
-    """True if this device computes bf16 matmuls natively: CUDA compute capability >=
-    8.0 (Ampere), or a CPU with AVX512-BF16 or AMX (oneDNN's check). Older GPUs such as
-    Colab's T4 only emulate bf16."""
+    """Native bf16 matmuls: CUDA capability >= 8.0 (Ampere; Colab's T4 only emulates
+    bf16), or a CPU with AVX512-BF16 or AMX (oneDNN's check)."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
