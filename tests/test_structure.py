@@ -168,8 +168,6 @@ def test_each_notebook_is_framed_learn_content_summary_exercises(path):
 # is any line of a code cell the book shows (folded ones and blank lines count), the
 # measure issue 22 set its targets in.
 CORE_LINES_EACH, CORE_LINES_ALL, CELL_LINES = 600, 5000, 30
-# Not there yet (issue 22 is open): the lines each of these shows now, to come down.
-OVER_TODAY = {"01": 603, "09": 631, "10": 635, "11": 642, "13": 647}
 
 
 def shown_cells(path: Path) -> list[list[str]]:
@@ -195,21 +193,7 @@ def visible_code(path: Path) -> list[list[str]]:
 CORE = [p for p in NOTEBOOKS if p.stem[:2] <= "13"]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                p.stem[:2] in OVER_TODAY,
-                reason=f"{OVER_TODAY.get(p.stem[:2])} lines today",
-                strict=True,
-            ),
-        )
-        for p in CORE
-    ],
-    ids=lambda p: p.stem[:2],
-)
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem[:2])
 def test_a_core_notebook_shows_at_most_600_code_lines(path):
     lines = sum(map(len, shown_cells(path)))
     assert lines <= CORE_LINES_EACH, (
@@ -218,7 +202,6 @@ def test_a_core_notebook_shows_at_most_600_code_lines(path):
     )
 
 
-@pytest.mark.xfail(reason="5,796 lines today (issue 22 is open)", strict=True)
 def test_the_core_track_shows_at_most_5000_code_lines():
     lines = {p.stem[:2]: sum(map(len, shown_cells(p))) for p in CORE}
     assert sum(lines.values()) <= CORE_LINES_ALL, f"{sum(lines.values())}: {lines}"

@@ -12,10 +12,9 @@ from .sampling import sample_next
 from .seq2seq import Transformer
 from .translation_data import Pair, group_references, pad_batch
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #7ba5d11a
 def new_token_limit(max_len: int | None, context_len: int) -> int:
-    """How many tokens a decoder may add: max_len (0 means none), never more than the
-    context; None: the context."""
+    """Tokens a decoder may add: max_len (0: none, None: all), capped at the context."""
     if max_len is not None and max_len < 0:
         raise ValueError(f"max_len must be >= 0, got {max_len}")
     return context_len if max_len is None else min(max_len, context_len)
@@ -29,8 +28,7 @@ def _decode_loop(
     max_len: int | None,
     next_token,
 ) -> list[list[int]]:
-    """Feed the decoder its own output until every row has emitted <eos>; `next_token`
-    turns the last logits (B, n_vocab) into ids (B,): argmax or a draw (sampling)."""
+    """Decode until every row says <eos>; next_token: logits (B, n_vocab) -> ids (B,)"""
     model.eval()
     max_len = new_token_limit(max_len, model.config.context_len)
     memory, src_mask = model.encode(src)
@@ -56,14 +54,12 @@ def greedy_decode(
     eos_id: int,
     max_len: int | None = None,
 ) -> list[list[int]]:
-    """The most likely next token at each step, for a batch of sources (B, S); returns
-    ids without <bos>/<eos>."""
+    """Greedy ids for sources (B, S), without <bos>/<eos>."""
     return _decode_loop(model, src, bos_id, eos_id, max_len, lambda z: z.argmax(-1))
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #71fba72e
 def score_candidates(scores: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-    """Running scores (B, K) + next-token log-probs (B*K, n_vocab) -> every
-    extension's score (B, K*n_vocab)."""
+    """Scores (B, K) + log-probs (B*K, n_vocab) -> every extension's (B, K*n_vocab)."""
     B, K = scores.shape
     # beam k's tokens in columns k*n_vocab + v
     return (scores[:, :, None] + logp.view(B, K, -1)).view(B, -1)
@@ -78,11 +74,10 @@ def top_candidates(
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b3
 def length_penalty_gnmt(length: int, alpha: float) -> float:
-    """((5 + length) / 6) ** alpha (Wu et al., 2016): dividing a log-probability by it
-    favours longer outputs."""
+    """((5 + length) / 6) ** alpha (Wu et al., 2016): favours longer outputs."""
     return ((5 + length) / 6) ** alpha
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #6f8209b4
 def split_candidates(
     candidates: list[tuple[float, int, int]],
     prefixes: list[list[int]],
@@ -90,8 +85,7 @@ def split_candidates(
     eos_id: int,
     alpha: float,
 ) -> tuple[list[tuple[float, int, int]], list[tuple[float, list[int]]]]:
-    """One source's (score, beam, token), best first -> (up to K live ones, finished
-    (penalised score, tokens))."""
+    """(score, beam, token) best first -> (up to K live, finished (score / lp, ids))"""
     live, finished = [], []
     for s, beam, tok in candidates:
         if s == float("-inf") or len(live) == K:
@@ -112,8 +106,7 @@ def beam_step(
     eos_id: int,
     alpha: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scores (B, K), logp (B*K, n_vocab) -> new scores (B, K), the row each new beam
-    extends (B*K,), its token (B*K,); finished hypotheses go to finished[b]."""
+    """One step: new scores (B, K), rows (B*K,), tokens (B*K,); fills finished."""
     B, K = scores.shape
     top = top_candidates(score_candidates(scores, logp), 2 * K, logp.shape[-1])
     new_scores = torch.full((B, K), float("-inf"))
@@ -138,8 +131,7 @@ def best_hypotheses(
     prefixes: list[list[int]],
     alpha: float,
 ) -> list[list[int]]:
-    """Each source's best finished hypothesis; a source cut by max_len first adds its
-    live beams."""
+    """Each source's best hypothesis; one cut by max_len counts its live beams."""
     B, K = scores.shape
     for b in range(B):
         for k in range(K):
@@ -193,8 +185,7 @@ def sample_decode(
     max_len: int | None = None,
     generator: torch.Generator | None = None,
 ) -> list[list[int]]:
-    """Draw each next token from softmax(logits / temperature), restricted by top-k
-    and/or top-p."""
+    """Draw each token from softmax(logits / temperature), with top-k and/or top-p."""
     if not temperature > 0:
         raise ValueError(
             f"temperature must be > 0, got {temperature}; use greedy_decode "
@@ -211,8 +202,7 @@ def sample_decode(
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #fb6ed8b1
 def encode_sources(sentences: list[str], src_tok, context_len: int) -> list[list[int]]:
-    """Source ids + <eos>, truncated to `context_len` tokens (the words beyond are
-    dropped, not an error)."""
+    """Source ids + <eos>, cut to context_len tokens (cut, not refused)."""
     return [src_tok.encode(s)[: context_len - 1] + [src_tok.eos_id] for s in sentences]
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #76cc6a60
@@ -226,8 +216,7 @@ def translate(
     batch_size: int = 64,
     **kwargs,
 ) -> list[str]:
-    """Translate English sentences with method 'greedy', 'beam' or 'sample' (kwargs go
-    to the decoder), in batches sorted by length; returned in the input order."""
+    """Translate by 'greedy', 'beam' or 'sample', batched by length, in input order."""
     decoders = {"greedy": greedy_decode, "beam": beam_search, "sample": sample_decode}
     if method not in decoders:
         raise ValueError(f"method must be one of {sorted(decoders)}, got {method!r}")
@@ -250,8 +239,7 @@ def translate(
 def evaluate_translations(
     hypotheses: list[str], references: list[list[str]]
 ) -> dict[str, float]:
-    """Corpus sacreBLEU with tokenize='zh' (each Chinese character a word) and chrF;
-    references[i] lists every reference translation of sentence i."""
+    """Corpus BLEU (tokenize='zh': a character a word) and chrF, all references."""
     import sacrebleu
 
     if len(hypotheses) != len(references):
@@ -275,8 +263,7 @@ def evaluate_model(
     method: str = "greedy",
     **kwargs,
 ) -> tuple[dict[str, float], list[str], list[str], list[list[str]]]:
-    """(scores {'bleu', 'chrf'}, sources, hypotheses, references): each distinct
-    English sentence of `pairs` translated once, scored against all its translations."""
+    """(scores, sources, hypotheses, references): each English sentence once."""
     sources, references = group_references(pairs)
     hypotheses = translate(model, src_tok, tgt_tok, sources, method, **kwargs)
     scores = evaluate_translations(hypotheses, references)
@@ -290,7 +277,7 @@ def average_weights(state_dicts: list[dict]) -> dict:
         mean[k] = torch.stack([sd[k].float() for sd in state_dicts]).mean(0).to(v.dtype)
     return mean
 
-
+# %% ../notebooks/10_decoding_and_evaluation.ipynb #9d0e0023
 def first_sentences(pairs: list[Pair], n: int | None) -> list[Pair]:
     """The pairs of the first n distinct English sentences (all when n is None)."""
     keep = set(list(dict.fromkeys(en for en, _ in pairs))[:n])
@@ -305,8 +292,7 @@ def choose_decoding(
     beam_sizes: tuple[int, ...] = (4, 8),
     alphas: tuple[float, ...] = (0.6, 1.0),
 ) -> dict:
-    """The beam size and length penalty with the best BLEU on `valid_pairs`, and every
-    score tried."""
+    """The beam size and alpha with the best BLEU on valid_pairs, and every score."""
     scores = {
         (k, a): evaluate_model(
             model, src_tok, tgt_tok, valid_pairs, "beam", beam_size=k, length_penalty=a

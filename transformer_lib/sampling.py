@@ -15,8 +15,7 @@ from torch import Tensor
 def filter_logits(
     logits: Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> Tensor:
-    """logits (B, n_vocab) -> (B, n_vocab), -inf outside the top k and outside the
-    smallest set whose probability reaches top_p; the most likely token survives."""
+    """-inf outside the top k and the top-p nucleus; the most likely token survives."""
     if top_k is not None:
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -36,16 +35,13 @@ def sample_next(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """The next token (B, 1) from logits (B, n_vocab): greedy at temperature 0, else a
-    draw from the top_k most likely, or the smallest set of probability >= top_p."""
+    """The next token (B, 1): argmax at temperature 0, else a draw (top-k / top-p)."""
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(
             f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
     if top_k is not None and top_k < 1:
-        raise ValueError(
-            f"top_k must be >= 1 (or None for no top-k filter), got {top_k}"
-        )
+        raise ValueError(f"top_k must be >= 1 (or None: no top-k filter), got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
     if temperature == 0:
