@@ -3237,7 +3237,7 @@ def _r218(env: Env) -> Outcome:
     second = env.cli(args + ["--seed", "2"], cwd=folder, timeout=300)
     kill_group(first, signal.SIGINT)  # the first run stops and saves
     first.communicate(timeout=300)
-    saved = (_load(out) or {}).get("settings", {}).get("seed")
+    saved = (_load(out) or {}).get("train_config", {}).get("seed")
     if second.rc == 0:
         return (
             "FAIL",
@@ -3365,10 +3365,10 @@ def _damage(env: Env, src: Path, name: str, edit) -> Path:
 
 
 LM_RESUME_DAMAGE = {
-    "no settings": lambda s: s.pop("settings"),
+    "no train_config": lambda s: s.pop("train_config"),
     "history a string": lambda s: s.update(history="x"),
-    "no torch_rng": lambda s: s.pop("torch_rng"),
-    "short batch_rng": lambda s: s.update(batch_rng=s["torch_rng"][:3]),
+    "no rng": lambda s: s.pop("rng"),
+    "short batch_rng": lambda s: s.update(batch_rng=s["rng"][:3]),
     "step a string": lambda s: s.update(step="20"),
     "misshapen weight": lambda s: s["model"].update(
         {"tok_emb.weight": s["model"]["tok_emb.weight"][:3]}

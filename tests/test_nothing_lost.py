@@ -198,9 +198,9 @@ def lm_checkpoint(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda s: s.pop("settings"), "settings is missing"),
+        (lambda s: s.pop("train_config"), "train_config is missing"),
         (lambda s: s.update(history="x"), "history is a str"),
-        (lambda s: s.pop("torch_rng"), "torch_rng is missing"),
+        (lambda s: s.pop("rng"), "rng is missing"),
         (lambda s: s.update(batch_rng=torch.zeros(3, dtype=torch.uint8)), "batch_rng"),
         (lambda s: s.update(step="7"), "step is a str"),
         (

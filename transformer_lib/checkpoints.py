@@ -417,7 +417,8 @@ def resume_run(
     """Load the run `save_run` wrote at `path` into model and optimizer, checking every
     part: (the run, as `run_type`, and the checkpoint). `rng`: more random-number
     states (entry -> setter); `kept`: entries of weights kept beside the model."""
-    expected = dict(expected_config=model.config.to_dict(), expected_tokenizer=tokenizer)
+    config, tok = model.config.to_dict(), tokenizer
+    expected = dict(expected_config=config, expected_tokenizer=tok)
     state = load_checkpoint(path, kind=kind, map_location=map_location, **expected)
     rng, kept = {"rng": torch.set_rng_state} | (rng or {}), kept or {}
     fields = {f.name: f.type for f in dataclasses.fields(run_type)}

@@ -135,7 +135,8 @@ def train_epoch(
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #d5a79671
 def keep_weights(
-    model: Transformer, valid: float, run: TranslatorRun, best: dict, recent: list, n: int
+    model: Transformer, valid: float, run: TranslatorRun, best: dict, recent: list,
+    n: int
 ) -> None:  # fmt: skip
     """Copy the weights into `best` if `valid` is the best loss so far, and into
     `recent`, which keeps the last `n`; count the epochs without progress."""
