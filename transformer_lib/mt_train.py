@@ -17,6 +17,7 @@ import torch
 
 from transformer_lib.checkpoints import (
     CheckpointError,
+    CheckpointMismatchError,
     RunState,
     build_checked,
     load_trained,
