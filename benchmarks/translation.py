@@ -7,7 +7,7 @@ and the public one.
     python benchmarks/translation.py --quick    # a tiny run, to check the script works
     python benchmarks/translation.py --valid-only --max-minutes 8 --train-limit 6000
 
-Training uses notebook 09's recipe (`train_translator`); `--max-minutes`,
+Training uses notebook 09's recipe (`fit_translator`, appendix A1); `--max-minutes`,
 `--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change
 it, for the measurements of the levers. Evaluation follows notebook 10: the weights
 (best epoch, or the mean of the last three) and the beam size and length penalty are
@@ -35,14 +35,10 @@ from transformer_lib.decoding import (
     evaluate_model,
     first_sentences,
 )
-from transformer_lib.mt_train import (
-    TrainConfig,
-    held_out_split,
-    load_translator,
-    train_translator,
-)
+from transformer_lib.mt_train import check_translator, fit_translator
 from transformer_lib.runtime import describe_machine, get_device
 from transformer_lib.translation_data import TEST_FINGERPRINT, split_fingerprint
+from transformer_lib.translator import TrainConfig, held_out_split, load_translator
 
 
 def load() -> str:
@@ -70,7 +66,7 @@ def train(args: argparse.Namespace, device) -> str:
     t0 = time.perf_counter()
     # a killed run continues
     existing = "resume" if Path(args.out).exists() else "refuse"
-    train_translator(cfg, args.out, existing, progress=False, device=device)
+    fit_translator(cfg, args.out, existing, progress=False, device=device)
     print(f"training call: {(time.perf_counter() - t0) / 60:.1f} min wall time")
     return args.out
 
@@ -123,6 +119,7 @@ def main() -> int:
     print(f"hardware: {describe_machine(device)}")
     print(f"start: {load()}")
     checkpoint = args.checkpoint or train(args, device)
+    check_translator(checkpoint)
     model, src_tok, tgt_tok, payload = load_translator(checkpoint, device)
     history = payload["history"]
     print(

@@ -320,7 +320,7 @@ def test_disk_full_during_the_write_leaves_nothing_half_written(
     (mirror / "cmn-eng").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
     monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
-    real_atomic_write = data.atomic_write
+    real_write = data._write_atomically
 
     class FullDisk:
         def __init__(self, f):
@@ -332,8 +332,8 @@ def test_disk_full_during_the_write_leaves_nothing_half_written(
 
     monkeypatch.setattr(
         data,
-        "atomic_write",
-        lambda path, write: real_atomic_write(path, lambda f: write(FullDisk(f))),
+        "_write_atomically",
+        lambda path, write: real_write(path, lambda f: write(FullDisk(f))),
     )
     with pytest.raises(DataUnavailableError, match=r"the disk is full .* needed\)"):
         fetch(SPEC)

@@ -53,20 +53,21 @@ def test_train_lm_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--batch-size", "0"], "--batch-size"),
-        (["--max-iters", "-5"], "--max-iters"),
-        (["--eval-interval", "0"], "--eval-interval"),
-        (["--eval-windows", "-1"], "--eval-windows"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--max-iters", "-5"], "max_iters"),
+        (["--eval-interval", "0"], "eval_interval"),
+        (["--eval-windows", "-1"], "eval_windows"),
         (["--lr", "nan"], "--lr"),
         (["--lr", "inf"], "--lr"),
         (["--seed", "1e23"], "--seed"),
         (["--device", "foo"], "--device"),
         (["--resume", "--restart"], "not allowed with"),
-        (["--betas", "0.9", "1.5"], "--betas"),
-        (["--betas", "0.9", "1"], "--betas"),
+        (["--betas", "0.9", "1.5"], "betas"),
+        (["--betas", "0.9", "1"], "betas"),
     ],
 )
 def test_train_lm_options_are_checked_in_one_line(flags, message, capsys):
+    """One line naming the flag, or the field when the settings refuse the value."""
     with pytest.raises(SystemExit) as exit_:
         main([*TINY, *flags])
     err = capsys.readouterr().err

@@ -208,11 +208,11 @@ def test_load_lm_refuses_what_it_cannot_use(tmp_path):
     )
     with pytest.raises(CheckpointError, match="tok_emb.weight has shape \\(2, 2\\)"):
         load_lm(str(tmp_path / "damaged.pt"), "cpu")
-    notes = []
+    logged = []
     assert generate_text(
-        str(tmp_path / "ck.pt"), "", 3, device="cpu", notes=notes.append
+        str(tmp_path / "ck.pt"), "", 3, device="cpu", log=logged.append
     ).startswith("\n")
-    assert notes and "empty prompt" in notes[0]
+    assert logged and "empty prompt" in logged[0]
 
 
 @pytest.mark.parametrize(

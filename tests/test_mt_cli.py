@@ -125,15 +125,16 @@ def test_train_mt_never_replaces_a_checkpoint_by_accident(checkpoint, capsys):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--epochs", "0"], "--epochs"),
+        (["--epochs", "0"], "epochs"),
         (["--lr", "nan"], "--lr"),
-        (["--max-minutes", "-1"], "--max-minutes"),
+        (["--max-minutes", "-1"], "max_minutes"),
         (["--resume", "--restart"], "not allowed with"),
         (["--device", "foo"], "--device"),
-        (["--betas", "0.9", "1"], "--betas"),
+        (["--betas", "0.9", "1"], "betas"),
     ],
 )
 def test_train_mt_options_are_checked_in_one_line(flags, message, capsys):
+    """One line naming the flag, or the field when the settings refuse the value."""
     with pytest.raises(SystemExit) as exit_:
         main(["train-mt", "--quick", *flags])
     err = capsys.readouterr().err

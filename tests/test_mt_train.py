@@ -8,7 +8,7 @@ import torch
 
 from transformer_lib import mt_train
 from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
-from transformer_lib.mt_train import TrainConfig, fit, load_translator, lr_at
+from transformer_lib.mt_train import TrainConfig, check_translator, fit, lr_at
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
@@ -134,18 +134,18 @@ def test_other_configuration_or_settings_are_refused(tmp_path):
         run(tmp_path / "ck.pt", cfg=replace(CFG, lr=1e-3, seed=1), existing="resume")
 
 
-def test_load_translator_errors_are_clear(tmp_path):
+def test_check_translator_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        load_translator(tmp_path / "missing.pt")
+        check_translator(tmp_path / "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="junk.pt is not a readable checkpoint"):
-        load_translator(tmp_path / "junk.pt")
+        check_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
     with pytest.raises(
         CheckpointError,
         match="other.pt is not a transformer_lib.translator/1 checkpoint",
     ):
-        load_translator(tmp_path / "other.pt")
+        check_translator(tmp_path / "other.pt")
     torch.save(
         {"model": {}, "config": {}, "format": "transformer_lib.lm/1"},
         tmp_path / "lm.pt",
@@ -154,7 +154,54 @@ def test_load_translator_errors_are_clear(tmp_path):
         CheckpointError,
         match="lm.pt is a transformer_lib.lm/1 checkpoint, not a transformer_lib",
     ):
-        load_translator(tmp_path / "lm.pt")
+        check_translator(tmp_path / "lm.pt")
+
+
+def _tiny_translator_data() -> tuple[TrainConfig, dict]:
+    """Notebook 09's data pipeline on 60 made-up pairs, with a one-epoch tiny model."""
+    from transformer_lib.translator import prepare_data
+
+    words = ["red", "cat", "sun", "old", "big", "tree", "sky", "dog"]
+    pairs = [
+        (f"The {a} {b} {i}.", f"{i}只{len(a)}的{len(b)}。")
+        for i, (a, b) in enumerate(zip(words * 8, words[3:] + words * 7))
+    ][:60]
+    tiny = dict(d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    cfg = TrainConfig(
+        n_valid=5, n_test=5, src_vocab_size=270, max_tokens=200, epochs=1,
+        max_minutes=None, warmup_steps=2, model=tiny,
+    )  # fmt: skip
+    return cfg, prepare_data(cfg, pairs)
+
+
+def test_notebook_09s_load_translator_reads_both_checkpoints(tmp_path):
+    """09's save_translator file and fit's checkpoint (09's plus the optimizer and the
+    run) load with 09's load_translator, after check_translator accepts them."""
+    from transformer_lib.translator import load_translator, save_translator, train_loop
+
+    cfg, data = _tiny_translator_data()
+    torch.manual_seed(0)
+    model = Transformer(data["model_config"])
+    loop_run = train_loop(model, data["train"], data["valid"], cfg, log=lambda *_: 0)
+    save_translator(tmp_path / "09.pt", model, loop_run, cfg, data)
+    torch.manual_seed(0)
+    fitted = Transformer(data["model_config"])
+    history = fit(
+        fitted, data["train"], data["valid"], cfg, tmp_path / "a1.pt",
+        data["tokenizers"], progress=False, log=lambda *_: 0,
+        extra={"src_chars": data["src_chars"]},
+    )  # fmt: skip
+    for name, trained in (("09.pt", model), ("a1.pt", fitted)):
+        check_translator(tmp_path / name)
+        for best in (True, False):
+            loaded, src_tok, tgt_tok, payload = load_translator(
+                tmp_path / name, best=best
+            )
+            assert src_tok.to_dict() == data["tokenizers"]["src"]
+            assert payload["train_config"]["seed"] == cfg.seed
+        for a, b in zip(trained.state_dict().values(), loaded.state_dict().values()):
+            torch.testing.assert_close(a, b)  # one epoch: the best is the last
+    assert torch.load(tmp_path / "a1.pt", weights_only=True)["history"] == history
 
 
 def test_an_existing_checkpoint_is_never_replaced_by_accident(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib import files, lm_train, mt_train
+from transformer_lib import checkpoints, files, lm_train
 from transformer_lib.checkpoints import CheckpointError, start_run
 from transformer_lib.files import (
     DiskFullError,
@@ -166,7 +166,7 @@ def test_a_save_that_finds_the_disk_full_waits_and_tries_again():
 
 
 def test_the_translator_keeps_its_epoch_through_a_full_disk(tmp_path, monkeypatch):
-    real, failures = mt_train.save_checkpoint, []
+    real, failures = checkpoints.save_checkpoint, []
 
     def flaky(path, *args, **kwargs):  # the disk is full twice, then space is freed
         if len(failures) < 2:
@@ -174,7 +174,7 @@ def test_the_translator_keeps_its_epoch_through_a_full_disk(tmp_path, monkeypatc
             raise DiskFullError(Path(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(mt_train, "save_checkpoint", flaky)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", flaky)
     monkeypatch.setattr(files, "SAVE_WAITS", (0, 0, 0))
     _, history = run_mt(tmp_path / "ck.pt")
     saved = torch.load(tmp_path / "ck.pt", weights_only=True)
@@ -198,9 +198,9 @@ def lm_checkpoint(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda s: s.pop("settings"), "settings is missing"),
+        (lambda s: s.pop("train_config"), "train_config is missing"),
         (lambda s: s.update(history="x"), "history is a str"),
-        (lambda s: s.pop("torch_rng"), "torch_rng is missing"),
+        (lambda s: s.pop("rng"), "rng is missing"),
         (lambda s: s.update(batch_rng=torch.zeros(3, dtype=torch.uint8)), "batch_rng"),
         (lambda s: s.update(step="7"), "step is a str"),
         (

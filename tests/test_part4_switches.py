@@ -82,7 +82,7 @@ def test_the_cosine_planned_on_the_clock_ends_at_the_budget():
     run = LMRun(schedule_steps=1_000_000, step=50)
     rates = []
     for elapsed in (0.0, 50.0, 100.0, 120.0):
-        run.train_time_s = elapsed
+        run.seconds = elapsed
         rates.append(learning_rate(s, run))
     assert rates[0] == pytest.approx(1e-2)
     assert rates[1] == pytest.approx(5.5e-3)  # half-way on the clock: the midpoint
@@ -90,7 +90,7 @@ def test_the_cosine_planned_on_the_clock_ends_at_the_budget():
     run.step = 3  # warm-up is still counted in steps
     assert learning_rate(s, run) == pytest.approx(1e-2 * 4 / 11)
     steps = TrainSettings(lr=1e-2, min_lr=1e-3, warmup_steps=10)
-    run = LMRun(schedule_steps=110, step=60, train_time_s=1e9)  # the clock is ignored
+    run = LMRun(schedule_steps=110, step=60, seconds=1e9)  # the clock is ignored
     assert learning_rate(steps, run) == pytest.approx(5.5e-3)
 
 

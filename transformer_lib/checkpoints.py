@@ -3,13 +3,15 @@
 # %% auto #0
 __all__ = ['MAX_LAYERS', 'MAX_SIZE', 'MAX_TABLE', 'EXISTING', 'CheckpointError', 'CheckpointMismatchError', 'save_checkpoint',
            'load_checkpoint', 'weight_problems', 'load_weights', 'build_checked', 'start_run', 'changed_settings',
-           'check_entries', 'restore_training']
+           'check_entries', 'restore_training', 'RunState', 'stopped_message', 'save_run', 'resume_run', 'load_trained']
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0005
+import dataclasses
 import io
 import os
 import zipfile
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -374,3 +376,80 @@ def _check_moments(optimizer: torch.optim.Optimizer) -> None:
                         f"a moment of shape {tuple(value.shape)} for a parameter of "
                         f"shape {tuple(p.shape)}"
                     )
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #a1-runstate
+@dataclass
+class RunState:
+    """Where a training run stands, saved in its checkpoints field by field so that a
+    resumed run continues exactly; each trainer adds its own fields."""
+
+    step: int = 0  # optimizer steps so far
+    seconds: float = 0.0  # training time so far
+    history: list = field(default_factory=list)  # one dict per epoch or evaluation
+
+
+def stopped_message(where: str, path: str | os.PathLike | None) -> str:
+    """What a run stopped by Ctrl-C or SIGTERM says: where it stopped, how to go on."""
+    saved = f"; saved {path}: run again with --resume to continue" if path else ""
+    return f"stopped at {where}{saved}"
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #a1-saverun
+def save_run(
+    path: str | os.PathLike | None, model: nn.Module, optimizer: torch.optim.Optimizer,
+    run: RunState, settings: dict, tokenizer: dict | None, kind: str, **extra
+) -> Path | None:  # fmt: skip
+    """Write the whole run to `path`, atomically (nothing without a path): model,
+    optimizer, config, tokenizer, `settings` (as "train_config"), the random-number
+    state, `run` field by field, and `extra`."""
+    if not path:
+        return None
+    state = dict(config=model.config.to_dict(), tokenizer=tokenizer, format=kind)
+    state |= dict(train_config=settings, rng=torch.get_rng_state())
+    return save_checkpoint(path, model, optimizer, **state, **extra, **asdict(run))
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #a1-resumerun
+def resume_run(
+    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
+    run_type: type, settings: dict, may_change: tuple[str, ...],
+    tokenizer: dict | None, kind: str, rng: dict[str, Callable] | None = None,
+    kept: dict[str, type] | None = None, map_location: str | torch.device = "cpu"
+) -> tuple[RunState, dict]:  # fmt: skip
+    """Load the run `save_run` wrote at `path` into model and optimizer, checking every
+    part: (the run, as `run_type`, and the checkpoint). `rng`: more random-number
+    states (entry -> setter); `kept`: entries of weights kept beside the model."""
+    config, tok = model.config.to_dict(), tokenizer
+    expected = dict(expected_config=config, expected_tokenizer=tok)
+    state = load_checkpoint(path, kind=kind, map_location=map_location, **expected)
+    rng, kept = {"rng": torch.set_rng_state} | (rng or {}), kept or {}
+    fields = {f.name: f.type for f in dataclasses.fields(run_type)}
+    parts = {"train_config": dict, "optimizer": dict} | dict.fromkeys(rng, torch.Tensor)
+    check_entries(path, state, parts | kept | fields)
+    changed = changed_settings(state["train_config"], settings, may_change)
+    if changed:
+        raise CheckpointMismatchError(
+            f"{path} was trained with other settings ({'; '.join(changed)}); resume "
+            "with the same ones, or use --restart or another path for a new run"
+        )
+    weights = [state[k] for k, t in kept.items() if t is dict]
+    weights += [w for k, t in kept.items() if t is list for w in state[k]]
+    restore_training(path, state, model, optimizer, rng, weights)
+    return run_type(**{k: state[k] for k in fields}), state
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #a1-loadtrained
+def load_trained(
+    path: str | os.PathLike, kind: str, build: Callable[[dict], tuple], what: str,
+    map_location: str | torch.device = "cpu"
+) -> tuple:  # fmt: skip
+    """`build(checkpoint)` on the checkpoint at `path`, read and checked by
+    `load_checkpoint`: whatever a damaged file makes `build` raise becomes one line of
+    CheckpointError ("a damaged `what` checkpoint")."""
+    state = load_checkpoint(path, kind=kind, map_location=map_location)
+    try:
+        return build(state)
+    except CheckpointError:
+        raise
+    except Exception as e:  # whatever a damaged file makes torch or tokenizers raise
+        reason = (str(e).splitlines() or [""])[0][:120]
+        raise CheckpointError(
+            f"{path} is a damaged {what} checkpoint ({type(e).__name__}: {reason})"
+        ) from None

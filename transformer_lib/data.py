@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -36,8 +37,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
-
-from transformer_lib.files import atomic_write, stale_temporaries
 
 MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder or http(s) URL laid out like data/
 DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where files land (default: data/ in a checkout)
@@ -54,6 +53,36 @@ STALL_SECONDS = 30.0  # a connection silent this long is dropped
 DOWNLOAD_SECONDS = 300.0  # the most one file may take (a trickle never ends otherwise)
 UPSTREAM_CAP = 64 << 20  # an archive or upstream file whose own size is not pinned
 STALE_SECONDS = 3600.0  # a temporary file this old belongs to a killed fetch
+
+
+# The data loaders are core (every notebook imports them), so they do not import the
+# atomic write that appendix A1 teaches (transformer_lib/files.py): this small private
+# copy does the same for a downloaded file. A temporary file beside `path` is filled,
+# flushed to the disk and renamed over `path` (atomic: readers see no part file); on
+# any error, Ctrl-C included, it is removed.
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write `path` through `write(file)`: the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        mask = os.umask(0)  # reading the umask means setting it: set straight back
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a new file's usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _temporaries(path: Path) -> list[Path]:
+    """The temporary files that killed writes of `path` left beside it."""
+    found = path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else []
+    return sorted(p for p in found if p.is_file())
 
 
 @dataclass(frozen=True)
@@ -279,7 +308,7 @@ def _save(dest: Path, chunks: Iterator[bytes], spec: DataFile, source: str) -> N
             )
 
     try:
-        atomic_write(dest, write)  # on any error the temporary file is removed
+        _write_atomically(dest, write)  # on any error the temporary file is removed
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise _no_space(dest, spec.size) from None
@@ -370,7 +399,7 @@ def _check_local(dest: Path, spec: DataFile) -> bool:
 def _remove_stale_temporaries(dest: Path) -> None:
     """Remove the temporary files a killed fetch left beside `dest` (only old ones: a
     recent one may be another fetch's, still being written)."""
-    for tmp in stale_temporaries(dest):
+    for tmp in _temporaries(dest):
         try:
             if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
                 tmp.unlink()
@@ -534,7 +563,7 @@ def pack(out_dir: str | os.PathLike) -> list[Path]:
     for name, text in ((MANIFEST, manifest), ("README.md", readme)):
         try:
             written.append(
-                atomic_write(out / name, lambda f, t=text: f.write(t.encode()))
+                _write_atomically(out / name, lambda f, t=text: f.write(t.encode()))
             )
         except OSError as e:
             raise DataUnavailableError(f"cannot write {out / name}: {e.strerror or e}")

@@ -131,7 +131,7 @@ def generate_command(args: argparse.Namespace) -> int:
             args.seed,
             not args.no_cache,
             args.device,
-            notes=lambda m: print(m, file=sys.stderr),
+            log=lambda m: print(m, file=sys.stderr),
         )
     except USER_ERRORS as e:
         print(f"generate: {e}", file=sys.stderr)

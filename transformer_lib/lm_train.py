@@ -2,11 +2,11 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'CHOICES', 'POSITIVE', 'NOT_NEGATIVE', 'nanogpt_cpu', 'setting', 'TrainSettings',
-           'range_problem', 'settings_problem', 'any_rank', 'check_same_settings', 'check_not_past', 'config_from_dict',
-           'RESUMABLE', 'init_distributed', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun', 'save_lm',
-           'resume_lm', 'learning_rate', 'LMTraining', 'save_job', 'train_step', 'record_evaluation',
-           'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums', 'finish_lm',
-           'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt', 'generate_text']
+           'range_problem', 'settings_problem', 'any_rank', 'check_not_past', 'config_from_dict', 'RESUMABLE',
+           'init_distributed', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun', 'learning_rate', 'LMTraining',
+           'save_job', 'train_step', 'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps',
+           'final_evaluation', 'rank_checksums', 'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm',
+           'load_lm', 'encode_prompt', 'generate_text']
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer for real runs, is written in
@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from .checkpoints import CheckpointError, CheckpointMismatchError
-from .checkpoints import build_checked, changed_settings, check_entries
-from .checkpoints import load_checkpoint, restore_training
-from .checkpoints import save_checkpoint, start_run
+from .checkpoints import CheckpointError, RunState, build_checked
+from .checkpoints import load_trained, resume_run, save_run, start_run
+from .checkpoints import stopped_message
 from .files import releasing_lock, save_patiently
 from .gpt import GPT, generate
 from .lm_loop import LMData, bits_per_char, evaluate, get_batch
@@ -136,6 +135,9 @@ def range_problem(s: "TrainSettings") -> str | None:
             return (
                 f"{name} must be one of {', '.join(allowed)}, got {getattr(s, name)!r}"
             )
+    whole = isinstance(s.seed, int) and not isinstance(s.seed, bool)
+    if not (whole and 0 <= s.seed < 2**63):  # torch.manual_seed's range
+        return f"seed must be a whole number in [0, 2**63), got {s.seed!r}"
     for name in POSITIVE + NOT_NEGATIVE + ("lr",):
         value, low = getattr(s, name), 1 if name in POSITIVE else 0
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -189,17 +191,6 @@ def any_rank(flag: bool, world: int, device: torch.device) -> bool:
     return bool(t.item())
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000037
-def check_same_settings(saved: dict, s: TrainSettings) -> None:
-    """Refuse to resume the run at s.out, saved with the settings `saved`, under other
-    ones."""
-    changed = changed_settings(saved, s.plain(), RESUMABLE)
-    if changed:
-        raise CheckpointMismatchError(
-            f"{s.out} was trained with other settings ({'; '.join(changed)}); resume "
-            f"with the same ones, or use --restart or another path for a new run"
-        )
-
-
 def check_not_past(s: TrainSettings, step: int) -> None:
     """Refuse to resume a run saved at `step` with a max_iters or stop_at below it,
     which would go back on nothing and rewrite the checkpoint."""
@@ -293,39 +284,13 @@ def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.Optimizer:
     raise ValueError(f"optimizer must be 'adamw' or 'muon', got {s.optimizer!r}")
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0012
-@dataclass
-class LMRun:
-    """Where a language-model run stands; saved in its checkpoints."""
+@dataclass(kw_only=True)
+class LMRun(RunState):
+    """Where a language-model run stands: RunState's step, seconds (of training,
+    evaluation excluded) and history (one dict per evaluation), and where the cosine
+    ends; a run extended past it goes on at min_lr."""
 
-    # the cosine ends here; a run extended past it goes on at min_lr
     schedule_steps: int
-    step: int = 0
-    train_time_s: float = 0.0  # training time, evaluation excluded
-    history: list = field(default_factory=list)  # one dict per evaluation
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #747d9146
-def save_lm(
-    path: str,
-    s: TrainSettings,
-    model: GPT,
-    optimizer: torch.optim.Optimizer,
-    data: LMData,
-    run: LMRun,
-    batches: torch.Generator,
-) -> None:
-    """Write the run to `path` (atomically) with everything an exact resume needs."""
-    save_checkpoint(
-        path,
-        model,
-        optimizer,
-        config=model.config.to_dict(),
-        tokenizer=data.tokenizer.to_dict(),
-        format=CHECKPOINT_FORMAT,
-        settings=s.plain(),
-        torch_rng=torch.get_rng_state(),
-        batch_rng=batches.get_state(),
-        **dataclasses.asdict(run),
-    )
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #8b802bbe
 # May differ when a run is resumed: they decide when it stops and how it is watched,
@@ -346,35 +311,6 @@ RESUMABLE = (
     "verbose",
 )
 
-# %% ../notebooks/A2_language_model_training_runs.ipynb #d75631e9
-def resume_lm(
-    s: TrainSettings,
-    model: GPT,
-    optimizer: torch.optim.Optimizer,
-    data: LMData,
-    batches: torch.Generator,
-    device: torch.device,
-    say=print,
-) -> LMRun:
-    """Load the run saved at s.out into model, optimizer and sampler, checking every
-    part; refuse one with other settings, or past s.max_iters or s.stop_at."""
-    kw = dict(kind=CHECKPOINT_FORMAT, map_location=device)
-    config, tok = model.config.to_dict(), data.tokenizer.to_dict()
-    state = load_checkpoint(s.out, expected_config=config, expected_tokenizer=tok, **kw)
-    parts = dict(settings=dict, optimizer=dict, torch_rng=torch.Tensor)
-    fields = {k: f.type for k, f in LMRun.__dataclass_fields__.items()}
-    check_entries(s.out, state, parts | {"batch_rng": torch.Tensor} | fields)
-    check_same_settings(state["settings"], s)
-    check_not_past(s, state["step"])
-    rng = {"torch_rng": torch.set_rng_state, "batch_rng": batches.set_state}
-    restore_training(s.out, state, model, optimizer, rng)
-    run = LMRun(**{k: state[k] for k in fields})
-    if s.max_iters > run.schedule_steps:
-        ended = f"its cosine ended at step {run.schedule_steps}, the rate stays at"
-        say(f"extending the run to {s.max_iters} steps; {ended} {s.min_lr:g}")
-    say(f"resumed from {os.path.basename(s.out)} at step {run.step}")
-    return run
-
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a9745515
 def learning_rate(s: TrainSettings, run: LMRun) -> float:
     """This step's rate: warm-up, then a cosine to min_lr planned on the step count,
@@ -384,7 +320,7 @@ def learning_rate(s: TrainSettings, run: LMRun) -> float:
         return warmup_cosine(
             run.step, s.lr, s.warmup_steps, run.schedule_steps, s.min_lr
         )
-    progress = min(1.0, run.train_time_s / s.time_budget_s)  # 0 -> 1 on the clock
+    progress = min(1.0, run.seconds / s.time_budget_s)  # 0 -> 1 on the clock
     return s.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #77f628cf
@@ -404,15 +340,16 @@ class LMTraining:
     world: int = 1  # processes under torchrun
     main: bool = True  # rank 0, the process that evaluates, prints and saves
     writer: object = None  # TensorBoard's SummaryWriter, or None
-    say: object = print  # prints, or does nothing (--quiet, and ranks above 0)
+    log: object = print  # prints, or does nothing (--quiet, and ranks above 0)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #1e5a0001
 def save_job(job: LMTraining) -> None:
-    """Save the run to s.out; while the disk is full, say so and try again
-    (`save_patiently`), keeping the trained weights in memory."""
-    s, j = job.s, job
-    save = lambda: save_lm(s.out, s, j.model, j.optimizer, j.data, j.run, j.batches)
-    save_patiently(save, job.say)
+    """Save the run to s.out with the batch sampler's state; while the disk is full,
+    say so and try again (`save_patiently`), keeping the trained weights in memory."""
+    j, s = job, job.s
+    saved = s.out, j.model, j.optimizer, j.run, s.plain(), j.data.tokenizer.to_dict()
+    rng = lambda: dict(batch_rng=j.batches.get_state())  # noqa: E731
+    save_patiently(lambda: save_run(*saved, CHECKPOINT_FORMAT, **rng()), job.log)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #40e83f7f
 def train_step(job: LMTraining) -> tuple[torch.Tensor, float]:
@@ -445,7 +382,7 @@ def record_evaluation(job: LMTraining, train_loss: float, lr: float) -> float:
     run.history.append(
         {
             "step": run.step,
-            "train_time_s": round(run.train_time_s, 3),
+            "train_time_s": round(run.seconds, 3),
             "train_loss": train_loss,
             "val_loss": val,
             "lr": lr,
@@ -459,10 +396,10 @@ def report_evaluation(job: LMTraining, train_loss: float, val: float, lr: float)
     names a checkpoint."""
     s, run = job.s, job.run
     tokens_per_step = s.batch_size * job.model.config.context_len * job.world
-    job.say(
+    job.log(
         f"step {run.step:>5}/{s.max_iters} | train {train_loss:.3f} | "
-        f"val {val:.3f} | lr {lr:.1e} | {run.train_time_s:6.1f} s | "
-        f"{run.step * tokens_per_step / max(run.train_time_s, 1e-9):,.0f} tok/s"
+        f"val {val:.3f} | lr {lr:.1e} | {run.seconds:6.1f} s | "
+        f"{run.step * tokens_per_step / max(run.seconds, 1e-9):,.0f} tok/s"
     )
     if job.writer is not None:
         scalars = {"train/loss": train_loss, "valid/loss": val, "train/lr": lr}
@@ -493,7 +430,7 @@ def run_steps(job: LMTraining, stop: StopRequest) -> None:
     bar = progress_bar(s, run) if job.main and s.progress else None
     job.model.train()
     while run.step < s.max_iters and (s.stop_at is None or run.step < s.stop_at):
-        over = s.time_budget_s is not None and run.train_time_s >= s.time_budget_s
+        over = s.time_budget_s is not None and run.seconds >= s.time_budget_s
         if any_rank(over or stop.requested, job.world, job.device):
             break
         t0 = time.perf_counter()
@@ -506,7 +443,7 @@ def run_steps(job: LMTraining, stop: StopRequest) -> None:
             check_finite(last_loss, run.step, lr, job.model.config.vocab_size)
         if job.device.type == "cuda":
             torch.cuda.synchronize()
-        run.train_time_s += time.perf_counter() - t0
+        run.seconds += time.perf_counter() - t0
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
@@ -521,9 +458,9 @@ def final_evaluation(job: LMTraining) -> dict:
     """The loss over every validation token, and bits per character."""
     val_loss, bits = bits_per_char(job.model, job.data, job.autocast)
     n_tokens = len(job.data.val_ids) - 1  # every token but the first is predicted
-    job.say(
+    job.log(
         f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
-        f"{bits:.3f} bits per character | {job.run.train_time_s:.1f} s of training"
+        f"{bits:.3f} bits per character | {job.run.seconds:.1f} s of training"
     )
     return {"val_loss": val_loss, "bits_per_char": bits}
 
@@ -537,7 +474,7 @@ def rank_checksums(job: LMTraining) -> list:
     mine = round(sum(float(p.double().sum()) for p in job.model.parameters()), 6)
     dist.all_gather_object(checksums, mine)
     agree = len(set(checksums)) == 1
-    job.say(f"parameter checksum on each rank: {checksums} -> ranks agree: {agree}")
+    job.log(f"parameter checksum on each rank: {checksums} -> ranks agree: {agree}")
     dist.destroy_process_group()
     return checksums
 
@@ -553,13 +490,13 @@ def finish_lm(job: LMTraining, bf16: bool) -> dict:
         "model": model,
         "tokenizer": job.data.tokenizer,
         "step": run.step,
-        "train_time_s": run.train_time_s,
+        "train_time_s": run.seconds,
         "history": run.history,
         "config": model.config.to_dict(),
         "params": model.num_params(),
         "bf16": bf16,
         "world_size": job.world,
-        "tokens_per_s": tokens / max(run.train_time_s, 1e-9),
+        "tokens_per_s": tokens / max(run.seconds, 1e-9),
     }
     if not dist.is_initialized() or dist.get_rank() == 0:
         result.update(final_evaluation(job))
@@ -568,14 +505,14 @@ def finish_lm(job: LMTraining, bf16: bool) -> dict:
     return result
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #d0586e68
-def existing_run(s: TrainSettings, main: bool, say=print) -> bool:
+def existing_run(s: TrainSettings, main: bool, log=print) -> bool:
     """Whether to resume the run saved at s.out; refuses to replace one unless told to
     (--restart), and --resume or --restart without --out."""
     existing = "resume" if s.resume else "restart" if s.restart else "refuse"
     if not s.out:  # the settings refused --resume or --restart without --out
         return False
     # rank 0 looks at the file; the other ranks follow --resume
-    return start_run(s.out, existing, say) if main else s.resume
+    return start_run(s.out, existing, log) if main else s.resume
 
 
 def describe_run(
@@ -593,23 +530,26 @@ def describe_run(
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #6a2710c7
 def start_lm(
-    s: TrainSettings,
-    data: LMData,
-    rank: int,
-    world: int,
-    device: torch.device,
-    resume: bool,
-    say=print,
-) -> tuple[ModernGPT, torch.optim.Optimizer, torch.Generator, LMRun]:
+    s: TrainSettings, data: LMData, rank: int, world: int, device: torch.device,
+    resume: bool, log=print
+) -> tuple[ModernGPT, torch.optim.Optimizer, torch.Generator, LMRun]:  # fmt: skip
     """The model, its optimizer, the batch sampler and the run: new, or the one saved
-    at s.out."""
+    at s.out, refused under other settings or past s.max_iters or s.stop_at."""
     model = ModernGPT(model_config(s, data)).to(device)
     optimizer = make_optimizer(model, s)
     # each process draws its own batches
     batches = torch.Generator().manual_seed(s.seed + rank)
     if not resume:
-        return model, optimizer, batches, LMRun(s.max_iters)
-    run = resume_lm(s, model, optimizer, data, batches, device, say)
+        return model, optimizer, batches, LMRun(schedule_steps=s.max_iters)
+    saved = s.out, model, optimizer, LMRun, s.plain(), RESUMABLE
+    rng = {"batch_rng": batches.set_state}
+    tok = data.tokenizer.to_dict()
+    run, _ = resume_run(*saved, tok, CHECKPOINT_FORMAT, rng, map_location=device)
+    check_not_past(s, run.step)
+    if s.max_iters > run.schedule_steps:
+        ended = f"its cosine ended at step {run.schedule_steps}, the rate stays at"
+        log(f"extending the run to {s.max_iters} steps; {ended} {s.min_lr:g}")
+    log(f"resumed from {os.path.basename(s.out)} at step {run.step}")
     if world > 1:
         # the checkpoint holds rank 0's sampler: give the others their own streams
         batches.manual_seed(s.seed + rank + 7919 * run.step)
@@ -620,30 +560,27 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     """Train a GPT on Tiny Shakespeare as `s` says -> model, history, final figures."""
     rank, world, local_rank, device = init_distributed(s.device)
     main = rank == 0
-    say = print if (main and s.verbose) else (lambda *a, **k: None)
-    resume = existing_run(s, main, say)
+    log = print if (main and s.verbose) else (lambda *a, **k: None)
+    resume = existing_run(s, main, log)
     with releasing_lock(s.out if main else None):  # taken by existing_run
         set_seed(s.seed)
         data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
         model, optimizer, batches, run = start_lm(
-            s, data, rank, world, device, resume, say
+            s, data, rank, world, device, resume, log
         )
         use_bf16 = uses_bf16(s.dtype, device)
         autocast = mixed_precision(s.dtype, device)
         fwd = wrap_model(model, s, world, local_rank, device)
-        say(describe_run(s, model, device, use_bf16, world))
+        log(describe_run(s, model, device, use_bf16, world))
         job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
-        job.world, job.main, job.say = world, main, say
+        job.world, job.main, job.log = world, main, log
         job.writer = tensorboard_writer(s.log_dir) if main else None
         with StopRequest() as stop:
             run_steps(job, stop)
             if main and s.out:
                 save_job(job)
             if stop.requested:
-                message = f"stopped at step {run.step}"
-                if s.out:
-                    message += f"; saved {s.out}: run again with --resume to continue"
-                raise TrainingInterrupted(message)
+                raise TrainingInterrupted(stopped_message(f"step {run.step}", s.out))
         return finish_lm(job, use_bf16)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0018
@@ -651,38 +588,33 @@ def load_lm(
     checkpoint: str, device: str | torch.device | None = None
 ) -> tuple[GPT, object]:
     """(model in eval mode, tokenizer) from a train-lm checkpoint, read with
-    weights_only=True."""
+    weights_only=True (`load_trained`: a damaged file gets one line)."""
     dev = torch.device(device) if device else get_device()
-    state = load_checkpoint(checkpoint, kind=CHECKPOINT_FORMAT, map_location=dev)
-    if not isinstance(state.get("tokenizer"), dict):
-        raise CheckpointError(
-            f"{checkpoint} has no tokenizer in it: a damaged language-model checkpoint"
-        )
-    try:
+
+    def build(state: dict) -> tuple[GPT, object]:
+        if not isinstance(state.get("tokenizer"), dict):
+            raise CheckpointError(
+                f"{checkpoint} has no tokenizer in it: a damaged language-model "
+                "checkpoint"
+            )
         tok = tokenizer_from_dict(state["tokenizer"])
         make = lambda c: ModernGPT(config_from_dict(c))  # noqa: E731
         model = build_checked(make, state["config"], state["model"], checkpoint)
-        model = model.to(dev)
-    except CheckpointError:
-        raise
-    except Exception as e:  # whatever a damaged file makes torch or tokenizers raise
-        raise CheckpointError(
-            f"{checkpoint} is a damaged language-model checkpoint ({type(e).__name__}: "
-            f"{(str(e).splitlines() or [''])[0][:120]})"
-        ) from None
-    if tok.vocab_size != model.config.vocab_size:
-        raise CheckpointError(
-            f"{checkpoint}: its tokenizer has {tok.vocab_size} tokens, its model "
-            f"{model.config.vocab_size}"
-        )
-    return model.eval(), tok
+        if tok.vocab_size != model.config.vocab_size:
+            raise CheckpointError(
+                f"{checkpoint}: its tokenizer has {tok.vocab_size} tokens, its model "
+                f"{model.config.vocab_size}"
+            )
+        return model.to(dev).eval(), tok
+
+    return load_trained(checkpoint, CHECKPOINT_FORMAT, build, "language-model", dev)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0019
-def encode_prompt(tok, prompt: str, notes=print) -> tuple[str, list[int]]:
+def encode_prompt(tok, prompt: str, log=print) -> tuple[str, list[int]]:
     """The prompt (a newline if it is empty) and its ids; refuses characters the
     vocabulary lacks, naming those it has."""
     if prompt == "":
-        notes("note: empty prompt; starting from a newline, as a new speech would")
+        log("note: empty prompt; starting from a newline, as a new speech would")
         prompt = "\n"
     try:
         ids = tok.encode(prompt)
@@ -705,17 +637,17 @@ def generate_text(
     seed: int = 0,
     use_cache: bool = True,
     device: str | None = None,
-    notes=print,
+    log=print,
 ) -> str:
     """Load a checkpoint and continue `prompt`; returns prompt + continuation as text.
     A prompt longer than the context keeps its last context_len tokens (a note says so).
     """
     model, tok = load_lm(checkpoint, device)
     dev = next(model.parameters()).device
-    prompt, ids = encode_prompt(tok, prompt, notes)
+    prompt, ids = encode_prompt(tok, prompt, log)
     N = model.config.context_len
     if len(ids) > N:
-        notes(
+        log(
             f"note: the prompt has {len(ids)} tokens but the context holds "
             f"{N}; only its last {N} are read"
         )

@@ -6,7 +6,7 @@
     python -m transformer_lib translate "Where is the station?"
     python -m transformer_lib translate --input sentences.txt   # one sentence a line
 
-The training is `transformer_lib.mt_train` (notebook 09), the decoding
+The training is `transformer_lib.mt_train` (appendix A1), the decoding
 `transformer_lib.decoding` (notebook 10). An existing checkpoint is never replaced by
 accident: `train-mt` refuses to start unless --resume or --restart says what to do
 with it.
@@ -41,7 +41,7 @@ def train_mt(args: argparse.Namespace) -> int:
     each epoch."""
     import torch
 
-    from transformer_lib.mt_train import TrainConfig, train_translator
+    from transformer_lib.mt_train import TrainConfig, fit_translator
     from transformer_lib.runtime import describe_machine
 
     base = TrainConfig.quick() if args.quick else TrainConfig()
@@ -54,7 +54,7 @@ def train_mt(args: argparse.Namespace) -> int:
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
     status, result = run_reported(
         "train-mt",
-        lambda: train_translator(
+        lambda: fit_translator(
             cfg,
             args.out,
             existing,
@@ -93,9 +93,11 @@ def translate_cmd(args: argparse.Namespace) -> int:
         )
         return 2
     from transformer_lib.decoding import translate
-    from transformer_lib.mt_train import load_translator
+    from transformer_lib.mt_train import check_translator
+    from transformer_lib.translator import load_translator
 
     try:
+        check_translator(args.checkpoint)  # one line for a damaged or edited file
         model, src_tok, tgt_tok, payload = load_translator(
             args.checkpoint, device=args.device or "cpu"
         )

@@ -38,8 +38,7 @@ from transformer_lib.translation_data import (
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-setting
 def setting(default, help: str, check: tuple = (lambda v: True, "")):
-    """A dataclass field: its default, a one-line `help` (the command line's too) and
-    `check`, a test of a value with what the value must be."""
+    """A field with a default, a one-line help and a check: (test, what it must be)."""
     meta = {"help": help, "check": check}
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=meta)
@@ -288,11 +287,8 @@ def train_translator(
     return model, data, run["history"]
 
 # %% ../notebooks/09_training_a_translator.ipynb #dbe721ea
-def held_out_split(
-    payload: dict, part: str = "test", pairs: list | None = None
-) -> list:
-    """The "test" (or "valid") pairs of the run that wrote `payload`, rebuilt from its
-    seed and sizes."""
+def held_out_split(payload: dict, part="test", pairs: list | None = None) -> list:
+    """The run's "test" or "valid" pairs, rebuilt from the seed and sizes it saved."""
     t = payload["train_config"]
     pairs = pairs if pairs is not None else course_pairs()
     return split_by_english(pairs, t["n_valid"], t["n_test"], t["seed"])[part]
