@@ -302,23 +302,9 @@ def settings_from_args(parser: argparse.ArgumentParser, args, base):
             changes[f.name] = tuple(value) if isinstance(value, list) else value
     try:
         settings = dataclasses.replace(base, **changes)
-        _checks_train_config_lacks(settings)
     except ValueError as e:
         parser.error(str(e))
     return settings
-
-
-def _checks_train_config_lacks(settings) -> None:
-    """The two checks notebook 09's TrainConfig does not make yet (TrainSettings makes
-    both itself, first): min_lr <= lr, and a seed torch.manual_seed takes. They belong
-    in TrainConfig's __post_init__, and go from here once they are there."""
-    if settings.min_lr > settings.lr:
-        raise ValueError(
-            f"min_lr {settings.min_lr:g} is above lr {settings.lr:g}; the rate falls "
-            "from lr to min_lr, so give a min_lr below it"
-        )
-    if not 0 <= getattr(settings, "seed", 0) < MAX_SEED:
-        raise ValueError(f"seed must be in [0, 2**63), got {settings.seed}")
 
 
 def add_run_flags(parser: argparse.ArgumentParser, out_default: str | None) -> None:
