@@ -224,3 +224,9 @@ def test_no_code_cell_but_a_class_is_over_30_lines(path):
     assert not long, f"{path.name}: split these cells, a sentence between parts:\n" + (
         "\n".join(long)
     )
+
+
+if __name__ == "__main__":  # `python tests/test_structure.py`: the lines shown
+    for p in NOTEBOOKS:
+        print(p.stem[:2], sum(map(len, shown_cells(p))))
+    print("core 00-13", sum(sum(map(len, shown_cells(p))) for p in CORE))
