@@ -90,7 +90,7 @@ QUOTES = [
     ),
     (
         "A2_language_model_training_runs",
-        r"Our preset ends at ([\d.]+)",
+        r"Our preset ends\s+at ([\d.]+)",
         r"our CPU preset: val loss ([\d.]+)",
     ),
     (
@@ -307,8 +307,8 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.52": "= ((5 + 7) / 6) ** 0.6",
         "1.15": "the beam's penalised score in the figure (tools/beam_tree.py)",
         "0.4": "a setting of the sweep, and a toy model's probability",
-        "4.0": "= 47.1 / 11.8",
-        "20.1": "= 2008.5 / 100.0",
+        "3.5": "= 51.8 / 15.0",
+        "4.0": "= 393.5 / 98.4",
         "6.8": "= 31.4 - 24.62",
         "4,000": "the checker's sample size, a setting",
         "0.36": "the toy model's probability, worked in the text",
@@ -343,6 +343,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "3.31": "= 3.3117",
         "0.017": "benchmarks/results/part4_ablation.json, a difference of its means",
         "8,320": "= 65 * 128",
+        "2,048": "the preset's tokens a step: batch 16 times context 128",
         "0.20": "benchmarks/results/part4_ablation.json, a sum of its gains",
         "10.7": "nanoGPT's model size, cited",
         "1.4697": "nanoGPT's A100 result, cited",
