@@ -251,7 +251,7 @@ def fit(
         writer = tensorboard_writer(log_dir)
         saved = path, model, opt, run, asdict(cfg), tokenizers, CHECKPOINT_FORMAT
         kept = dict(best_model=best, recent_models=recent, **(extra or {}))
-        save = lambda: save_patiently(lambda: save_run(*saved, **kept), log)  # noqa: E731
+        save = lambda: save_patiently(lambda: save_run(*saved, **kept), log)
         after = valid_examples, cfg, run, best, recent, log, writer, valid_bleu
         while not run.finished and run.epoch < run.stop_after:
             epoch = model, opt, train_examples, cfg, run, steps_per_epoch, stop
