@@ -5,7 +5,6 @@ __all__ = ['IGNORE', 'PairVocab', 'shift_and_mask', 'collate_prompts', 'masked_l
            'translate_gpt', 'batches_forever', 'fit_cpu_budget']
 
 # %% ../notebooks/14_decoder_only_translation.ipynb #14592edd
-import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from torch import Tensor
 
 from .gpt import GPT, KVCache
 from .tokenization import Tokenizer
-from .training import clip_gradients, make_adamw, set_lr
+from .training import clip_gradients, cosine_on_clock, make_adamw, set_lr
 
 IGNORE = -100  # F.cross_entropy's ignore_index: a target that costs nothing
 
@@ -211,8 +210,8 @@ def fit_cpu_budget(
     model.train()
     start, step, history = time.process_time(), 0, []
     while (spent := time.process_time() - start) < budget_s:
-        cosine = 0.5 * (1 + math.cos(math.pi * min(spent / budget_s, 1.0)))
-        set_lr(optimizer, lr * min(1, (step + 1) / warmup_steps) * (0.1 + 0.9 * cosine))
+        warmup = min(1, (step + 1) / warmup_steps)
+        set_lr(optimizer, warmup * cosine_on_clock(spent, budget_s, lr, lr / 10))
         loss = loss_of(next(batches))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
