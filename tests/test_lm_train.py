@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from transformer_lib import lm_train
+from transformer_lib import lm_loop, lm_train
 from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
 from transformer_lib.gpt import GPT, GPTConfig
 from transformer_lib.lm_train import (
@@ -124,7 +124,7 @@ def test_resume_refuses_other_settings_and_extends_a_finished_run(tmp_path, caps
 def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
     tmp_path, monkeypatch
 ):
-    calls, real = {"n": 0}, lm_train.clip_gradients
+    calls, real = {"n": 0}, lm_loop.clip_gradients
 
     def poisoning(model, max_norm):  # step 6 gets NaN gradients: the weights break
         calls["n"] += 1
@@ -133,7 +133,8 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
                 p.grad.fill_(float("nan"))
         return real(model, max_norm)
 
-    monkeypatch.setattr(lm_train, "clip_gradients", poisoning)
+    # the trainer's steps are notebook 11's `train_step`, which clips in lm_loop
+    monkeypatch.setattr(lm_loop, "clip_gradients", poisoning)
     with pytest.raises(
         NonFiniteLossError, match="the loss is nan at step 8 \\(learning rate"
     ):

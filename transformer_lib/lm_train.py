@@ -2,18 +2,13 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'CHOICES', 'POSITIVE', 'NOT_NEGATIVE', 'nanogpt_cpu', 'setting', 'TrainSettings',
-           'range_problem', 'settings_problem', 'any_rank', 'check_not_past', 'config_from_dict', 'RESUMABLE',
-           'init_distributed', 'wrap_model', 'model_config', 'make_optimizer', 'LMRun', 'learning_rate', 'LMTraining',
-           'save_job', 'train_step', 'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps',
-           'final_evaluation', 'rank_checksums', 'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm',
-           'load_lm', 'encode_prompt', 'generate_text']
+           'range_problem', 'settings_problem', 'config_from_dict', 'RESUMABLE', 'init_distributed', 'model_config',
+           'make_optimizer', 'LMRun', 'learning_rate', 'train_lm', 'load_lm', 'encode_prompt', 'generate_text']
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer for real runs, is written in
 # this appendix; the command line `train-lm` only parses flags and calls it.
-import contextlib
 import dataclasses
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,15 +22,14 @@ from .checkpoints import stopped_message
 from .files import releasing_lock, save_patiently
 from .gpt import GPT, generate
 from .lm_loop import LMData, bits_per_char, evaluate, get_batch
-from .lm_loop import load_lm_data
+from .lm_loop import load_lm_data, train_step
 from .modern import ModernConfig, ModernGPT
 from .muon import MuonAdamW
 from .runtime import get_device, set_seed
 from .tokenization import tokenizer_from_dict
 from .training import StopRequest, TrainingInterrupted, check_finite
-from .training import clip_gradients, make_adamw, mixed_precision
-from .training import set_lr, tensorboard_writer, uses_bf16
-from .training import warmup_cosine
+from .training import cosine_on_clock, make_adamw, mixed_precision
+from .training import tensorboard_writer, uses_bf16, warmup_cosine
 
 CHECKPOINT_FORMAT = "transformer_lib.lm/1"
 
@@ -179,7 +173,7 @@ def settings_problem(s: "TrainSettings") -> str | None:
     return None
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000036
-def any_rank(flag: bool, world: int, device: torch.device) -> bool:
+def _any_rank(flag: bool, world: int, device: torch.device) -> bool:
     """True on every process if `flag` is True on any one (so that all stop at the same
     step)."""
     if world == 1:
@@ -190,16 +184,19 @@ def any_rank(flag: bool, world: int, device: torch.device) -> bool:
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
-# %% ../notebooks/A2_language_model_training_runs.ipynb #a2000037
-def check_not_past(s: TrainSettings, step: int) -> None:
-    """Refuse to resume a run saved at `step` with a max_iters or stop_at below it,
-    which would go back on nothing and rewrite the checkpoint."""
-    end = min(s.max_iters, s.stop_at or s.max_iters)
-    if end < step:
-        raise ValueError(
-            f"{s.out} is at step {step}, past the {end} steps asked for; give a larger "
-            "--max-iters (or --stop-at) to train it further"
-        )
+
+def _rank_checksums(model: GPT, world: int, log=print) -> list:
+    """Under torchrun: a checksum of the weights from every rank (they must agree);
+    ends the process group."""
+    import torch.distributed as dist
+
+    checksums = [None] * world
+    mine = round(sum(float(p.double().sum()) for p in model.parameters()), 6)
+    dist.all_gather_object(checksums, mine)
+    agree = len(set(checksums)) == 1
+    log(f"parameter checksum on each rank: {checksums} -> ranks agree: {agree}")
+    dist.destroy_process_group()
+    return checksums
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000034
 def config_from_dict(d: dict) -> ModernConfig:
@@ -240,19 +237,6 @@ def init_distributed(device: str | None) -> tuple[int, int, int, torch.device]:
         dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
     return rank, world, local_rank, dev
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #234e9443
-def wrap_model(
-    model: GPT, s: TrainSettings, world: int, local_rank: int, device: torch.device
-) -> nn.Module:
-    """What the training steps call: the model, compiled if asked, and under torchrun
-    inside DistributedDataParallel."""
-    fwd: nn.Module = torch.compile(model) if s.compile else model
-    if world > 1:
-        fwd = nn.parallel.DistributedDataParallel(
-            fwd, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-    return fwd
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #bd18bbab
 def model_config(s: TrainSettings, data: LMData) -> ModernConfig:
@@ -314,274 +298,153 @@ RESUMABLE = (
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a9745515
 def learning_rate(s: TrainSettings, run: LMRun) -> float:
     """This step's rate: warm-up, then a cosine to min_lr planned on the step count,
-    or with a time budget on the clock, so it reaches min_lr as the budget runs out on
-    a fast machine or a slow one."""
+    or with a time budget on the clock (notebook 12's `cosine_on_clock`), so it reaches
+    min_lr as the budget runs out on a fast machine or a slow one."""
     if s.time_budget_s is None or run.step < s.warmup_steps:
         return warmup_cosine(
             run.step, s.lr, s.warmup_steps, run.schedule_steps, s.min_lr
         )
-    progress = min(1.0, run.seconds / s.time_budget_s)  # 0 -> 1 on the clock
-    return s.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #77f628cf
-@dataclass
-class LMTraining:
-    """What the training steps of one process work on."""
-
-    s: TrainSettings
-    model: GPT
-    fwd: nn.Module  # what the steps call: the model, compiled or inside DDP
-    optimizer: torch.optim.Optimizer
-    data: LMData
-    run: LMRun
-    batches: torch.Generator  # the batch sampler's random numbers
-    autocast: contextlib.AbstractContextManager  # bf16 autocast, or nothing
-    device: torch.device
-    world: int = 1  # processes under torchrun
-    main: bool = True  # rank 0, the process that evaluates, prints and saves
-    writer: object = None  # TensorBoard's SummaryWriter, or None
-    log: object = print  # prints, or does nothing (--quiet, and ranks above 0)
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #1e5a0001
-def save_job(job: LMTraining) -> None:
-    """Save the run to s.out with the batch sampler's state; while the disk is full,
-    say so and try again (`save_patiently`), keeping the trained weights in memory."""
-    j, s = job, job.s
-    saved = s.out, j.model, j.optimizer, j.run, s.plain(), j.data.tokenizer.to_dict()
-    rng = lambda: dict(batch_rng=j.batches.get_state())  # noqa: E731
-    save_patiently(lambda: save_run(*saved, CHECKPOINT_FORMAT, **rng()), job.log)
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #40e83f7f
-def train_step(job: LMTraining) -> tuple[torch.Tensor, float]:
-    """One optimizer step at the schedule's learning rate -> (the loss, still on the
-    device, and the rate)."""
-    s, run = job.s, job.run
-    lr = learning_rate(s, run)
-    set_lr(job.optimizer, lr)
-    N = job.model.config.context_len
-    batch = get_batch(job.data.train_ids, s.batch_size, N, job.batches)
-    x, y = (t.to(job.device) for t in batch)
-    with job.autocast:
-        _, loss = job.fwd(x, y)
-    job.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    clip_gradients(job.model, s.grad_clip)
-    job.optimizer.step()
-    run.step += 1
-    return loss, lr
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #88e52064
-def record_evaluation(job: LMTraining, train_loss: float, lr: float) -> float:
-    """Estimate the validation loss on s.eval_windows windows, check it and add it to
-    the history; returns it."""
-    s, run = job.s, job.run
-    val, _ = evaluate(
-        job.model, job.data.val_ids, max_windows=s.eval_windows, autocast=job.autocast
-    )
-    check_finite(val, run.step, lr, job.model.config.vocab_size)
-    run.history.append(
-        {
-            "step": run.step,
-            "train_time_s": round(run.seconds, 3),
-            "train_loss": train_loss,
-            "val_loss": val,
-            "lr": lr,
-        }
-    )
-    return val
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #ce064c49
-def report_evaluation(job: LMTraining, train_loss: float, val: float, lr: float):
-    """Print the evaluation, log it to TensorBoard if asked, and save the run if s.out
-    names a checkpoint."""
-    s, run = job.s, job.run
-    tokens_per_step = s.batch_size * job.model.config.context_len * job.world
-    job.log(
-        f"step {run.step:>5}/{s.max_iters} | train {train_loss:.3f} | "
-        f"val {val:.3f} | lr {lr:.1e} | {run.seconds:6.1f} s | "
-        f"{run.step * tokens_per_step / max(run.seconds, 1e-9):,.0f} tok/s"
-    )
-    if job.writer is not None:
-        scalars = {"train/loss": train_loss, "valid/loss": val, "train/lr": lr}
-        for name, value in scalars.items():
-            job.writer.add_scalar(name, value, run.step)
-        job.writer.flush()
-    if s.out:
-        save_job(job)
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #2a17d58b
-def progress_bar(s: TrainSettings, run: LMRun):
-    """A tqdm bar from run.step: out of max_iters, or open-ended under a time budget."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=None if s.time_budget_s else s.max_iters,
-        initial=run.step,
-        desc="train-lm",
-        unit="step",
-        dynamic_ncols=True,
-    )
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0015
-def run_steps(job: LMTraining, stop: StopRequest) -> None:
-    """The training steps, from run.step until max_iters, stop_at, the time budget or
-    Ctrl-C; only the main process (rank 0) evaluates, logs and saves."""
-    s, run, last_loss = job.s, job.run, float("nan")
-    bar = progress_bar(s, run) if job.main and s.progress else None
-    job.model.train()
-    while run.step < s.max_iters and (s.stop_at is None or run.step < s.stop_at):
-        over = s.time_budget_s is not None and run.seconds >= s.time_budget_s
-        if any_rank(over or stop.requested, job.world, job.device):
-            break
-        t0 = time.perf_counter()
-        loss, lr = train_step(job)
-        last = run.step == s.max_iters
-        evaluating = job.main and (run.step % s.eval_interval == 0 or last)
-        if run.step % 10 == 0 or last or evaluating:
-            # reading the loss waits for the device: only now and then
-            last_loss = float(loss.detach())
-            check_finite(last_loss, run.step, lr, job.model.config.vocab_size)
-        if job.device.type == "cuda":
-            torch.cuda.synchronize()
-        run.seconds += time.perf_counter() - t0
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
-        if evaluating:
-            val = record_evaluation(job, last_loss, lr)
-            report_evaluation(job, last_loss, val, lr)
-    if bar is not None:
-        bar.close()
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #b2b3312a
-def final_evaluation(job: LMTraining) -> dict:
-    """The loss over every validation token, and bits per character."""
-    val_loss, bits = bits_per_char(job.model, job.data, job.autocast)
-    n_tokens = len(job.data.val_ids) - 1  # every token but the first is predicted
-    job.log(
-        f"final: val loss {val_loss:.4f} over all {n_tokens:,} validation tokens | "
-        f"{bits:.3f} bits per character | {job.run.seconds:.1f} s of training"
-    )
-    return {"val_loss": val_loss, "bits_per_char": bits}
-
-
-def rank_checksums(job: LMTraining) -> list:
-    """Under torchrun: a checksum of the weights from every rank (they must agree);
-    ends the process group."""
-    import torch.distributed as dist
-
-    checksums = [None] * job.world
-    mine = round(sum(float(p.double().sum()) for p in job.model.parameters()), 6)
-    dist.all_gather_object(checksums, mine)
-    agree = len(set(checksums)) == 1
-    job.log(f"parameter checksum on each rank: {checksums} -> ranks agree: {agree}")
-    dist.destroy_process_group()
-    return checksums
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0016
-def finish_lm(job: LMTraining, bf16: bool) -> dict:
-    """What `train_lm` returns: the model, its history, its speed, and (from rank 0) the
-    final figures."""
-    import torch.distributed as dist
-
-    s, model, run = job.s, job.model, job.run
-    tokens = run.step * s.batch_size * model.config.context_len * job.world
-    result = {
-        "model": model,
-        "tokenizer": job.data.tokenizer,
-        "step": run.step,
-        "train_time_s": run.seconds,
-        "history": run.history,
-        "config": model.config.to_dict(),
-        "params": model.num_params(),
-        "bf16": bf16,
-        "world_size": job.world,
-        "tokens_per_s": tokens / max(run.seconds, 1e-9),
-    }
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        result.update(final_evaluation(job))
-    if job.world > 1:
-        result["rank_checksums"] = rank_checksums(job)
-    return result
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #d0586e68
-def existing_run(s: TrainSettings, main: bool, log=print) -> bool:
-    """Whether to resume the run saved at s.out; refuses to replace one unless told to
-    (--restart), and --resume or --restart without --out."""
-    existing = "resume" if s.resume else "restart" if s.restart else "refuse"
-    if not s.out:  # the settings refused --resume or --restart without --out
-        return False
-    # rank 0 looks at the file; the other ranks follow --resume
-    return start_run(s.out, existing, log) if main else s.resume
-
-
-def describe_run(
-    s: TrainSettings, model: GPT, device: torch.device, bf16: bool, world: int
-) -> str:
-    """One line: the model's sizes, the tokens, the device and precision, the
-    processes."""
-    c = model.config
-    return (
-        f"{c.n_layers} layers, d_model {c.d_model}, context {c.context_len}, vocab "
-        f"{c.vocab_size}: {model.num_params():,} parameters | {s.tokenizer} tokens | "
-        f"{device} {'bf16' if bf16 else 'fp32'} | {world} process(es) x batch "
-        f"{s.batch_size}"
-    )
-
-# %% ../notebooks/A2_language_model_training_runs.ipynb #6a2710c7
-def start_lm(
-    s: TrainSettings, data: LMData, rank: int, world: int, device: torch.device,
-    resume: bool, log=print
-) -> tuple[ModernGPT, torch.optim.Optimizer, torch.Generator, LMRun]:  # fmt: skip
-    """The model, its optimizer, the batch sampler and the run: new, or the one saved
-    at s.out, refused under other settings or past s.max_iters or s.stop_at."""
-    model = ModernGPT(model_config(s, data)).to(device)
-    optimizer = make_optimizer(model, s)
-    # each process draws its own batches
-    batches = torch.Generator().manual_seed(s.seed + rank)
-    if not resume:
-        return model, optimizer, batches, LMRun(schedule_steps=s.max_iters)
-    saved = s.out, model, optimizer, LMRun, s.plain(), RESUMABLE
-    rng = {"batch_rng": batches.set_state}
-    tok = data.tokenizer.to_dict()
-    run, _ = resume_run(*saved, tok, CHECKPOINT_FORMAT, rng, map_location=device)
-    check_not_past(s, run.step)
-    if s.max_iters > run.schedule_steps:
-        ended = f"its cosine ended at step {run.schedule_steps}, the rate stays at"
-        log(f"extending the run to {s.max_iters} steps; {ended} {s.min_lr:g}")
-    log(f"resumed from {os.path.basename(s.out)} at step {run.step}")
-    if world > 1:
-        # the checkpoint holds rank 0's sampler: give the others their own streams
-        batches.manual_seed(s.seed + rank + 7919 * run.step)
-    return model, optimizer, batches, run
+    return cosine_on_clock(run.seconds, s.time_budget_s, s.lr, s.min_lr)
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0014
 def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
     """Train a GPT on Tiny Shakespeare as `s` says -> model, history, final figures."""
+    # 1) set up: the processes, the checkpoint at s.out, the model, optimizer and run
     rank, world, local_rank, device = init_distributed(s.device)
-    main = rank == 0
+    main = rank == 0  # the process that evaluates, prints and saves
     log = print if (main and s.verbose) else (lambda *a, **k: None)
-    resume = existing_run(s, main, log)
-    with releasing_lock(s.out if main else None):  # taken by existing_run
+    existing = "resume" if s.resume else "restart" if s.restart else "refuse"
+    # rank 0 looks at the file (and locks it); the other ranks follow --resume
+    resume = bool(s.out) and (start_run(s.out, existing, log) if main else s.resume)
+    end = min(s.max_iters, s.stop_at or s.max_iters)
+    with releasing_lock(s.out if main else None):
         set_seed(s.seed)
         data = data or load_lm_data(s.tokenizer, s.bpe_vocab)
-        model, optimizer, batches, run = start_lm(
-            s, data, rank, world, device, resume, log
+        model = ModernGPT(model_config(s, data)).to(device)
+        optimizer, tok = make_optimizer(model, s), data.tokenizer.to_dict()
+        batches = torch.Generator().manual_seed(s.seed + rank)  # each rank its own
+        run = LMRun(schedule_steps=s.max_iters)
+        if resume:  # everything as saved; other settings are refused
+            saved = s.out, model, optimizer, LMRun, s.plain(), RESUMABLE, tok
+            rng = {"batch_rng": batches.set_state}
+            run, _ = resume_run(*saved, CHECKPOINT_FORMAT, rng, map_location=device)
+            if end < run.step:  # it would go back on nothing and rewrite the file
+                raise ValueError(
+                    f"{s.out} is at step {run.step}, past the {end} steps asked for; "
+                    "give a larger --max-iters (or --stop-at) to train it further"
+                )
+            if s.max_iters > run.schedule_steps:
+                log(
+                    f"extending the run to {s.max_iters} steps; its cosine ended at "
+                    f"step {run.schedule_steps}, the rate stays at {s.min_lr:g}"
+                )
+            log(f"resumed from {os.path.basename(s.out)} at step {run.step}")
+            if world > 1:  # the file holds rank 0's sampler: the others get their own
+                batches.manual_seed(s.seed + rank + 7919 * run.step)
+        bf16, autocast = uses_bf16(s.dtype, device), mixed_precision(s.dtype, device)
+        fwd = torch.compile(model) if s.compile else model  # what the steps call
+        if world > 1:
+            ids = [local_rank] if device.type == "cuda" else None
+            fwd = nn.parallel.DistributedDataParallel(fwd, device_ids=ids)
+        c, N = model.config, model.config.context_len
+        log(
+            f"{c.n_layers} layers, d_model {c.d_model}, context {N}, vocab "
+            f"{c.vocab_size}: {model.num_params():,} parameters | {s.tokenizer} tokens"
+            f" | {device} {'bf16' if bf16 else 'fp32'} | {world} process(es) x batch "
+            f"{s.batch_size}"
         )
-        use_bf16 = uses_bf16(s.dtype, device)
-        autocast = mixed_precision(s.dtype, device)
-        fwd = wrap_model(model, s, world, local_rank, device)
-        log(describe_run(s, model, device, use_bf16, world))
-        job = LMTraining(s, model, fwd, optimizer, data, run, batches, autocast, device)
-        job.world, job.main, job.log = world, main, log
-        job.writer = tensorboard_writer(s.log_dir) if main else None
+        writer = tensorboard_writer(s.log_dir) if main else None
+        tokens_per_step = s.batch_size * N * world
+
+        def save() -> None:  # the whole run, and where the batch sampler stands
+            saved = s.out, model, optimizer, run, s.plain(), tok, CHECKPOINT_FORMAT
+            save_run(*saved, batch_rng=batches.get_state())
+
+        # 2) the loop: one step at a time until the end, a stop request or the budget
+        from tqdm.auto import tqdm
+
+        total = None if s.time_budget_s else s.max_iters  # open-ended under a budget
+        shown = dict(dynamic_ncols=True, disable=not (main and s.progress))
+        bar = tqdm(total=total, initial=run.step, desc="train-lm", unit="step", **shown)
         with StopRequest() as stop:
-            run_steps(job, stop)
+            model.train()
+            last_loss = float("nan")
+            while run.step < end:
+                # Ctrl-C, SIGTERM or the time budget stop every process at one step
+                over = s.time_budget_s is not None and run.seconds >= s.time_budget_s
+                if _any_rank(over or stop.requested, world, device):
+                    break
+                t0 = time.perf_counter()
+                # one step of notebook 11, at the schedule's rate, on this rank's batch
+                lr = learning_rate(s, run)
+                batch = get_batch(data.train_ids, s.batch_size, N, batches)
+                x, y = (t.to(device) for t in batch)
+                loss = train_step(fwd, optimizer, x, y, lr, s.grad_clip, autocast)
+                run.step += 1
+                last = run.step == s.max_iters
+                evaluating = main and (run.step % s.eval_interval == 0 or last)
+                if run.step % 10 == 0 or last or evaluating:
+                    # reading the loss waits for the device: only now and then
+                    last_loss = float(loss.detach())
+                    check_finite(last_loss, run.step, lr, c.vocab_size)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                run.seconds += time.perf_counter() - t0
+                bar.update(1)
+                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.1e}")
+                if not evaluating:
+                    continue
+                # rank 0, every eval_interval steps: validate, record, print, log, save
+                val, _ = evaluate(
+                    model, data.val_ids, max_windows=s.eval_windows, autocast=autocast
+                )
+                check_finite(val, run.step, lr, c.vocab_size)
+                entry = {"step": run.step, "train_time_s": round(run.seconds, 3)}
+                run.history.append(
+                    {**entry, "train_loss": last_loss, "val_loss": val, "lr": lr}
+                )
+                speed = run.step * tokens_per_step / max(run.seconds, 1e-9)
+                log(
+                    f"step {run.step:>5}/{s.max_iters} | train {last_loss:.3f} | "
+                    f"val {val:.3f} | lr {lr:.1e} | {run.seconds:6.1f} s | "
+                    f"{speed:,.0f} tok/s"
+                )
+                if writer is not None:
+                    writer.add_scalar("train/loss", last_loss, run.step)
+                    writer.add_scalar("valid/loss", val, run.step)
+                    writer.add_scalar("train/lr", lr, run.step)
+                    writer.flush()
+                if s.out:  # while the disk is full: say so, wait, try again
+                    save_patiently(save, log)
+            bar.close()
             if main and s.out:
-                save_job(job)
+                save_patiently(save, log)
             if stop.requested:
                 raise TrainingInterrupted(stopped_message(f"step {run.step}", s.out))
-        return finish_lm(job, use_bf16)
+        # 3) finish: the figures, from rank 0, and under torchrun the ranks' checksums
+        result = dict(
+            model=model,
+            tokenizer=data.tokenizer,
+            step=run.step,
+            train_time_s=run.seconds,
+            history=run.history,
+            config=c.to_dict(),
+            params=model.num_params(),
+            bf16=bf16,
+            world_size=world,
+            tokens_per_s=run.step * tokens_per_step / max(run.seconds, 1e-9),
+        )
+        if main:
+            val_loss, bits = bits_per_char(model, data, autocast)
+            log(
+                f"final: val loss {val_loss:.4f} over all {len(data.val_ids) - 1:,} "
+                f"validation tokens | {bits:.3f} bits per character | "
+                f"{run.seconds:.1f} s of training"
+            )
+            result.update(val_loss=val_loss, bits_per_char=bits)
+        if world > 1:
+            result["rank_checksums"] = _rank_checksums(model, world, log)
+        return result
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0018
 def load_lm(
