@@ -13,13 +13,15 @@ import torch
 import torch.nn as nn
 
 from .gpt import GPT, GPTConfig
-from .training import make_adamw
+from .training import check_bf16, make_adamw
 
 # %% ../notebooks/12_making_it_fast.ipynb #6e3a8b87
 def sync(device: torch.device) -> None:
     """Wait for queued GPU work (GPU timings are wrong without it); nothing on a CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 # %% ../notebooks/12_making_it_fast.ipynb #f809b865
 def time_it(
@@ -124,6 +126,8 @@ def training_throughput(
     warmup: int = 3,
 ) -> float:
     """Tokens/s of training steps (forward, backward, clipping, AdamW) on random ids."""
+    if bf16:
+        check_bf16(device)
     torch.manual_seed(0)
     model = GPT(config).to(device)
     optimizer = make_adamw(model, 1e-3)
