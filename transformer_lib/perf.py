@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from .gpt import GPT, GPTConfig
-from .training import check_bf16, make_adamw
+from .training import make_adamw
 
 # %% ../notebooks/12_making_it_fast.ipynb #6e3a8b87
 def sync(device: torch.device) -> None:
@@ -126,8 +126,6 @@ def training_throughput(
     warmup: int = 3,
 ) -> float:
     """Tokens/s of training steps (forward, backward, clipping, AdamW) on random ids."""
-    if bf16:
-        check_bf16(device)
     torch.manual_seed(0)
     model = GPT(config).to(device)
     optimizer = make_adamw(model, 1e-3)

@@ -75,8 +75,7 @@ def clip_gradients(model: nn.Module, max_norm: float) -> float:
 # %% ../notebooks/12_making_it_fast.ipynb #12bf16nat
 def bf16_supported(device: torch.device) -> bool:
     """Native bf16 matmuls: CUDA capability >= 8.0 (Ampere; Colab's T4 only emulates
-    bf16), or a CPU with AVX512-BF16 or AMX (oneDNN's check). Never on Apple's mps:
-    PyTorch has bf16 there only from macOS 14, and not native on every Apple GPU."""
+    bf16), a CPU with AVX512-BF16 or AMX (oneDNN's check); not mps (see check_bf16)."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
@@ -86,10 +85,11 @@ def bf16_supported(device: torch.device) -> bool:
             return False
     return False
 
-
+# %% ../notebooks/12_making_it_fast.ipynb #12bf16chk
 def check_bf16(device: torch.device) -> None:
     """A one-line ValueError where `device` cannot compute in bf16 at all: mps before
-    macOS 14. Everywhere else bf16 runs, emulated (slower) where it is not native."""
+    macOS 14. Elsewhere bf16 runs, emulated (slower) where it is not native; on mps
+    it is not native on every Apple GPU, so bf16_supported says no there."""
     if device.type == "mps" and not torch.backends.mps.is_macos_or_newer(14, 0):
         raise ValueError("bf16 on mps needs macOS 14 or newer: use fp32 (or auto)")
 
