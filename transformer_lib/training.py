@@ -87,9 +87,8 @@ def bf16_supported(device: torch.device) -> bool:
 
 # %% ../notebooks/12_making_it_fast.ipynb #12bf16chk
 def check_bf16(device: torch.device) -> None:
-    """A one-line ValueError where `device` cannot compute in bf16 at all: mps before
-    macOS 14. Elsewhere bf16 runs, emulated (slower) where it is not native; on mps
-    it is not native on every Apple GPU, so bf16_supported says no there."""
+    """A one-line ValueError where `device` cannot compute in bf16: mps before macOS 14.
+    Elsewhere bf16 runs, emulated (slower) where it is not native (bf16_supported)."""
     if device.type == "mps" and not torch.backends.mps.is_macos_or_newer(14, 0):
         raise ValueError("bf16 on mps needs macOS 14 or newer: use fp32 (or auto)")
 
