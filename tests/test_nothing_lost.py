@@ -301,7 +301,10 @@ def test_a_symlinked_checkpoint_stays_a_link(tmp_path):
     target.parent.mkdir()
     atomic_write(target, lambda f: f.write(b"old"))
     link = tmp_path / "ck.pt"
-    link.symlink_to(target)
+    try:
+        link.symlink_to(target)
+    except OSError as e:  # Windows: symlinks need Developer Mode or admin rights
+        pytest.skip(f"cannot make a symlink here: {e}")
     atomic_write(link, lambda f: f.write(b"new"))
     assert link.is_symlink() and target.read_bytes() == b"new"
 

@@ -11,11 +11,20 @@ RELIABILITY_UNIT=1 adds rows 216-217, the whole unit-test suite run again.
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-import hostile_attempts as h
 import pytest
+
+if sys.platform == "win32":
+    pytest.skip(
+        "the hostile attempts need POSIX process groups, signals and rlimits "
+        "(os.setpgrp, os.killpg, SIGKILL, SIGHUP, resource): Linux and macOS only",
+        allow_module_level=True,
+    )
+
+import hostile_attempts as h  # noqa: E402  (imports resource: POSIX only)
 
 FULL = os.environ.get("RELIABILITY_FULL", "0") not in ("", "0")
 h.UNIT_TESTS = os.environ.get("RELIABILITY_UNIT", "0") not in ("", "0")

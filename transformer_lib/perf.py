@@ -20,6 +20,8 @@ def sync(device: torch.device) -> None:
     """Wait for queued GPU work (GPU timings are wrong without it); nothing on a CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 # %% ../notebooks/12_making_it_fast.ipynb #f809b865
 def time_it(

@@ -62,6 +62,8 @@ def describe_machine(device: torch.device | None = None) -> str:
     device = device or get_device()
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        where = f"Apple GPU (mps) on {_cpu_name()}"
     else:
         where = f"{_cpu_name()}, {torch.get_num_threads()} CPU threads"
     versions = f"Python {platform.python_version()} | torch {torch.__version__}"

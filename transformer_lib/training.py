@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['warmup_cosine', 'warmup_inverse_sqrt', 'param_groups', 'make_adamw', 'set_lr', 'clip_gradients', 'cosine_on_clock',
-           'bf16_supported', 'STOP_SIGNALS', 'NonFiniteLossError', 'TrainingInterrupted', 'check_finite', 'StopRequest',
-           'tensorboard_writer', 'uses_bf16', 'mixed_precision']
+           'bf16_supported', 'check_bf16', 'STOP_SIGNALS', 'NonFiniteLossError', 'TrainingInterrupted', 'check_finite',
+           'StopRequest', 'tensorboard_writer', 'uses_bf16', 'mixed_precision']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b10
 # transformer_lib/training.py, the training kit (schedules, AdamW groups, clipping),
@@ -81,7 +81,7 @@ def cosine_on_clock(spent: float, budget: float, max_lr: float, min_lr: float) -
 # %% ../notebooks/12_making_it_fast.ipynb #12bf16nat
 def bf16_supported(device: torch.device) -> bool:
     """Native bf16 matmuls: CUDA capability >= 8.0 (Ampere; Colab's T4 only emulates
-    bf16), or a CPU with AVX512-BF16 or AMX (oneDNN's check)."""
+    bf16), a CPU with AVX512-BF16 or AMX (oneDNN's check); not mps (see check_bf16)."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
@@ -90,6 +90,13 @@ def bf16_supported(device: torch.device) -> bool:
         except (AttributeError, RuntimeError):
             return False
     return False
+
+# %% ../notebooks/12_making_it_fast.ipynb #12bf16chk
+def check_bf16(device: torch.device) -> None:
+    """A one-line ValueError where `device` cannot compute in bf16: mps before macOS 14.
+    Elsewhere bf16 runs, emulated (slower) where it is not native (bf16_supported)."""
+    if device.type == "mps" and not torch.backends.mps.is_macos_or_newer(14, 0):
+        raise ValueError("bf16 on mps needs macOS 14 or newer: use fp32 (or auto)")
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #a1-trimports
 # the guards of the training loops: transformer_lib/training.py, after 09's kit
@@ -177,9 +184,11 @@ def tensorboard_writer(log_dir: str | os.PathLike | None):
 # %% ../notebooks/A1_translator_training_runs.ipynb #9d0e0011
 def uses_bf16(dtype: str, device: torch.device) -> bool:
     """Whether a run asking for `dtype` ("fp32", "bf16" or "auto") computes in bf16
-    here: "auto" means where bf16 is native."""
+    here: "auto" means where bf16 is native; "bf16" wherever it can run."""
     if dtype not in ("fp32", "bf16", "auto"):
         raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype!r}")
+    if dtype == "bf16":
+        check_bf16(device)
     return dtype == "bf16" or (dtype == "auto" and bf16_supported(device))
 
 

@@ -16,13 +16,15 @@ from matplotlib.figure import Figure
 ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap
 # Chinese labels in later notebooks need one of these
 CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei", "SimHei"]
-CJK_FONTS += ["Microsoft YaHei", "PingFang SC", "Source Han Sans SC"]
+CJK_FONTS += ["Microsoft YaHei", "PingFang SC", "Source Han Sans SC"]  # Windows, macOS
+CJK_FONTS += ["Hiragino Sans GB", "Arial Unicode MS"]  # macOS, where PingFang is hidden
 
 # %% ../notebooks/04_scaled_dot_product_attention.ipynb #814b8997
 def _add_system_cjk_fonts() -> None:
     """Register the system's CJK fonts missing from matplotlib's older font cache."""
     for path in font_manager.findSystemFonts():
-        names = ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan")
+        names = ("cjk", "wqy", "simhei", "msyh", "pingfang", "sourcehan", "hiragino")
+        names += ("arial unicode",)
         if any(part in path.lower() for part in names):
             try:
                 font_manager.fontManager.addfont(path)
