@@ -91,7 +91,13 @@ def evaluate(
 
 # %% ../notebooks/11_gpt_language_model.ipynb #b1100012
 def train_step(
-    model, optimizer, x, y, lr: float, grad_clip: float, autocast=None
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    grad_clip: float,
+    autocast=None,
 ) -> torch.Tensor:
     """One optimizer step at rate lr on the batch (x, y) -> its loss (on the device)."""
     set_lr(optimizer, lr)
