@@ -236,7 +236,8 @@ def check_writable(path: str | os.PathLike) -> Path:
     try:
         if path.is_symlink() and not real.parent.is_dir():
             raise FileNotFoundError(
-                errno.ENOENT, f"it is a link into {real.parent}, which is no folder"
+                errno.ENOENT,
+                f"a symbolic link into {real.parent}, which does not exist",
             )
         real.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(
