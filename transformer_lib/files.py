@@ -145,10 +145,10 @@ def lock_run(path: str | os.PathLike) -> None:
     names it directly take the same lock.
     """
     key = os.path.realpath(path)
-    path = Path(key)
     if key in _held:
         return
-    f = open(path.parent / f".{path.name}.lock", "a+")
+    real = Path(key)
+    f = open(real.parent / f".{real.name}.lock", "a+")
     if not _try_lock(f):
         holder = _read_holder(f)
         f.close()
