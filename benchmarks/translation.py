@@ -35,10 +35,10 @@ from transformer_lib.decoding import (
     evaluate_model,
     first_sentences,
 )
-from transformer_lib.mt_train import check_translator, fit_translator
+from transformer_lib.mt_train import fit_translator, load_checked_translator
 from transformer_lib.runtime import describe_machine, get_device
 from transformer_lib.translation_data import TEST_FINGERPRINT, split_fingerprint
-from transformer_lib.translator import TrainConfig, held_out_split, load_translator
+from transformer_lib.translator import TrainConfig, held_out_split
 
 
 def load() -> str:
@@ -119,8 +119,7 @@ def main() -> int:
     print(f"hardware: {describe_machine(device)}")
     print(f"start: {load()}")
     checkpoint = args.checkpoint or train(args, device)
-    check_translator(checkpoint)
-    model, src_tok, tgt_tok, payload = load_translator(checkpoint, device)
+    model, src_tok, tgt_tok, payload = load_checked_translator(checkpoint, device)
     history = payload["history"]
     print(
         f"checkpoint {Path(checkpoint).name}: {len(history)} epochs, "

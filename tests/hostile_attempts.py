@@ -3481,10 +3481,10 @@ def _flip_weights(src: Path, dest: Path) -> Path:
 )
 def _r226(env: Env) -> Outcome:
     from transformer_lib.lm_train import load_lm
-    from transformer_lib.mt_train import check_translator
+    from transformer_lib.mt_train import load_checked_translator
 
     lm, mt = lm_ckpt(env), mt_ckpt(env)
-    load_translator = lambda path, _device: check_translator(path)  # noqa: E731
+    load_translator = lambda path, _device: load_checked_translator(path)  # noqa: E731
     nan = lambda s: [w.fill_(float("nan")) for w in s["model"].values()]  # noqa: E731
     cases = {
         "mt merge out of range": (

@@ -28,8 +28,8 @@ def test_the_core_loop_and_fit_give_the_same_losses():
     core = train_loop(new_model(), train, valid, CFG, log=lambda *_: None)
     torch.manual_seed(1)
     history = fit(new_model(), train, valid, CFG, progress=False, log=lambda *_: None)
-    assert len(core["history"]) == len(history) == CFG.epochs
-    for ours, theirs in zip(core["history"], history):
+    assert len(core.history) == len(history) == CFG.epochs
+    for ours, theirs in zip(core.history, history):
         assert ours["step"] == theirs["step"] and ours["lr"] == theirs["lr"]
         assert ours["train_loss"] == theirs["train_loss"]
         assert ours["valid_loss"] == theirs["valid_loss"]
@@ -44,10 +44,10 @@ def test_the_core_loop_curve_matches_fit_step_by_step(tmp_path):
     path = tmp_path / "run.pt"
     fit(new_model(), train, valid, CFG, path, progress=False, log=lambda *_: None)
     saved = load_checkpoint(path, kind=CHECKPOINT_FORMAT)
-    assert [s for s, _ in core["curve"]] == list(range(10, core["step"] + 1, 10))
-    assert all(math.isfinite(loss) for _, loss in core["curve"])
-    assert core["curve"] == saved["curve"]
-    assert core["step"] == saved["step"]
+    assert [s for s, _ in core.curve] == list(range(10, core.step + 1, 10))
+    assert all(math.isfinite(loss) for _, loss in core.curve)
+    assert core.curve == saved["curve"]
+    assert core.step == saved["step"]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from transformer_lib.__main__ import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 88
 COMMAND = r"\b(python|torchrun) (-m |--|[\w/]+\.py)"  # the start of a usage example
-HAND_WRITTEN = ["__init__", "__main__", "cli_args", "mt_cli", "lm_cli", "data"]
+HAND_WRITTEN = ["__init__", "__main__", "cli_args", "mt_cli", "lm_cli", "data", "files"]
 COMMANDS = [None] + sorted(
     next(
         a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)

@@ -322,3 +322,15 @@ def test_translate_output_into_a_closed_pipe_ends_quietly(checkpoint, tmp_path):
     finally:
         os.close(write_end)
     assert writer.returncode == 141 and "Traceback" not in writer.stderr
+
+
+def test_tokenizer_records_of_the_wrong_type_end_in_one_line(
+    checkpoint, tmp_path, capsys
+):
+    state = torch.load(checkpoint, weights_only=True)
+    state["src_chars"] = 12345  # the training English's characters, as a number
+    torch.save(state, tmp_path / "edited.pt")
+    assert main(["translate", "--checkpoint", str(tmp_path / "edited.pt"), "Hi."]) == 1
+    err = capsys.readouterr().err
+    assert "src_chars is of the wrong type" in err and "Traceback" not in err
+    assert err.count("\n") == 1

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from transformer_lib import mt_train
+from transformer_lib import mt_train, translator
 from transformer_lib.checkpoints import CheckpointError, CheckpointMismatchError
-from transformer_lib.mt_train import TrainConfig, check_translator, fit, lr_at
+from transformer_lib.mt_train import TrainConfig, fit, load_checked_translator, lr_at
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
@@ -94,7 +94,7 @@ def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch)
         len(mt_train.epoch_batches(examples(), CFG.max_tokens, CFG.seed)) + 1
     )  # training batches + validation
     calls = {"n": 0}
-    real_loss = mt_train.label_smoothed_cross_entropy
+    real_loss = translator.label_smoothed_cross_entropy
 
     def dying_loss(*args, **kw):
         calls["n"] += 1
@@ -102,11 +102,11 @@ def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch)
             raise KeyboardInterrupt
         return real_loss(*args, **kw)
 
-    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", dying_loss)
+    monkeypatch.setattr(translator, "label_smoothed_cross_entropy", dying_loss)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "killed.pt")
     assert torch.load(tmp_path / "killed.pt", weights_only=True)["epoch"] == 1
-    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", real_loss)
+    monkeypatch.setattr(translator, "label_smoothed_cross_entropy", real_loss)
     resumed, history = run(tmp_path / "killed.pt", model=new_model(), existing="resume")
     assert [h["epoch"] for h in history] == [1, 2, 3]
     for (name, a), b in zip(
@@ -116,7 +116,7 @@ def test_resume_after_a_kill_mid_epoch_loses_nothing_else(tmp_path, monkeypatch)
 
 
 def test_early_stopping(tmp_path, monkeypatch):
-    monkeypatch.setattr(mt_train, "validation_loss", lambda *_, **__: 1.0)  # flat
+    monkeypatch.setattr(translator, "validation_loss", lambda *_, **__: 1.0)  # flat
     _, history = run(tmp_path / "flat.pt", replace(CFG, epochs=10, patience=2))
     # the first epoch sets the best loss, two more fail to beat it
     assert len(history) == 3
@@ -135,18 +135,18 @@ def test_other_configuration_or_settings_are_refused(tmp_path):
         run(tmp_path / "ck.pt", cfg=replace(CFG, lr=1e-3, seed=1), existing="resume")
 
 
-def test_check_translator_errors_are_clear(tmp_path):
+def test_load_checked_translator_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        check_translator(tmp_path / "missing.pt")
+        load_checked_translator(tmp_path / "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="junk.pt is not a readable checkpoint"):
-        check_translator(tmp_path / "junk.pt")
+        load_checked_translator(tmp_path / "junk.pt")
     torch.save({"hello": 1}, tmp_path / "other.pt")
     with pytest.raises(
         CheckpointError,
         match="other.pt is not a transformer_lib.translator/1 checkpoint",
     ):
-        check_translator(tmp_path / "other.pt")
+        load_checked_translator(tmp_path / "other.pt")
     torch.save(
         {"model": {}, "config": {}, "format": "transformer_lib.lm/1"},
         tmp_path / "lm.pt",
@@ -155,7 +155,7 @@ def test_check_translator_errors_are_clear(tmp_path):
         CheckpointError,
         match="lm.pt is a transformer_lib.lm/1 checkpoint, not a transformer_lib",
     ):
-        check_translator(tmp_path / "lm.pt")
+        load_checked_translator(tmp_path / "lm.pt")
 
 
 def _tiny_translator_data() -> tuple[TrainConfig, dict]:
@@ -177,7 +177,8 @@ def _tiny_translator_data() -> tuple[TrainConfig, dict]:
 
 def test_notebook_09s_load_translator_reads_both_checkpoints(tmp_path):
     """09's save_translator file and fit's checkpoint (09's plus the optimizer and the
-    run) load with 09's load_translator, after check_translator accepts them."""
+    run) load with 09's load_translator, and with load_checked_translator, which
+    returns the same."""
     from transformer_lib.translator import load_translator, save_translator, train_loop
 
     cfg, data = _tiny_translator_data()
@@ -193,13 +194,22 @@ def test_notebook_09s_load_translator_reads_both_checkpoints(tmp_path):
         extra={"src_chars": data["src_chars"]},
     )  # fmt: skip
     for name, trained in (("09.pt", model), ("a1.pt", fitted)):
-        check_translator(tmp_path / name)
         for best in (True, False):
             loaded, src_tok, tgt_tok, payload = load_translator(
                 tmp_path / name, best=best
             )
             assert src_tok.to_dict() == data["tokenizers"]["src"]
             assert payload["train_config"]["seed"] == cfg.seed
+            checked = load_checked_translator(tmp_path / name, best=best)
+            assert [t.to_dict() for t in checked[1:3]] == [
+                src_tok.to_dict(),
+                tgt_tok.to_dict(),
+            ]
+            assert checked[3].keys() == payload.keys()
+            for a, b in zip(
+                loaded.state_dict().values(), checked[0].state_dict().values()
+            ):
+                torch.testing.assert_close(a, b)
         for a, b in zip(trained.state_dict().values(), loaded.state_dict().values()):
             torch.testing.assert_close(a, b)  # one epoch: the best is the last
     assert torch.load(tmp_path / "a1.pt", weights_only=True)["history"] == history
@@ -226,7 +236,7 @@ def test_restart_keeps_the_old_file_until_the_first_save(tmp_path, monkeypatch):
     def fail(*args, **kw):
         raise RuntimeError("dies in the first epoch")
 
-    monkeypatch.setattr(mt_train, "label_smoothed_cross_entropy", fail)
+    monkeypatch.setattr(translator, "label_smoothed_cross_entropy", fail)
     with pytest.raises(RuntimeError):
         run(path, existing="restart")
     assert path.read_bytes() == before
@@ -238,9 +248,9 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
     path = tmp_path / "ck.pt"
     run(path, cfg=replace(CFG, epochs=1))
     before = path.read_bytes()
-    real = mt_train.label_smoothed_cross_entropy
+    real = translator.label_smoothed_cross_entropy
     monkeypatch.setattr(
-        mt_train,
+        translator,
         "label_smoothed_cross_entropy",
         lambda *a, **k: real(*a, **k) * float("nan"),
     )
@@ -282,9 +292,9 @@ def test_ctrl_c_saves_mid_epoch_and_the_resumed_run_is_exact(tmp_path, monkeypat
         return 0.0
 
     monkeypatch.setattr(mt_train, "StopRequest", lambda: asked)
-    real_clip = mt_train.clip_gradients
+    real_clip = translator.clip_gradients
     monkeypatch.setattr(
-        mt_train, "clip_gradients", lambda m, n: (clipping(m, n), real_clip(m, n))[1]
+        translator, "clip_gradients", lambda m, n: (clipping(m, n), real_clip(m, n))[1]
     )
     with pytest.raises(TrainingInterrupted, match="stopped at step 8, in epoch 2"):
         run(tmp_path / "stopped.pt")

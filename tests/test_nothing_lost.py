@@ -309,6 +309,38 @@ def test_a_symlinked_checkpoint_stays_a_link(tmp_path):
     assert link.is_symlink() and target.read_bytes() == b"new"
 
 
+def test_a_second_run_through_a_symbolic_link_is_refused_like_one_by_name(tmp_path):
+    target = tmp_path / "store" / "real.pt"
+    target.parent.mkdir()
+    link = tmp_path / "ck.pt"
+    link.symlink_to(target)
+    assert start_run(target, "refuse", log=lambda *_: None) is False  # we hold it
+    tmp = target.parent / f".{target.name}.1234.tmp"  # our save, being written
+    tmp.write_bytes(b"half")
+    try:
+        for name in (link, target):  # through the link, and by its own name
+            seen = _other_process(START_RUN, str(name), "restart").stdout
+            assert seen.startswith("RunLockedError"), seen
+            assert f"process {os.getpid()}" in seen and tmp.exists()
+    finally:
+        unlock_run(target)
+    seen = _other_process(START_RUN, str(link), "restart").stdout  # no one holds it
+    assert "removed .real.pt.1234.tmp" in seen and not tmp.exists()
+    assert not files._held
+
+
+def test_a_dangling_link_makes_no_folder_elsewhere(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    link = tmp_path / "out.pt"
+    link.symlink_to(elsewhere / "deep" / "model.pt")
+    with pytest.raises(PermissionError) as error:
+        start_run(link, "refuse", log=lambda *_: None)
+    assert "symbolic link" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(FileNotFoundError):
+        atomic_write(link, lambda f: f.write(b"new"))
+    assert not elsewhere.exists() and link.is_symlink() and not files._held
+
+
 def test_a_folder_named_like_a_temporary_file_is_left_alone(tmp_path):
     out = tmp_path / "ck.pt"
     (tmp_path / ".ck.pt.abc.tmp").mkdir()

@@ -16,6 +16,7 @@ HAND_WRITTEN = {
     "__init__",
     "__main__",
     "data",
+    "files",
     "cli_args",
     "mt_cli",
     "lm_cli",

@@ -36,8 +36,7 @@ from transformer_lib.decoding import (  # noqa: E402
     greedy_decode,
     length_penalty_gnmt,
 )
-from transformer_lib.mt_train import check_translator  # noqa: E402
-from transformer_lib.translator import load_translator  # noqa: E402
+from transformer_lib.mt_train import load_checked_translator  # noqa: E402
 
 
 @torch.no_grad()
@@ -230,8 +229,8 @@ def beam_tree(
     """Draw the first sentence on which beam search finds a more probable translation
     than greedy decoding, after checking the trace against the library; returns the
     output path."""
-    check_translator(checkpoint)  # one line for a damaged or edited file
-    model, src_tok, tgt_tok, _ = load_translator(checkpoint, device="cpu")
+    # one line for a damaged or edited file
+    model, src_tok, tgt_tok, _ = load_checked_translator(checkpoint, device="cpu")
     model.eval()
     bos, eos = tgt_tok.bos_id, tgt_tok.eos_id
     for sentence in sentences:

@@ -1,13 +1,13 @@
 """transformer_lib: the finished code of the course 'Building a Transformer from
 Scratch'.
 
-Every module but the data loaders, the checkers and the command line is written in a
-notebook and exported from it (its first line names the notebook: edit the notebook,
-then `make export`). One concept a module:
+Every module but the data loaders, the durable files, the checkers and the command line
+is written in a notebook and exported from it (its first line names the notebook: edit
+the notebook, then `make export`). One concept a module:
 
     part           module (notebook)                     what it holds
     foundations    runtime (00), tokenization (01)       devices, seeds, tokenizers
-                   data (by hand), files (09)            corpora, atomic files
+                   data, files (by hand)                 corpora, atomic files
     Part I         embeddings (02), positional (03)      the pieces of a Transformer
                    attention, viz (04), multi_head (05)
                    masks (06)
@@ -26,7 +26,8 @@ then `make export`). One concept a module:
     command line   __main__, mt_cli, lm_cli, cli_args    flags in, library calls out
 
 Part II and Part III never import each other. Written by hand: data (the corpora,
-pinned by sha256), the command line and the checkers of the build-its (exercises).
+pinned by sha256), files (atomic writes and locks), the command line and the checkers
+of the build-its (exercises).
 
     from transformer_lib.runtime import get_device, set_seed, pick
     from transformer_lib.data import load_tiny_shakespeare, load_tatoeba_pairs

@@ -11,7 +11,7 @@ import io
 import os
 import zipfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -405,7 +405,8 @@ def save_run(
         return None
     state = dict(config=model.config.to_dict(), tokenizer=tokenizer, format=kind)
     state |= dict(train_config=settings, rng=torch.get_rng_state())
-    return save_checkpoint(path, model, optimizer, **state, **extra, **asdict(run))
+    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}  # no copy
+    return save_checkpoint(path, model, optimizer, **state, **extra, **fields)
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #a1-resumerun
 def resume_run(

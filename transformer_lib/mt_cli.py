@@ -93,12 +93,10 @@ def translate_cmd(args: argparse.Namespace) -> int:
         )
         return 2
     from transformer_lib.decoding import translate
-    from transformer_lib.mt_train import check_translator
-    from transformer_lib.translator import load_translator
+    from transformer_lib.mt_train import load_checked_translator
 
-    try:
-        check_translator(args.checkpoint)  # one line for a damaged or edited file
-        model, src_tok, tgt_tok, payload = load_translator(
+    try:  # one line for a damaged or edited file
+        model, src_tok, tgt_tok, payload = load_checked_translator(
             args.checkpoint, device=args.device or "cpu"
         )
     except USER_ERRORS as e:

@@ -3,14 +3,14 @@
 # %% auto #0
 __all__ = ['COUNT', 'POSITIVE', 'AT_LEAST_0', 'SEED', 'FRACTION', 'OPTIONAL', 'PAIR', 'BETAS', 'SIZES', 'SCHEDULES', 'DTYPES',
            'CHECKPOINT_FORMAT', 'setting', 'one_of', 'TrainConfig', 'lr_at', 'prepare_data', 'train_step',
-           'epoch_batches', 'copy_weights', 'validation_loss', 'finish_epoch', 'train_loop', 'save_translator',
-           'load_translator', 'train_translator', 'held_out_split']
+           'epoch_batches', 'copy_weights', 'validation_loss', 'TranslatorRun', 'finish_epoch', 'train_loop',
+           'save_translator', 'load_translator', 'train_translator', 'held_out_split']
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-imports
 # transformer_lib/translator.py, the translator's settings, training loop, save and
 # load, is written in the cells marked `#| export translator`.
+import contextlib
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .data import course_pairs
+from .files import atomic_write
 from .seq2seq import Seq2SeqConfig, Transformer
 from .tokenization import tokenizer_from_dict
 from transformer_lib.training import (
@@ -134,14 +135,17 @@ def prepare_data(cfg: TrainConfig, pairs: list | None = None) -> dict:
     return data | dict(train=encode(splits["train"]), valid=encode(splits["valid"]))
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-step
-def train_step(model: Transformer, optimizer, batch: list, cfg: TrainConfig, lr: float):
+def train_step(model, optimizer, batch, cfg, lr, autocast=None, check=None):
     """One update on `batch` at rate `lr`: (the loss, the target tokens it averages)."""
     c, device = model.config, next(model.parameters()).device
     pad = c.tgt_pad_id
     src, tgt_in, tgt_out = (x.to(device) for x in collate(batch, c.src_pad_id, pad))
     set_lr(optimizer, lr)
-    logits = model(src, tgt_in)  # (B, T, n_vocab), teacher forced
+    with autocast or contextlib.nullcontext():  # appendix A1 may give bf16's
+        logits = model(src, tgt_in)  # (B, T, n_vocab), teacher forced
     loss = label_smoothed_cross_entropy(logits, tgt_out, cfg.label_smoothing, pad)
+    if check is not None:
+        check(loss.item())  # A1 refuses a diverged loss before the update
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_gradients(model, cfg.grad_clip)
@@ -161,9 +165,7 @@ def copy_weights(model: Transformer) -> dict:
 
 # %% ../notebooks/09_training_a_translator.ipynb #3f4d5f2e
 @torch.no_grad()
-def validation_loss(
-    model: Transformer, examples: list, max_tokens: int = 8000
-) -> float:
+def validation_loss(model: Transformer, examples: list, max_tokens=8000) -> float:
     """Mean unsmoothed cross-entropy per target token; exp() of it is the perplexity."""
     model.eval()
     device, c = next(model.parameters()).device, model.config
@@ -177,86 +179,102 @@ def validation_loss(
         count += n
     return float(total) / max(count, 1)
 
+# %% ../notebooks/09_training_a_translator.ipynb #tr09-runstate
+@dataclass
+class TranslatorRun:
+    """Where a run stands; appendix A1 saves it in its checkpoints and resumes it."""
+
+    planned_epochs: int  # the cosine ends with the last (re-planned for the budget)
+    stop_after: int  # epochs to train: the plan, or more when A1 extends a run
+    best_model: dict  # the weights of the best validation loss so far
+    best_valid: float = math.inf
+    bad_epochs: int = 0  # epochs since the best validation loss
+    recent_models: list = field(default_factory=list)  # the last epochs' weights
+    step: int = 0
+    epoch: int = 0  # epochs finished
+    batch: int = 0  # batches of the current epoch done (A1 resumes from there)
+    epoch_loss: float = 0.0  # the current epoch's loss, summed over its tokens
+    epoch_tokens: int = 0
+    epoch_seconds: float = 0.0  # its training time
+    lr: float = 0.0  # the learning rate of the last step
+    seconds: float = 0.0  # training and validation of the finished epochs
+    finished: bool = False  # early-stopped, out of time or out of epochs
+    history: list = field(default_factory=list)  # one row per epoch
+    curve: list = field(default_factory=list)  # [step, training loss] every 10 steps
+
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-finish
-def finish_epoch(
-    model, valid: list, cfg: TrainConfig, run: dict, row: dict, log=print
-) -> bool:
-    """Validate, record `row`, keep the best and last weights, re-plan; True: stop."""
+def finish_epoch(model, valid, cfg, run: TranslatorRun, log=print, check=None) -> bool:
+    """Validate, keep the best and last weights, record, re-plan; True: stop."""
     start = time.perf_counter()
-    row["valid_loss"] = validation_loss(model, valid)
-    row["seconds"] += time.perf_counter() - start  # training and validation
-    run["seconds"] += row["seconds"]
-    run["history"].append(row)
+    loss = validation_loss(model, valid)
+    seconds = run.epoch_seconds + time.perf_counter() - start  # training, validation
+    if check is not None:
+        check(loss)  # appendix A1 refuses a diverged loss before anything is kept
+    run.bad_epochs = 0 if loss < run.best_valid else run.bad_epochs + 1
+    if loss < run.best_valid:
+        run.best_valid, run.best_model = loss, copy_weights(model)
+    run.recent_models = (run.recent_models + [copy_weights(model)])[-cfg.keep_last :]
+    row = dict(epoch=run.epoch + 1, step=run.step, lr=run.lr, seconds=seconds)
+    row |= dict(train_loss=run.epoch_loss / max(run.epoch_tokens, 1), valid_loss=loss)
+    run.history.append(row)
     line = "epoch {epoch:>2}  step {step:>5}  train loss {train_loss:.3f}  valid loss "
     log((line + "{valid_loss:.3f}  lr {lr:.2e}  {seconds:.0f} s").format(**row))
-    if row["valid_loss"] < run["best_valid"]:
-        run["best_valid"], run["best_model"] = row["valid_loss"], copy_weights(model)
-    recent = run["recent_models"] + [copy_weights(model)]
-    run["recent_models"] = recent[-cfg.keep_last :]
-    epoch, best = row["epoch"], min(run["history"], key=lambda h: h["valid_loss"])
-    if cfg.max_minutes is not None:  # as many epochs as fit, at the mean epoch time
-        left = 60 * cfg.max_minutes - run["seconds"]
-        fits = epoch + int(left // (run["seconds"] / epoch))
-        run["planned_epochs"] = max(epoch, min(cfg.epochs, fits))
-    return epoch - best["epoch"] >= cfg.patience or epoch >= run["planned_epochs"]
+    run.epoch, run.batch, run.seconds = run.epoch + 1, 0, run.seconds + seconds
+    run.epoch_loss, run.epoch_tokens, run.epoch_seconds = 0.0, 0, 0.0
+    if cfg.max_minutes is not None and run.stop_after == run.planned_epochs:
+        left, per_epoch = 60 * cfg.max_minutes - run.seconds, run.seconds / run.epoch
+        fits = run.epoch + int(left // per_epoch)  # epochs that fit, at the mean time
+        run.planned_epochs = run.stop_after = max(run.epoch, min(cfg.epochs, fits))
+    run.finished = run.bad_epochs >= cfg.patience or run.epoch >= run.stop_after
+    return run.finished
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-loop
-def train_loop(
-    model: Transformer, train: list, valid: list, cfg: TrainConfig, log=print
-) -> dict:
+def train_loop(model, train: list, valid: list, cfg, log=print) -> TranslatorRun:
     """Train until budget, epoch limit or early stop: the run; model keeps its best."""
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
     steps_per_epoch = len(epoch_batches(train, cfg.max_tokens, cfg.seed))
-    run = dict(step=0, seconds=0.0, planned_epochs=cfg.epochs, best_valid=math.inf)
-    run |= dict(best_model=copy_weights(model), recent_models=[], history=[], curve=[])
+    run = TranslatorRun(cfg.epochs, cfg.epochs, best_model=copy_weights(model))
     for epoch in range(cfg.epochs):
         model.train()
-        start, total, tokens = time.perf_counter(), 0.0, 0
+        start = time.perf_counter()
         for idx in epoch_batches(train, cfg.max_tokens, cfg.seed + epoch):
-            lr = lr_at(run["step"], cfg, run["planned_epochs"] * steps_per_epoch)
+            run.lr = lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
             loss, n = train_step(model, optimizer, [train[i] for i in idx], cfg, lr)
-            total, tokens = total + loss * n, tokens + n
-            run["step"] += 1
-            if run["step"] % 10 == 0:  # the loss curve
-                run["curve"].append([run["step"], loss])
-            if run["step"] % 100 == 0:
-                log(f"step {run['step']:>5}  loss {loss:.3f}  lr {lr:.2e}")
-        row = dict(epoch=epoch + 1, step=run["step"], train_loss=total / tokens, lr=lr)
-        row["seconds"] = time.perf_counter() - start
-        if finish_epoch(model, valid, cfg, run, row, log):
+            run.epoch_loss += loss * n
+            run.epoch_tokens += n
+            run.step += 1
+            if run.step % 10 == 0:  # the loss curve
+                run.curve.append([run.step, loss])
+            if run.step % 100 == 0:
+                log(f"step {run.step:>5}  loss {loss:.3f}  lr {lr:.2e}")
+        run.epoch_seconds = time.perf_counter() - start
+        if finish_epoch(model, valid, cfg, run, log):
             break
-    model.load_state_dict(run["best_model"])
+    model.load_state_dict(run.best_model)
     return run
 
+# %% ../notebooks/09_training_a_translator.ipynb #tr09-format
+CHECKPOINT_FORMAT = "transformer_lib.translator/1"  # the kind of file, inside it
+
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-save
-CHECKPOINT_FORMAT = "transformer_lib.translator/1"
-
-
-def save_translator(path, model: Transformer, run: dict, cfg: TrainConfig, data: dict):
-    """Write the model, its tokenizers, settings and run to `path`, all or nothing;
-    an existing file is never replaced (FileExistsError says what to do)."""
-    path = Path(path)
-    if path.exists():
+def save_translator(path, model: Transformer, run: TranslatorRun, cfg, data: dict):
+    """Write the model, its tokenizers, settings and run to `path`, all or nothing
+    (`atomic_write`); an existing file is never replaced (FileExistsError says so)."""
+    if Path(path).exists():
         raise FileExistsError(
             f"{path} already holds a trained translator: load it, delete it, or "
             "save under another name"
         )
-    state = dict(run, format=CHECKPOINT_FORMAT, finished=True, train_config=asdict(cfg))
-    state |= dict(model=model.state_dict(), config=model.config.to_dict())
-    state |= dict(tokenizer=data["tokenizers"], src_chars=data["src_chars"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: the whole file or none; a crash leaves only tmp
-    return path
+    state = dict(vars(run), format=CHECKPOINT_FORMAT, train_config=asdict(cfg))
+    state |= dict(finished=True, model=model.state_dict(), src_chars=data["src_chars"])
+    state |= dict(config=model.config.to_dict(), tokenizer=data["tokenizers"])
+    return atomic_write(path, lambda f: torch.save(state, f))
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-load
 def load_translator(path, device: torch.device | str = "cpu", best: bool = True):
-    """(model, src_tok, tgt_tok, payload) from a saved translator, read with
-    weights_only=True (no code in the file runs): the best epoch's weights, or with
-    best=False the last epoch's."""
-    path = Path(path)
-    if not path.is_file():
+    """(model, src_tok, tgt_tok, payload) from a saved translator, weights_only (no
+    code in the file runs): the best epoch's weights, or with best=False the last's."""
+    if not Path(path).is_file():
         raise FileNotFoundError(f"no trained translator at {path}: train one first")
     payload = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
@@ -287,7 +305,7 @@ def train_translator(
     run = train_loop(model, data["train"], data["valid"], cfg, log)
     Path(path).unlink(missing_ok=True)  # existing="restart": replaced on purpose
     save_translator(path, model, run, cfg, data)
-    return model, data, run["history"]
+    return model, data, run.history
 
 # %% ../notebooks/09_training_a_translator.ipynb #dbe721ea
 def held_out_split(payload: dict, part="test", pairs: list | None = None) -> list:
