@@ -73,7 +73,19 @@ def test_a_checker_leaves_the_random_stream_alone(nb, name, check, capsys):
 
 
 def test_every_notebook_has_a_build_it():
-    assert sorted(ex.BUILD_ITS) == [f"{i:02d}" for i in range(14)]
+    assert sorted(ex.BUILD_ITS) == [f"{i:02d}" for i in range(17)]
+
+
+def test_every_notebook_with_a_build_it_cell_is_in_the_registry():
+    """A notebook holding a cell tagged `build-it` is listed in BUILD_ITS (so `check NN`
+    and `record` know it), and each listed notebook holds build-it cells."""
+    with_cells = {
+        path.name[:2]
+        for path in (ROOT / "notebooks").glob("*.ipynb")
+        if ex.build_it_cells(path)
+    }
+    assert with_cells - set(ex.BUILD_ITS) == set(), "build-it cells with no checker"
+    assert set(ex.BUILD_ITS) - with_cells == set(), "checkers with no build-it cell"
 
 
 # wrong answers, one test per build-it ------------------------------------------------
