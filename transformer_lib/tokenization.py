@@ -335,7 +335,8 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
 # %% ../notebooks/01_tokenization.ipynb #8cd9002c
 def gpt2_merges() -> list[tuple[int, int]]:
     """GPT-2's 50,000 merges as pairs of our ids, from its pinned `vocab.bpe`."""
-    from transformer_lib.data import GPT2_VOCAB_BPE, fetch
+    from transformer_lib.data import GPT2_VOCAB_BPE
+    from transformer_lib.downloads import fetch
 
     # GPT-2's byte -> character table: printable bytes stand for themselves, the other
     # 68 for chr(256 + k)
