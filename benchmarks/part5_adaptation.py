@@ -30,7 +30,7 @@ from transformer_lib.decoding import evaluate_model, evaluate_translations
 from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
 from transformer_lib.gpt import GPT, GPTConfig
 from transformer_lib.lora import add_lora, trainable_parameters
-from transformer_lib.prompt_mask import (
+from transformer_lib.decoder_only import (
     PairVocab,
     batches_forever,
     collate_prompts,

@@ -32,7 +32,7 @@ PART_II = {
 }
 PART_III = {"gpt", "lm_loop", "lm_train", "gpt2_weights", "perf"}
 PART_IV = {"modern", "muon", "tiled_attention"}  # notebook 13: builds on Part III
-PART_V = {"prompt_mask", "lora", "dpo"}  # notebooks 14-16: build on Part III
+PART_V = {"decoder_only", "lora", "dpo"}  # notebooks 14-16: build on Part III
 SHARED = {"training", "checkpoints", "files", "sampling"}
 # the build-its' checkers (written by hand): any Part as reference
 TOOLING = {"exercises"}

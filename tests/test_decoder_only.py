@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.gpt import GPT, GPTConfig, generate
-from transformer_lib.prompt_mask import (
+from transformer_lib.decoder_only import (
     IGNORE,
     PairVocab,
     collate_prompts,
