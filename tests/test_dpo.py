@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from transformer_lib.decoder_only import IGNORE
 from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.decoder_only import IGNORE
 
 
 def test_hand_computed_cases():
