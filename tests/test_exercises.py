@@ -178,7 +178,7 @@ def test_token_embedding():
 
 
 def test_sinusoidal_positions():
-    def sc(N, C):  # cosines in the even columns, sines in the odd ones
+    def sc(C, N):  # cosines in the even columns, sines in the odd ones
         pos = torch.arange(N, dtype=torch.float32)[:, None]
         a = pos * 10000.0 ** (-torch.arange(0, C, 2).float() / C)
         pe = torch.zeros(N, C)
@@ -187,7 +187,7 @@ def test_sinusoidal_positions():
 
     fails(ex.check_sinusoidal_positions, sc, "column 0 holds cos")
 
-    def exponent_i(N, C):  # w_i = 10000^(-i/C): the exponent forgets the 2
+    def exponent_i(C, N):  # w_i = 10000^(-i/C): the exponent forgets the 2
         pos = torch.arange(N, dtype=torch.float32)[:, None]
         a = pos * 10000.0 ** (-torch.arange(0, (C + 1) // 2).float() / C)
         pe = torch.zeros(N, C)

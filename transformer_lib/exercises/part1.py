@@ -172,13 +172,13 @@ def check_token_embedding(cls: type) -> str:
 
 @checker("sinusoidal positions")
 def check_sinusoidal_positions(fn: Callable[[int, int], Tensor]) -> str:
-    """fn(context_len, d_model) -> PE (N, C): PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1]
+    """fn(d_model, context_len) -> PE (N, C): PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1]
     = cos(pos w_i), w_i = 10000^(-2i/C)."""
     from transformer_lib.positional import sinusoidal_positional_encoding
 
     for N, C in ((6, 8), (5, 7)):
-        got, want = fn(N, C), sinusoidal_positional_encoding(N, C)
-        name = f"my_sinusoidal_positions({N}, {C})"
+        got, want = fn(C, N), sinusoidal_positional_encoding(C, N)
+        name = f"my_sinusoidal_positions({C}, {N})"
         if is_close(got, want, atol=1e-5):
             continue
         pos = torch.arange(N, dtype=torch.float32)
@@ -194,7 +194,7 @@ def check_sinusoidal_positions(fn: Callable[[int, int], Tensor]) -> str:
                     "-2i/C, with 2i the column of the sine"
                 )
         compare(name, got, want)
-    return "equals the paper's table for (6, 8) and an odd width, (5, 7)"
+    return "equals the paper's table for (8, 6) and an odd width, (7, 5)"
 
 
 def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
