@@ -113,6 +113,18 @@ def compare_grads(mine: nn.Module, ref: nn.Module, name: str, rename=None) -> No
         compare(f"{name}, the gradient of {key}", p.grad, r.grad, atol=1e-8)
 
 
+def compare_module(
+    call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module, rename=None
+) -> None:
+    """The learner's module's output `got` equals the reference's `want` (named `call`,
+    "MyBlock(x)"); then, after backward of the sum of squares through both, so does
+    each parameter's gradient."""
+    compare(call, got, want)
+    got.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    compare_grads(mine, ref, call.split("(")[0], rename)
+
+
 def jitter(module: nn.Module) -> nn.Module:
     """The module in float64 with noise on every weight, so that no two LayerNorms are
     alike (at initialisation they all are 1 and 0)."""

@@ -15,7 +15,7 @@ from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
-    compare_grads,
+    compare_module,
     first_output,
     is_close,
     jitter,
@@ -87,10 +87,7 @@ def check_gpt_block(cls: type) -> str:
                 "the MLP uses the exact GELU: GPT-2 uses the tanh approximation, "
                 "F.gelu(h, approximate='tanh')"
             )
-    compare("MyBlock(x)", got, want)
-    got.pow(2).sum().backward()
-    want.pow(2).sum().backward()
-    compare_grads(mine, ref, "MyBlock", rename=_block_name)
+    compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
     )
@@ -234,8 +231,5 @@ def check_swiglu(cls: type) -> str:
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
-    compare("MySwiGLU(x)", got, want)
-    got.pow(2).sum().backward()
-    want.pow(2).sum().backward()
-    compare_grads(mine, ref, "MySwiGLU")
+    compare_module("MySwiGLU(x)", got, want, mine, ref)
     return "equals the library's SwiGLU on (2, 5, 16); gradients"
