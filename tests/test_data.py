@@ -46,6 +46,30 @@ def test_copies_from_mirror_and_verifies(folders):
     ]  # no temporary file left behind
 
 
+def test_a_link_to_nothing_is_replaced_not_written_through(folders, tmp_path):
+    data_dir, _ = folders
+    dest = data_dir / SPEC.relpath
+    dest.parent.mkdir(parents=True)
+    dest.symlink_to(tmp_path / "elsewhere" / "text.txt")
+    assert fetch(SPEC).read_bytes() == CONTENT
+    assert not dest.is_symlink()
+    assert not (tmp_path / "elsewhere").exists()  # no folder made where it pointed
+
+
+def test_a_link_to_a_damaged_file_is_replaced_and_its_target_left_alone(
+    folders, tmp_path
+):
+    data_dir, _ = folders
+    damaged = tmp_path / "shared.txt"
+    damaged.write_bytes(CONTENT[:-1])
+    dest = data_dir / SPEC.relpath
+    dest.parent.mkdir(parents=True)
+    dest.symlink_to(damaged)
+    assert fetch(SPEC).read_bytes() == CONTENT
+    assert not dest.is_symlink()
+    assert damaged.read_bytes() == CONTENT[:-1]
+
+
 def test_verified_file_is_not_fetched_again(folders):
     data_dir, mirror = folders
     fetch(SPEC)

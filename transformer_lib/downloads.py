@@ -350,6 +350,8 @@ def fetch(spec: DataFile) -> Path:
     _remove_stale_temporaries(dest)
     if _check_local(dest, spec):
         return dest
+    if dest.is_symlink():  # a link that fails the check is replaced, never written to
+        dest.unlink()
     mirror = os.environ.get(MIRROR_ENV, "").strip()
     sources: list[tuple[str, Callable[[], None]]] = []
     if mirror:
