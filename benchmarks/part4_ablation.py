@@ -35,7 +35,7 @@ from transformer_lib.lm_train import (
     model_config,
     train_lm,
 )
-from transformer_lib.modern import ModernGPT as GPT
+from transformer_lib.modern import ModernGPT
 from transformer_lib.runtime import describe_machine
 
 # name -> (overrides of the GPTConfig preset, optimizer)
@@ -74,7 +74,7 @@ def step_times(rows: dict, data, rounds: int = 3, steps: int = 15) -> dict:
     for name, (model, opt) in rows.items():
         s = settings(model, opt, 1, 0)
         torch.manual_seed(0)
-        m = GPT(model_config(s, data))
+        m = ModernGPT(model_config(s, data))
         batch = (s.batch_size, m.config.context_len)
         steps_of[name] = training_step(
             m, make_optimizer(m, s), lambda b=batch: get_batch(data.train_ids, *b, g)

@@ -26,11 +26,7 @@ from pathlib import Path
 import torch
 
 from transformer_lib.data import course_pairs, public_test_pairs
-from transformer_lib.decoding import evaluate_model, evaluate_translations
-from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
-from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.lora import add_lora, trainable_parameters
-from transformer_lib.prompt_mask import (
+from transformer_lib.decoder_only import (
     PairVocab,
     batches_forever,
     collate_prompts,
@@ -40,6 +36,10 @@ from transformer_lib.prompt_mask import (
     shift_and_mask,
     translate_gpt,
 )
+from transformer_lib.decoding import evaluate_model, evaluate_translations
+from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
+from transformer_lib.gpt import GPT, GPTConfig
+from transformer_lib.lora import add_lora, trainable_parameters
 from transformer_lib.runtime import describe_machine, set_seed
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.translation_data import (
@@ -214,7 +214,7 @@ def arch(args, d: dict) -> dict:
         log_every=10,
     )
     rows["encoder-decoder"] = row(
-        ed, fit, test_ed(ed, d), ed_valid_loss(ed, d), ed.num_parameters()
+        ed, fit, test_ed(ed, d), ed_valid_loss(ed, d), ed.num_params()
     )
     print(
         "encoder-decoder",

@@ -126,7 +126,7 @@ def main() -> int:
         f"{payload['step']} steps, "
         f"{payload['seconds'] / 60:.1f} min of training, best validation loss "
         f"{payload['best_valid']:.3f}, "
-        f"{model.num_parameters():,} parameters"
+        f"{model.num_params():,} parameters"
     )
     limit = 100 if args.quick and args.limit is None else args.limit
     valid = first_sentences(

@@ -3,7 +3,7 @@
 import torch
 
 
-def my_sinusoidal_positions(context_len: int, d_model: int) -> torch.Tensor:
+def my_sinusoidal_positions(d_model: int, context_len: int) -> torch.Tensor:
     """PE (N, C): PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1] = cos(pos w_i), with w_i =
     10000^(-2i/C)."""
     pos = torch.arange(context_len, dtype=torch.float32)[:, None]  # (N, 1)

@@ -1,4 +1,4 @@
-"""Solution of notebook 14's build-it (checked by tests/test_prompt_mask.py)."""
+"""Solution of notebook 14's build-it (checked by tests/test_decoder_only.py)."""
 
 
 def mask_targets(ids: list[int], n_prompt: int) -> list[int]:

@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from transformer_lib import data
-from transformer_lib.data import DataFile, DataUnavailableError, fetch
+from transformer_lib import data, downloads
+from transformer_lib.downloads import DataFile, DataUnavailableError, fetch
 
 CONTENT = b"To be, or not to be: that is the question.\n"
 SPEC = DataFile(
@@ -27,13 +27,13 @@ def folders(tmp_path, monkeypatch):
     data_dir, mirror = tmp_path / "data", tmp_path / "mirror"
     (mirror / "corpus").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
-    monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(downloads.DATA_DIR_ENV, str(data_dir))
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
 
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network in this test")
 
-    monkeypatch.setattr(data.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(downloads.urllib.request, "urlopen", offline)
     return data_dir, mirror
 
 
@@ -45,6 +45,30 @@ def test_copies_from_mirror_and_verifies(folders):
     assert [p.name for p in path.parent.iterdir()] == [
         "text.txt"
     ]  # no temporary file left behind
+
+
+def test_a_link_to_nothing_is_replaced_not_written_through(folders, tmp_path):
+    data_dir, _ = folders
+    dest = data_dir / SPEC.relpath
+    dest.parent.mkdir(parents=True)
+    dest.symlink_to(tmp_path / "elsewhere" / "text.txt")
+    assert fetch(SPEC).read_bytes() == CONTENT
+    assert not dest.is_symlink()
+    assert not (tmp_path / "elsewhere").exists()  # no folder made where it pointed
+
+
+def test_a_link_to_a_damaged_file_is_replaced_and_its_target_left_alone(
+    folders, tmp_path
+):
+    data_dir, _ = folders
+    damaged = tmp_path / "shared.txt"
+    damaged.write_bytes(CONTENT[:-1])
+    dest = data_dir / SPEC.relpath
+    dest.parent.mkdir(parents=True)
+    dest.symlink_to(damaged)
+    assert fetch(SPEC).read_bytes() == CONTENT
+    assert not dest.is_symlink()
+    assert damaged.read_bytes() == CONTENT[:-1]
 
 
 def test_verified_file_is_not_fetched_again(folders):
@@ -74,7 +98,7 @@ def test_corrupt_mirror_is_never_used_and_error_says_what_to_do(folders):
         SPEC.url,
         str(data_dir / SPEC.relpath),
         SPEC.sha256,
-        data.MIRROR_ENV,
+        downloads.MIRROR_ENV,
     ):
         assert needed in message
     assert not (data_dir / SPEC.relpath).exists()
@@ -85,7 +109,7 @@ def test_corrupt_mirror_is_never_used_and_error_says_what_to_do(folders):
 
 def test_offline_without_mirror_names_url_path_and_checksum(folders, monkeypatch):
     data_dir, _ = folders
-    monkeypatch.delenv(data.MIRROR_ENV)
+    monkeypatch.delenv(downloads.MIRROR_ENV)
     with pytest.raises(DataUnavailableError, match="no network in this test") as err:
         fetch(SPEC)
     assert SPEC.url in str(err.value) and SPEC.sha256 in str(err.value)
@@ -94,7 +118,7 @@ def test_offline_without_mirror_names_url_path_and_checksum(folders, monkeypatch
 def test_download_extracts_member_from_pinned_zip(folders, tmp_path, monkeypatch):
     data_dir, _ = folders
     monkeypatch.undo()  # the real urlopen again: file:// URLs need no network
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
+    monkeypatch.setenv(downloads.DATA_DIR_ENV, str(data_dir))
     archive = tmp_path / "pairs.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("cmn.txt", CONTENT)
@@ -138,7 +162,7 @@ def test_the_public_test_is_cut_from_its_upstream_file_by_label(
 ):
     data_dir, _ = folders
     monkeypatch.undo()  # file:// URLs need no network
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(data_dir))
+    monkeypatch.setenv(downloads.DATA_DIR_ENV, str(data_dir))
     upstream = (
         "eng\tcmn_Hans\tHi.\t你好。\neng\tyue_Hant\tHi.\t你好呀。\neng\tcmn_Hant\tBye."
         "\t再見。\n"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib import data
+from transformer_lib import data, downloads
 from transformer_lib.__main__ import main
-from transformer_lib.data import DataFile, DataUnavailableError, fetch
+from transformer_lib.downloads import DataFile, DataUnavailableError, fetch
 
 CONTENT = "Hi.\t嗨。\tCC-BY 2.0 (France) Attribution: tatoeba.org #538123\n".encode()
 SPEC = DataFile(
@@ -89,9 +89,9 @@ def server(monkeypatch):
 @pytest.fixture
 def folders(tmp_path, monkeypatch):
     """An empty data folder; no mirror set; no project mirror."""
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path / "data"))
-    monkeypatch.delenv(data.MIRROR_ENV, raising=False)
-    monkeypatch.setattr(data, "PROJECT_MIRRORS", ())
+    monkeypatch.setenv(downloads.DATA_DIR_ENV, str(tmp_path / "data"))
+    monkeypatch.delenv(downloads.MIRROR_ENV, raising=False)
+    monkeypatch.setattr(downloads, "PROJECT_MIRRORS", ())
     return tmp_path / "data"
 
 
@@ -117,7 +117,7 @@ def finishes(seconds, function, *args):
 
 def test_url_mirror_serves_the_files(folders, server, monkeypatch):
     server.routes["/mirror/cmn-eng/cmn.txt"] = CONTENT
-    monkeypatch.setenv(data.MIRROR_ENV, server.url("/mirror/"))
+    monkeypatch.setenv(downloads.MIRROR_ENV, server.url("/mirror/"))
     assert fetch(SPEC).read_bytes() == CONTENT
     assert server.asked == ["/mirror/cmn-eng/cmn.txt"]  # the canonical URL untouched
     assert [p.name for p in (folders / "cmn-eng").iterdir()] == ["cmn.txt"]
@@ -127,9 +127,9 @@ def test_sources_are_tried_in_order_until_one_verifies(folders, server, monkeypa
     spec = DataFile(SPEC.relpath, server.url("/canonical.txt"), SPEC.sha256, SPEC.size)
     server.routes["/canonical.txt"] = CONTENT.replace(b"Hi", b"Ho")  # changed upstream
     server.routes["/second/cmn-eng/cmn.txt"] = CONTENT
-    monkeypatch.setenv(data.MIRROR_ENV, server.url("/first"))  # 404 for every file
+    monkeypatch.setenv(downloads.MIRROR_ENV, server.url("/first"))  # 404 for every file
     monkeypatch.setattr(
-        data, "PROJECT_MIRRORS", (server.url("/gone"), server.url("/second"))
+        downloads, "PROJECT_MIRRORS", (server.url("/gone"), server.url("/second"))
     )
     assert fetch(spec).read_bytes() == CONTENT
     assert server.asked == [
@@ -153,14 +153,14 @@ def test_republished_zip_falls_back_to_the_mirrors(folders, server, monkeypatch)
         archive_sha256=hashlib.sha256(pinned).hexdigest(),
         member="cmn.txt",
     )
-    monkeypatch.setattr(data, "PROJECT_MIRRORS", (server.url("/project"),))
+    monkeypatch.setattr(downloads, "PROJECT_MIRRORS", (server.url("/project"),))
     with pytest.raises(DataUnavailableError) as err:  # the mirror is not up yet
         fetch(spec)
     message = str(err.value)
     assert "republished" in message
     fix = [line for line in message.splitlines() if line.startswith("To fix")]
     assert len(fix) == 1  # what to do, in one line
-    for needed in (data.MIRROR_ENV, "pack-data", spec.relpath, spec.sha256):
+    for needed in (downloads.MIRROR_ENV, "pack-data", spec.relpath, spec.sha256):
         assert needed in fix[0]
     assert "download" not in fix[0]  # downloading the zip again cannot help
     assert not (folders / spec.relpath).exists()
@@ -178,7 +178,7 @@ def test_pack_data_makes_a_mirror_that_serves_over_http(
         (source / spec.relpath).write_bytes(payload)
     (source / "cmn-eng" / "_about.txt").write_text("not a data file")
     monkeypatch.setattr(data, "ALL_FILES", (SPEC, SPEC2))
-    monkeypatch.setenv(data.MIRROR_ENV, str(source))
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(source))
 
     out = tmp_path / "pack"
     assert main(["pack-data", str(out)]) == 0
@@ -192,8 +192,8 @@ def test_pack_data_makes_a_mirror_that_serves_over_http(
 
     for path in packed:  # serve the pack as a static site would
         server.routes[f"/pub/{path}"] = (out / path).read_bytes()
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path / "learner"))
-    monkeypatch.setenv(data.MIRROR_ENV, server.url("/pub"))
+    monkeypatch.setenv(downloads.DATA_DIR_ENV, str(tmp_path / "learner"))
+    monkeypatch.setenv(downloads.MIRROR_ENV, server.url("/pub"))
     assert main(["fetch-data"]) == 0
     assert (tmp_path / "learner" / SPEC2.relpath).read_bytes() == OTHER
 
@@ -209,14 +209,14 @@ def test_pack_data_refuses_a_folder_with_other_files(folders, tmp_path, capsys):
 
 
 def test_unsupported_mirror_scheme_is_named(folders, monkeypatch):
-    monkeypatch.setenv(data.MIRROR_ENV, "ftp://example.invalid/data")
-    monkeypatch.setattr(data.urllib.request, "urlopen", _offline)
+    monkeypatch.setenv(downloads.MIRROR_ENV, "ftp://example.invalid/data")
+    monkeypatch.setattr(downloads.urllib.request, "urlopen", _offline)
     with pytest.raises(DataUnavailableError, match=r"ftp:// is not supported"):
         fetch(SPEC)
 
 
 def _offline(*args, **kwargs):
-    raise data.urllib.error.URLError("no network in this test")
+    raise downloads.urllib.error.URLError("no network in this test")
 
 
 @pytest.mark.parametrize("kind", ["huge", "dev-zero", "fifo"])
@@ -234,8 +234,8 @@ def test_mirror_file_that_cannot_be_it_is_refused_unread(
         bad.symlink_to("/dev/zero")
     else:
         os.mkfifo(bad)
-    monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
-    monkeypatch.setattr(data.urllib.request, "urlopen", _offline)
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
+    monkeypatch.setattr(downloads.urllib.request, "urlopen", _offline)
     with pytest.raises(DataUnavailableError) as err:
         finishes(10, fetch, SPEC)
     expected = {"huge": "3,221,225,472 bytes", "dev-zero": "a device", "fifo": "FIFO"}
@@ -258,8 +258,8 @@ def test_endless_download_stops_at_the_cap(folders, server, monkeypatch):
 
     server.routes["/m/cmn-eng/cmn.txt"] = "endless"
     server.routes["/cmn-eng.zip"] = "endless"
-    monkeypatch.setenv(data.MIRROR_ENV, server.url("/m"))
-    monkeypatch.setattr(data, "UPSTREAM_CAP", 4 << 20)
+    monkeypatch.setenv(downloads.MIRROR_ENV, server.url("/m"))
+    monkeypatch.setattr(downloads, "UPSTREAM_CAP", 4 << 20)
     spec = DataFile(
         SPEC.relpath,
         server.url("/cmn-eng.zip"),
@@ -287,7 +287,7 @@ def test_trickling_download_times_out_with_a_message(folders, server, monkeypatc
     stops it."""
     server.routes["/slow.txt"] = "trickle"
     spec = DataFile(SPEC.relpath, server.url("/slow.txt"), SPEC.sha256, SPEC.size)
-    monkeypatch.setattr(data, "DOWNLOAD_SECONDS", 1.0)
+    monkeypatch.setattr(downloads, "DOWNLOAD_SECONDS", 1.0)
     started = time.monotonic()
     with pytest.raises(DataUnavailableError, match=r"bytes arrived in 1 s"):
         finishes(20, fetch, spec)
@@ -301,10 +301,12 @@ def test_full_disk_says_path_and_space_needed_before_writing(
     mirror = tmp_path / "mirror"
     (mirror / "cmn-eng").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
-    monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
     monkeypatch.setattr(data, "ALL_FILES", (SPEC,))
-    usage = data.shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(data.shutil, "disk_usage", lambda p: usage._replace(free=10))
+    usage = downloads.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        downloads.shutil, "disk_usage", lambda p: usage._replace(free=10)
+    )
     assert main(["fetch-data"]) == 1
     err = capsys.readouterr().err
     dest = folders / SPEC.relpath
@@ -319,8 +321,8 @@ def test_disk_full_during_the_write_leaves_nothing_half_written(
     mirror = tmp_path / "mirror"
     (mirror / "cmn-eng").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
-    monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
-    real_write = data._write_atomically
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
+    real_write = downloads.atomic_write
 
     class FullDisk:
         def __init__(self, f):
@@ -331,8 +333,8 @@ def test_disk_full_during_the_write_leaves_nothing_half_written(
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(
-        data,
-        "_write_atomically",
+        downloads,
+        "atomic_write",
         lambda path, write: real_write(path, lambda f: write(FullDisk(f))),
     )
     with pytest.raises(DataUnavailableError, match=r"the disk is full .* needed\)"):
@@ -346,14 +348,14 @@ def test_unreadable_data_file_is_one_line(folders, monkeypatch, capsys):
     dest.write_bytes(CONTENT)
     dest.chmod(0)
     if os.access(dest, os.R_OK):  # root reads anything: refuse it the way chmod would
-        real_open = data.os.open
+        real_open = downloads.os.open
 
         def refusing_open(path, *args, **kwargs):
             if Path(path) == dest:
                 raise PermissionError(errno.EACCES, "Permission denied", str(path))
             return real_open(path, *args, **kwargs)
 
-        monkeypatch.setattr(data.os, "open", refusing_open)
+        monkeypatch.setattr(downloads.os, "open", refusing_open)
     monkeypatch.setattr(data, "ALL_FILES", (SPEC,))
     try:
         assert main(["fetch-data"]) == 1
@@ -371,12 +373,12 @@ def test_old_temporaries_of_a_killed_fetch_are_removed(folders, tmp_path, monkey
     mirror = tmp_path / "mirror"
     (mirror / "cmn-eng").mkdir(parents=True)
     (mirror / SPEC.relpath).write_bytes(CONTENT)
-    monkeypatch.setenv(data.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
     (folders / "cmn-eng").mkdir(parents=True)
     old, recent = (folders / "cmn-eng" / f".cmn.txt.{n}.tmp" for n in ("old", "new"))
     for tmp in (old, recent):
         tmp.write_bytes(CONTENT[:5])
-    os.utime(old, (time.time() - 2 * data.STALE_SECONDS,) * 2)
+    os.utime(old, (time.time() - 2 * downloads.STALE_SECONDS,) * 2)
     fetch(SPEC)
     assert not old.exists()
     assert recent.exists()  # maybe another fetch's, still being written

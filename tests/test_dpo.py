@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from transformer_lib.decoder_only import IGNORE
 from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
 from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.prompt_mask import IGNORE
 
 
 def test_hand_computed_cases():
@@ -72,7 +72,7 @@ def test_preference_pair_by_sentence_chrf():
 
 
 def test_dpo_loss_checker_passes_the_solution_and_names_mistakes(capsys):
-    from test_prompt_mask import load_solution
+    from test_decoder_only import load_solution
 
     from transformer_lib.exercises import check_dpo_loss
 

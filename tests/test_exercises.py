@@ -73,7 +73,19 @@ def test_a_checker_leaves_the_random_stream_alone(nb, name, check, capsys):
 
 
 def test_every_notebook_has_a_build_it():
-    assert sorted(ex.BUILD_ITS) == [f"{i:02d}" for i in range(14)]
+    assert sorted(ex.BUILD_ITS) == [f"{i:02d}" for i in range(17)]
+
+
+def test_every_notebook_with_a_build_it_cell_is_in_the_registry():
+    """A notebook holding a cell tagged `build-it` is listed in BUILD_ITS (so `check NN`
+    and `record` know it), and each listed notebook holds build-it cells."""
+    with_cells = {
+        path.name[:2]
+        for path in (ROOT / "notebooks").glob("*.ipynb")
+        if ex.build_it_cells(path)
+    }
+    assert with_cells - set(ex.BUILD_ITS) == set(), "build-it cells with no checker"
+    assert set(ex.BUILD_ITS) - with_cells == set(), "checkers with no build-it cell"
 
 
 # wrong answers, one test per build-it ------------------------------------------------
@@ -166,7 +178,7 @@ def test_token_embedding():
 
 
 def test_sinusoidal_positions():
-    def sc(N, C):  # cosines in the even columns, sines in the odd ones
+    def sc(C, N):  # cosines in the even columns, sines in the odd ones
         pos = torch.arange(N, dtype=torch.float32)[:, None]
         a = pos * 10000.0 ** (-torch.arange(0, C, 2).float() / C)
         pe = torch.zeros(N, C)
@@ -175,7 +187,7 @@ def test_sinusoidal_positions():
 
     fails(ex.check_sinusoidal_positions, sc, "column 0 holds cos")
 
-    def exponent_i(N, C):  # w_i = 10000^(-i/C): the exponent forgets the 2
+    def exponent_i(C, N):  # w_i = 10000^(-i/C): the exponent forgets the 2
         pos = torch.arange(N, dtype=torch.float32)[:, None]
         a = pos * 10000.0 ** (-torch.arange(0, (C + 1) // 2).float() / C)
         pe = torch.zeros(N, C)

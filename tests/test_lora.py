@@ -79,7 +79,7 @@ def test_equals_peft_before_and_after_merging():
 
 
 def test_lora_forward_checker_passes_the_solution_and_names_mistakes(capsys):
-    from test_prompt_mask import load_solution
+    from test_decoder_only import load_solution
 
     from transformer_lib.exercises import check_lora_forward
 

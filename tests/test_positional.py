@@ -15,7 +15,7 @@ from transformer_lib.positional import (
 )
 
 
-def pe_loop(context_len: int, d_model: int) -> torch.Tensor:
+def pe_loop(d_model: int, context_len: int) -> torch.Tensor:
     """The paper's formula entry by entry, in float64: PE(pos, 2i) = sin, PE(pos, 2i+1)
     = cos of pos / 10000^(2i/C)."""
     pe = torch.zeros(context_len, d_model, dtype=torch.float64)
@@ -29,13 +29,13 @@ def pe_loop(context_len: int, d_model: int) -> torch.Tensor:
 @settings(derandomize=True, deadline=None, max_examples=30)
 @given(N=st.integers(1, 80), C=st.integers(1, 48))
 def test_table_equals_the_loop(N, C):
-    pe = sinusoidal_positional_encoding(N, C)
+    pe = sinusoidal_positional_encoding(C, N)
     assert pe.shape == (N, C) and pe.dtype == torch.float32
-    torch.testing.assert_close(pe, pe_loop(N, C).float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(pe, pe_loop(C, N).float(), atol=1e-5, rtol=0)
 
 
 def test_known_values():
-    pe = sinusoidal_positional_encoding(3, 4)
+    pe = sinusoidal_positional_encoding(4, 3)
     torch.testing.assert_close(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
     torch.testing.assert_close(
         pe[1], torch.tensor([math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)])
@@ -43,7 +43,7 @@ def test_known_values():
 
 
 def test_dot_product_depends_only_on_distance():
-    pe = sinusoidal_positional_encoding(300, 32).double()
+    pe = sinusoidal_positional_encoding(32, 300).double()
     dots = pe @ pe.T
     for k in (1, 9, 120):
         diagonal = torch.diagonal(dots, offset=k)
@@ -66,7 +66,7 @@ def test_sinusoidal_module_adds_the_table(B, T, C, extra, dtype):
     out = module(x)
     assert out.shape == (B, T, C) and out.dtype == dtype
     torch.testing.assert_close(
-        out, x + pe_loop(T + extra, C)[:T].to(dtype), atol=1e-5, rtol=0
+        out, x + pe_loop(C, T + extra)[:T].to(dtype), atol=1e-5, rtol=0
     )
 
 
@@ -78,7 +78,7 @@ def test_sinusoidal_module_adds_the_table(B, T, C, extra, dtype):
     extra=st.integers(0, 8),
 )
 def test_learned_module_equals_embedding_at_arange(B, T, C, extra):
-    module = LearnedPositionalEmbedding(T + extra, C)
+    module = LearnedPositionalEmbedding(C, T + extra)
     x = torch.randn(B, T, C)
     torch.testing.assert_close(module(x), x + module.embedding(torch.arange(T)))
 
@@ -87,7 +87,7 @@ def test_learned_module_equals_embedding_at_arange(B, T, C, extra):
     "make",
     [
         lambda: SinusoidalPositionalEncoding(8, 10),
-        lambda: LearnedPositionalEmbedding(10, 8),
+        lambda: LearnedPositionalEmbedding(8, 10),
     ],
 )
 def test_too_long_and_wrong_width_are_named(make):
@@ -114,7 +114,7 @@ def test_too_long_and_wrong_width_are_named(make):
     "make",
     [
         lambda: SinusoidalPositionalEncoding(8, 20),
-        lambda: LearnedPositionalEmbedding(20, 8),
+        lambda: LearnedPositionalEmbedding(8, 20),
     ],
 )
 def test_offset_continues_the_sequence(make):
@@ -131,7 +131,7 @@ def test_dropout_and_buffers():
     module.train()
     assert (module(x) == 0).any()  # some entries dropped
     module.eval()
-    torch.testing.assert_close(module(x), x + sinusoidal_positional_encoding(32, 16))
-    learned = LearnedPositionalEmbedding(32, 16)
+    torch.testing.assert_close(module(x), x + sinusoidal_positional_encoding(16, 32))
+    learned = LearnedPositionalEmbedding(16, 32)
     assert sum(p.numel() for p in learned.parameters()) == 32 * 16
     assert learned(x).requires_grad

@@ -79,7 +79,7 @@ def test_weight_sharing_and_xavier_init():
     shared, separate = tiny_model(), tiny_model(share_embeddings=False)
     assert shared.output.weight is shared.tgt_embed.weight
     assert separate.output.weight is not separate.tgt_embed.weight
-    assert separate.num_parameters() - shared.num_parameters() == 13 * 32
+    assert separate.num_params() - shared.num_params() == 13 * 32
     w = shared.encoder.layers[0].ff.linear1.weight  # (F, C) = (64, 32)
     assert w.abs().max() <= (6 / (64 + 32)) ** 0.5
 

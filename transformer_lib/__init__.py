@@ -2,32 +2,36 @@
 Scratch'.
 
 Every module but the data loaders, the durable files, the checkers and the command line
-is written in a notebook and exported from it (its first line names the notebook: edit
-the notebook, then `make export`). One concept a module:
+is written in a notebook and exported from it (its first line names the notebooks: edit
+them, then `make export`). One concept a module:
 
-    part           module (notebook)                     what it holds
-    foundations    runtime (00), tokenization (01)       devices, seeds, tokenizers
-                   data, files (by hand)                 corpora, atomic files
-    Part I         embeddings (02), positional (03)      the pieces of a Transformer
+    part           module (notebooks)                     what it holds
+    foundations    runtime (00), tokenization (01)        devices, seeds, tokenizers
+                   data, downloads, files (by hand)       corpora; pinned downloads;
+                                                          atomic files and locks
+    Part I         embeddings (02), positional (03)       the pieces of a Transformer
                    attention, viz (04), multi_head (05)
                    masks (06)
-    shared kit     training, checkpoints (09)            used by both Parts,
-                   sampling (10)                         importing neither
-    Part II        encoder (07), seq2seq (08)            the English-Chinese
-                   torch_reference (07, 08)              translator
-                   translation_data, mt_train (09)
+    Part II        encoder (07), seq2seq (08)             the English-Chinese
+                   torch_reference (07, 08)               translator
+                   translation_data, translator (09)
                    decoding (10)
-    Part III       gpt, lm_train, gpt2_weights (11)      the GPT language model
-                   perf (12)                             and its speed
-    Part IV        modern, muon, tiled_attention (13)    a modern GPT
-    Part V         prompt_mask (14), lora (15)           adapting a model
+    shared kit     training (09, 12, A1), sampling (10)   used by both Parts,
+                   checkpoints (A1)                       importing neither
+    Part III       gpt, lm_loop (11), perf (12)           the GPT language model
+                                                          and its speed
+    Part IV        modern, muon, tiled_attention (13)     a modern GPT
+    Part V         decoder_only (14), lora (15)           adapting a model
                    dpo (16)
-    exercises      exercises (by hand)                   the checkers of the build-its
-    command line   __main__, mt_cli, lm_cli, cli_args    flags in, library calls out
+    appendices     mt_train (A1)                          the long training runs
+                   lm_train, gpt2_weights (A2)
+    exercises      exercises (by hand)                    the checkers of the build-its,
+                                                          a package by Part
+    command line   __main__, mt_cli, lm_cli (by hand)     flags in, library calls out
+                   cli_args (by hand)
 
-Part II and Part III never import each other. Written by hand: data (the corpora,
-pinned by sha256), files (atomic writes and locks), the command line and the checkers
-of the build-its (exercises).
+Part II and Part III never import each other. tests/test_structure.py checks this map
+against the modules' first lines.
 
     from transformer_lib.runtime import get_device, set_seed, pick
     from transformer_lib.data import load_tiny_shakespeare, load_tatoeba_pairs

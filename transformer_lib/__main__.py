@@ -23,7 +23,8 @@ import sys
 def fetch_data(args: argparse.Namespace) -> int:
     """Fetch and verify every pinned data file, printing where each one is, or why it is
     missing."""
-    from transformer_lib.data import ALL_FILES, DataUnavailableError, fetch
+    from transformer_lib.data import ALL_FILES
+    from transformer_lib.downloads import DataUnavailableError, fetch
 
     failed = 0
     for spec in ALL_FILES:
@@ -44,7 +45,8 @@ def fetch_data(args: argparse.Namespace) -> int:
 
 def pack_data(args: argparse.Namespace) -> int:
     """Write every pinned data file, its manifest and a README into `args.out_dir`."""
-    from transformer_lib.data import DataUnavailableError, pack
+    from transformer_lib.data import pack
+    from transformer_lib.downloads import DataUnavailableError
 
     try:
         written = pack(args.out_dir)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .gpt import GPT
-from .prompt_mask import IGNORE
+from .decoder_only import IGNORE
 
 
 def preference_pair(

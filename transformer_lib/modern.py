@@ -149,7 +149,7 @@ class ModernGPT(GPT):
         if config.positions != "learned":
             del self.pos_emb  # no table to learn
         if config.positions == "sinusoidal":  # notebook 03's fixed table
-            table = sinusoidal_positional_encoding(config.context_len, config.d_model)
+            table = sinusoidal_positional_encoding(config.d_model, config.context_len)
             self.register_buffer("pos_table", table, persistent=False)  # (N, C)
 
     def make_block(self, config: ModernConfig) -> ModernBlock:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 
-def sinusoidal_positional_encoding(context_len: int, d_model: int) -> torch.Tensor:
+def sinusoidal_positional_encoding(d_model: int, context_len: int) -> torch.Tensor:
     """The paper's table PE (N, C): sin and cos of pos * w_i, w_i = 10000^(-2i/C)."""
     pos = torch.arange(context_len, dtype=torch.float32).unsqueeze(1)  # (N, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (ceil(C/2),)
@@ -43,7 +43,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, context_len: int, dropout: float = 0.0):
         super().__init__()
         self.d_model, self.context_len = d_model, context_len
-        pe = sinusoidal_positional_encoding(context_len, d_model)  # (N, C)
+        pe = sinusoidal_positional_encoding(d_model, context_len)  # (N, C)
         self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(dropout)
 
@@ -59,7 +59,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 class LearnedPositionalEmbedding(nn.Module):
     """x (B, T, C) -> dropout(x + P[offset:offset+T]), a learned P (N, C), as GPT-2."""
 
-    def __init__(self, context_len: int, d_model: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, context_len: int, dropout: float = 0.0):
         super().__init__()
         self.d_model, self.context_len = d_model, context_len
         self.embedding = nn.Embedding(context_len, d_model)  # (N, C): one per position
@@ -73,4 +73,4 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.dropout(x + self.embedding(positions))  # (T, C) broadcasts over B
 
     def extra_repr(self) -> str:
-        return f"context_len={self.context_len}, d_model={self.d_model}"
+        return f"d_model={self.d_model}, context_len={self.context_len}"

@@ -197,6 +197,6 @@ class Transformer(nn.Module):
         """Each layer's (B, H, T, S) cross-attention from decode(need_weights=True)."""
         return [layer.cross_weights for layer in self.decoder.layers]
 
-    def num_parameters(self) -> int:
+    def num_params(self) -> int:
         """Trainable parameters, counting tied weights once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -295,9 +295,9 @@ class HFBPETokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, d: dict) -> "HFBPETokenizer":
         """The tokenizer that `to_dict` described."""
-        from tokenizers import Tokenizer as HFTokenizer
+        import tokenizers
 
-        return cls(HFTokenizer.from_str(d["json"]))
+        return cls(tokenizers.Tokenizer.from_str(d["json"]))
 
 # %% ../notebooks/01_tokenization.ipynb #04587f4c
 def train_hf_bpe(
@@ -306,10 +306,10 @@ def train_hf_bpe(
     specials: Sequence[str] = SPECIAL_TOKENS,
 ) -> HFBPETokenizer:
     """A byte-level BPE trained on `texts` by Hugging Face `tokenizers` (in Rust)."""
-    from tokenizers import Tokenizer as HFTokenizer
+    import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
-    tok = HFTokenizer(models.BPE())
+    tok = tokenizers.Tokenizer(models.BPE())
     # GPT-2's chunks, bytes as symbols
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -335,7 +335,8 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
 # %% ../notebooks/01_tokenization.ipynb #8cd9002c
 def gpt2_merges() -> list[tuple[int, int]]:
     """GPT-2's 50,000 merges as pairs of our ids, from its pinned `vocab.bpe`."""
-    from transformer_lib.data import GPT2_VOCAB_BPE, fetch
+    from transformer_lib.data import GPT2_VOCAB_BPE
+    from transformer_lib.downloads import fetch
 
     # GPT-2's byte -> character table: printable bytes stand for themselves, the other
     # 68 for chr(256 + k)

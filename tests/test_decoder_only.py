@@ -4,8 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.gpt import GPT, GPTConfig, generate
-from transformer_lib.prompt_mask import (
+from transformer_lib.decoder_only import (
     IGNORE,
     PairVocab,
     collate_prompts,
@@ -14,6 +13,7 @@ from transformer_lib.prompt_mask import (
     masked_loss,
     shift_and_mask,
 )
+from transformer_lib.gpt import GPT, GPTConfig, generate
 from transformer_lib.tokenization import SPECIAL_TOKENS, BPETokenizer, CharTokenizer
 
 

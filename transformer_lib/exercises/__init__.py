@@ -1,0 +1,214 @@
+"""The checkers of the build-it exercises, and the learner's record.
+
+Written by hand, not exported from a notebook: grading is not what any notebook teaches.
+Each notebook ends with build-its: a stub cell (the signature, the docstring and
+`raise NotImplementedError`) that the learner fills in, then a checker call such as
+`check_multi_head_attention(MyMultiHeadAttention)`. A checker compares the learner's
+code with the library's reference on shapes, values, masks, gradients and edge cases and
+prints one line:
+
+    ✓ multi-head attention passes: ...          right
+    ✗ multi-head attention: scores divided ...   wrong, and what is wrong
+    · multi-head attention: not implemented yet  the stub, untouched
+
+It returns None and never raises for a wrong answer (so "Run all" goes on); an error in
+the learner's own code propagates with its traceback. Checkers draw their random inputs
+inside `torch.random.fork_rng`, so the notebook's random stream is left as it was.
+
+    python -m transformer_lib check 05     # which build-its of notebook 05 pass
+    python -m transformer_lib check        # all notebooks
+
+reads the learner's saved notebook, runs its cells tagged `build-it`, and checks each;
+in a running notebook (Colab), `record("05", globals())` does the same with the kernel's
+definitions.
+"""
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from transformer_lib.exercises.framework import (
+    TODO,
+    ExerciseError,
+    compare,
+    outcome,
+    status_line,
+)
+from transformer_lib.exercises.part1 import (
+    bpe_merges_reference,
+    check_attention,
+    check_bpe_merges,
+    check_masks,
+    check_multi_head_attention,
+    check_rope,
+    check_sha256,
+    check_sinusoidal_positions,
+    check_token_embedding,
+    rope_reference,
+)
+from transformer_lib.exercises.part2 import (
+    beam_search_reference,
+    check_beam_search,
+    check_decoder_layer,
+    check_encoder_layer,
+    check_shift_targets,
+    check_top_p_sampling,
+    check_train_step,
+    check_training_loop,
+    train_step_reference,
+)
+from transformer_lib.exercises.part3 import (
+    check_gpt_block,
+    check_grouped_attention,
+    check_kv_cache,
+    check_swiglu,
+    check_tiled_attention,
+)
+from transformer_lib.exercises.part5 import (
+    check_dpo_loss,
+    check_lora_forward,
+    check_mask_targets,
+)
+
+__all__ = [
+    "TODO",
+    "ExerciseError",
+    "compare",
+    "outcome",
+    "bpe_merges_reference",
+    "rope_reference",
+    "train_step_reference",
+    "beam_search_reference",
+    "check_sha256",
+    "check_bpe_merges",
+    "check_token_embedding",
+    "check_sinusoidal_positions",
+    "check_rope",
+    "check_attention",
+    "check_multi_head_attention",
+    "check_masks",
+    "check_encoder_layer",
+    "check_decoder_layer",
+    "check_shift_targets",
+    "check_train_step",
+    "check_training_loop",
+    "check_top_p_sampling",
+    "check_beam_search",
+    "check_gpt_block",
+    "check_kv_cache",
+    "check_tiled_attention",
+    "check_grouped_attention",
+    "check_swiglu",
+    "check_mask_targets",
+    "check_lora_forward",
+    "check_dpo_loss",
+    "BUILD_ITS",
+    "record",
+    "build_it_cells",
+    "check_notebooks",
+    "register",
+]
+
+# the learner's record -----------------------------------------------------------------
+
+# notebook -> (the name the learner defines, its checker), in the notebook's order
+BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
+    "00": [("sha256_file", check_sha256)],
+    "01": [("my_bpe_merges", check_bpe_merges)],
+    "02": [("MyTokenEmbedding", check_token_embedding)],
+    "03": [
+        ("my_sinusoidal_positions", check_sinusoidal_positions),
+        ("my_apply_rope", check_rope),
+    ],
+    "04": [("my_attention", check_attention)],
+    "05": [("MyMultiHeadAttention", check_multi_head_attention)],
+    "06": [("my_masks", check_masks)],
+    "07": [("MyEncoderLayer", check_encoder_layer)],
+    "08": [
+        ("MyDecoderLayer", check_decoder_layer),
+        ("my_shift_targets", check_shift_targets),
+    ],
+    "09": [("my_train_step", check_train_step), ("my_train", check_training_loop)],
+    "10": [
+        ("my_sample_top_p", check_top_p_sampling),
+        ("my_beam_search", check_beam_search),
+    ],
+    "11": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
+    "12": [("my_tiled_attention", check_tiled_attention)],
+    "13": [
+        ("my_grouped_attention", check_grouped_attention),
+        ("MySwiGLU", check_swiglu),
+    ],
+    "14": [("mask_targets", check_mask_targets)],
+    "15": [("lora_forward", check_lora_forward)],
+    "16": [("my_dpo_loss", check_dpo_loss)],
+}
+
+
+def record(notebook: str, namespace: dict) -> int:
+    """Print which build-its of `notebook` ("05") the definitions in `namespace` pass;
+    returns how many do."""
+    passed = 0
+    for name, check in BUILD_ITS[notebook]:
+        if name not in namespace:
+            status, text = "todo", f"{name} is not defined: run its cell"
+        else:
+            try:
+                status, text = outcome(check, namespace[name])
+            except Exception as e:  # the learner's code failed: say how, go on
+                status, text = "fail", f"raised {type(e).__name__}: {e}"
+        passed += status == "pass"
+        print(status_line(f"{notebook} {name}", status, text))
+    return passed
+
+
+def build_it_cells(path: Path) -> list[str]:
+    """The sources of a notebook's cells tagged `build-it`, in order."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c["cell_type"] == "code" and "build-it" in c["metadata"].get("tags", [])
+    ]
+
+
+def check_notebooks(args: argparse.Namespace) -> int:
+    """`python -m transformer_lib check [NN ...]`: run each notebook's build-it cells as
+    saved, then their checkers; 0 when every build-it asked for passes."""
+    folder = Path(args.notebooks)
+    total = passed = 0
+    for nb in args.numbers or sorted(BUILD_ITS):
+        if nb not in BUILD_ITS:
+            print(f"check: no notebook {nb!r}; choose from {', '.join(BUILD_ITS)}")
+            return 2
+        paths = sorted(folder.glob(f"{nb}_*.ipynb"))
+        if not paths:
+            print(f"check: no {nb}_*.ipynb in {folder}; pass --notebooks FOLDER")
+            return 2
+        namespace: dict = {"__name__": f"build_its_{nb}"}
+        for source in build_it_cells(paths[0]):
+            try:
+                exec(compile(source, str(paths[0]), "exec"), namespace)
+            except Exception as e:  # a half-written cell: its build-it fails below
+                print(f"  a build-it cell of {paths[0].name} raised {e!r}")
+        passed += record(nb, namespace)
+        total += len(BUILD_ITS[nb])
+    print(f"{passed} of {total} build-its pass")
+    return 0 if passed == total else 1
+
+
+def register(commands) -> None:
+    """Add `check` to the subparsers of `python -m transformer_lib`."""
+    c = commands.add_parser(
+        "check",
+        help="which build-it exercises of your notebooks pass",
+        description=check_notebooks.__doc__,
+    )
+    c.add_argument("numbers", nargs="*", help="notebooks, e.g. 05 07 (default: all)")
+    c.add_argument(
+        "--notebooks",
+        default="notebooks",
+        help="the folder of your notebooks (default: notebooks)",
+    )
+    c.set_defaults(run=check_notebooks)

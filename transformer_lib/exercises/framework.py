@@ -1,0 +1,173 @@
+"""The framework of the checkers: compare a learner's answer with a reference, turn a
+verifier into a checker that prints one line, and the outcome of one check.
+
+Written by hand, as the whole `exercises` package is. A verifier `verify(fn) -> str`
+returns what it checked or raises ExerciseError saying what is wrong; `checker(title)`
+wraps it into `check(fn) -> None`, which prints
+
+    ✓ TITLE passes: what was checked
+    ✗ TITLE: what is wrong
+    · TITLE: not implemented yet
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+TODO = "not implemented yet: fill in the cell above, then run this one again"
+
+
+class ExerciseError(AssertionError):
+    """What is wrong with an exercise's solution, in words."""
+
+
+def _fmt(idx: list[int]) -> str:
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def compare(
+    name: str, got, want: Tensor, atol: float = 1e-5, rtol: float = 1e-4, show: int = 2
+) -> None:
+    """Raise ExerciseError naming the first differing entries if `got` is not (close to)
+    `want`: its type, shape, dtype (for masks) or values."""
+    if not isinstance(got, Tensor):
+        raise ExerciseError(
+            f"{name}: expected a torch.Tensor, got {type(got).__name__}"
+        )
+    if tuple(got.shape) != tuple(want.shape):
+        raise ExerciseError(
+            f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        )
+    if want.dtype == torch.bool and got.dtype != torch.bool:
+        raise ExerciseError(
+            f"{name}: dtype {got.dtype}, expected torch.bool (True = may attend)"
+        )
+    if want.dtype == torch.bool or not want.is_floating_point():
+        bad = got != want
+    else:
+        g, w = got.detach().double(), want.detach().double()
+        bad = ~torch.isclose(g, w, rtol=rtol, atol=atol)
+        bad &= ~(torch.isinf(g) & torch.isinf(w) & (g.sign() == w.sign()))
+    if bad.any():
+        shown = "; ".join(
+            f"at {_fmt(i)} got {got[tuple(i)].item():.6g}, expected "
+            f"{want[tuple(i)].item():.6g}"
+            for i in bad.nonzero()[:show].tolist()
+        )
+        raise ExerciseError(
+            f"{name}: {int(bad.sum())} of {bad.numel()} entries differ from the "
+            f"reference: {shown}"
+        )
+
+
+def is_close(got, want: Tensor, atol: float = 1e-6) -> bool:
+    """Whether `got` is a tensor of want's shape and values (to recognise a mistake)."""
+    return (
+        isinstance(got, Tensor)
+        and got.shape == want.shape
+        and torch.allclose(got.detach().double(), want.detach().double(), atol=atol)
+    )
+
+
+def first_output(got):
+    """The output of a module that returns (output, weights) or the output alone."""
+    return got[0] if isinstance(got, tuple) else got
+
+
+def load_weights(mine: nn.Module, state: dict, name: str) -> None:
+    """Copy the reference's weights into the learner's module, or say which names
+    differ."""
+    if not isinstance(mine, nn.Module):
+        raise ExerciseError(f"{name}: expected an nn.Module, got {type(mine).__name__}")
+    have = mine.state_dict()
+    missing = [k for k in state if k not in have]
+    extra = [k for k in have if k not in state]
+    if missing or extra:
+        raise ExerciseError(
+            f"{name}: its parameters should be named as the docstring says; missing "
+            f"{missing or 'none'}, unexpected {extra or 'none'}"
+        )
+    for k, v in state.items():
+        if have[k].shape != v.shape:
+            raise ExerciseError(
+                f"{name}: {k} has shape {tuple(have[k].shape)}, expected "
+                f"{tuple(v.shape)}"
+            )
+    mine.load_state_dict(state)
+
+
+def compare_grads(mine: nn.Module, ref: nn.Module, name: str, rename=None) -> None:
+    """After backward on both: each parameter's gradient equals the reference's."""
+    ref_params = dict(ref.named_parameters())
+    for key, p in mine.named_parameters():
+        r = ref_params[rename(key) if rename else key]
+        if p.grad is None:
+            raise ExerciseError(
+                f"{name}: no gradient reached {key}: is it used in forward, and not "
+                "detached?"
+            )
+        compare(f"{name}, the gradient of {key}", p.grad, r.grad, atol=1e-8)
+
+
+def compare_module(
+    call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module, rename=None
+) -> None:
+    """The learner's module's output `got` equals the reference's `want` (named `call`,
+    "MyBlock(x)"); then, after backward of the sum of squares through both, so does
+    each parameter's gradient."""
+    compare(call, got, want)
+    got.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    compare_grads(mine, ref, call.split("(")[0], rename)
+
+
+def jitter(module: nn.Module) -> nn.Module:
+    """The module in float64 with noise on every weight, so that no two LayerNorms are
+    alike (at initialisation they all are 1 and 0)."""
+    module = module.double()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return module
+
+
+# the checkers: a verifier each, wrapped -----------------------------------------------
+
+
+def outcome(check: Callable, fn) -> tuple[str, str]:
+    """Run a checker's verification on `fn`: ("pass", what was checked), ("todo",
+    TODO) for the stub, or ("fail", what is wrong)."""
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return "pass", check.verify(fn)
+    except NotImplementedError:
+        return "todo", TODO
+    except ExerciseError as e:
+        return "fail", str(e)
+
+
+_MARK = {"pass": "\u2713", "fail": "\u2717", "todo": "\u00b7"}
+
+
+def status_line(title: str, status: str, text: str) -> str:
+    joint = " passes: " if status == "pass" else ": "
+    return f"{_MARK[status]} {title}{joint}{text}"
+
+
+def checker(title: str) -> Callable:
+    """Turn verify(fn) -> str (raising ExerciseError) into check(fn) -> None that
+    prints one line."""
+
+    def wrap(verify: Callable[..., str]) -> Callable[..., None]:
+        @functools.wraps(verify)
+        def check(fn) -> None:
+            print(status_line(title, *outcome(check, fn)))
+
+        check.verify, check.title = verify, title
+        return check
+
+    return wrap

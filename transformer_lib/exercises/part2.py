@@ -1,0 +1,438 @@
+"""The checkers of Part II's build-its (notebooks 07-10): an encoder layer, a decoder
+layer and the shifted targets, one training step and the training loop, top-p sampling
+and beam search. Written by hand."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lib.exercises.framework import (
+    ExerciseError,
+    checker,
+    compare,
+    compare_module,
+    first_output,
+    is_close,
+    jitter,
+    load_weights,
+)
+
+# 07 · an encoder layer ----------------------------------------------------------------
+
+
+@checker("encoder layer")
+def check_encoder_layer(cls: type) -> str:
+    """cls(d_model, n_heads, d_ff) with self_attn, ff, norm1, norm2; forward(x,
+    mask=None) -> (B, T, C), pre-norm."""
+    from transformer_lib.encoder import EncoderLayer
+
+    torch.manual_seed(0)
+    ref = jitter(EncoderLayer(16, 4, 32, dropout=0.0, norm_first=True)).eval()
+    mine = cls(16, 4, 32)
+    load_weights(mine, ref.state_dict(), "MyEncoderLayer")
+    mine.double().eval()
+    x = torch.randn(2, 5, 16).double()
+    mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
+    got = first_output(mine(x, mask))
+    want = ref(x, mask)
+    if not is_close(got, want):
+        with torch.no_grad():
+            ref.norm_first = False
+            post = ref(x, mask)
+            ref.norm_first = True
+            attended = x + ref.self_attn(ref.norm1(x), mask=mask)[0]
+            hints = (
+                (
+                    post,
+                    "this is post-norm, LN(x + sublayer(x)); build pre-norm, "
+                    "x + sublayer(LN(x))",
+                ),
+                (ref(x), "the mask was not passed to self-attention"),
+                (
+                    ref.ff(ref.norm2(attended)),
+                    "the feed-forward output is not added to its input (the residual)",
+                ),
+                (
+                    attended + ref.ff(ref.norm1(attended)),
+                    "norm1 is used twice: the "
+                    "feed-forward sublayer has its own LayerNorm, norm2",
+                ),
+            )
+            for variant, hint in hints:
+                if is_close(got, variant):
+                    raise ExerciseError(hint)
+    compare_module("MyEncoderLayer(x, mask)", got, want, mine, ref)
+    return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
+
+
+# 08 · a decoder layer, and the shifted targets ----------------------------------------
+
+
+@checker("decoder layer")
+def check_decoder_layer(cls: type) -> str:
+    """cls(d_model, n_heads, d_ff) with self_attn, cross_attn, ff, norm1..3;
+    forward(x, memory, tgt_mask=None, memory_mask=None) -> (B, T, C), pre-norm."""
+    from transformer_lib.seq2seq import DecoderLayer
+
+    torch.manual_seed(0)
+    ref = jitter(DecoderLayer(16, 4, 32, dropout=0.0, norm_first=True)).eval()
+    mine = cls(16, 4, 32)
+    load_weights(mine, ref.state_dict(), "MyDecoderLayer")
+    mine.double().eval()
+    x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
+    tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
+    mem_mask = mem_mask[:, None, None]  # (B, 1, 1, S)
+    got = first_output(mine(x, mem, tgt_mask, mem_mask))
+    want = ref(x, mem, tgt_mask, mem_mask)
+    if not is_close(got, want):
+        with torch.no_grad():
+
+            def sa(h):
+                return ref.self_attn(ref.norm1(h), mask=tgt_mask)[0]
+
+            def ca(h, kv=mem, m=mem_mask):
+                n = ref.norm2(h)
+                return ref.cross_attn(n, n if kv is None else kv, mask=m)[0]
+
+            def ff(h):
+                return h + ref.ff(ref.norm3(h))
+
+            h = x + sa(x)
+            hints = (
+                (
+                    ref(x, mem, None, mem_mask),
+                    "self-attention ignored tgt_mask: position t saw later targets",
+                ),
+                (
+                    ref(x, mem, tgt_mask, None),
+                    "cross-attention ignored memory_mask: "
+                    "padded source positions were attended",
+                ),
+                (
+                    ff(h + ca(h, None, tgt_mask)),
+                    "cross-attention read x: its keys and "
+                    "values come from memory, the encoder's output",
+                ),
+            )
+            for variant, hint in hints:
+                if is_close(got, variant):
+                    raise ExerciseError(hint)
+            h2 = x + ca(x)
+            h2 = h2 + ref.self_attn(ref.norm1(h2), mask=tgt_mask)[0]
+            if is_close(got, ff(h2)):
+                raise ExerciseError(
+                    "cross-attention came first: self-attention, then cross-attention,"
+                    " then the feed-forward network"
+                )
+    compare_module(
+        "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
+    )
+    return (
+        "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
+        "causal and padding masks; gradients"
+    )
+
+
+@checker("shift targets")
+def check_shift_targets(fn: Callable) -> str:
+    """fn(seqs, bos, eos, pad) -> tgt_in (B, T), tgt_out (B, T): <bos> y and y <eos>,
+    padded with pad."""
+    seqs, bos, eos, pad = [[5, 6, 7], [8], [9, 10]], 1, 2, 0
+    want_in = torch.tensor([[1, 5, 6, 7], [1, 8, 0, 0], [1, 9, 10, 0]])
+    want_out = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0], [9, 10, 2, 0]])
+    got = fn(seqs, bos, eos, pad)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise ExerciseError("return a pair (tgt_in, tgt_out)")
+    if is_close(got[0], want_out) and is_close(got[1], want_in):
+        raise ExerciseError(
+            "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
+            "to predict y <eos>"
+        )
+    compare("tgt_in", got[0], want_in)
+    compare("tgt_out", got[1], want_out)
+    return "3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets"
+
+
+# 09 · one training step, and the training loop ----------------------------------------
+
+
+def train_step_reference(model, optimizer, src, tgt_in, tgt_out, pad_id, eps=0.1):
+    """One update of the translator; returns the loss before it, as a float."""
+    logits = model(src, tgt_in)  # (B, T, n_vocab)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+    )
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Two small padded batches (src, tgt_in, tgt_out) for a vocabulary of 12."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(2):
+        src = torch.randint(3, 12, (3, 6), generator=g)
+        y = torch.randint(3, 12, (3, 5), generator=g)
+        src[0, 4:], y[1, 3:] = 0, 0  # padding
+        tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), y[:, :-1]], 1)
+        out.append((src, tgt_in, y))
+    return out
+
+
+@checker("training step")
+def check_train_step(fn: Callable) -> str:
+    """fn(model, optimizer, src, tgt_in, tgt_out, pad_id, label_smoothing) -> the loss
+    (a float); the weights take one step."""
+    from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(Seq2SeqConfig.tiny(12, 12)).double()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
+        with torch.no_grad():
+            logits = ref(src, tgt_in).flatten(0, 1)
+            variants = (
+                (
+                    F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=0.1),
+                    "padded targets were counted: pass ignore_index=pad_id",
+                ),
+                (
+                    F.cross_entropy(logits, tgt_out.flatten(), ignore_index=0),
+                    "this is plain cross-entropy: pass label_smoothing",
+                ),
+                (
+                    F.cross_entropy(
+                        ref(src, tgt_out).flatten(0, 1),
+                        tgt_out.flatten(),
+                        ignore_index=0,
+                        label_smoothing=0.1,
+                    ),
+                    "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
+                    "tgt_out",
+                ),
+            )
+        before = [p.detach().clone() for p in model.parameters()]
+        got = fn(model, opt, src, tgt_in, tgt_out, 0, 0.1)
+        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, 0, 0.1)
+        if not isinstance(got, float):
+            raise ExerciseError(
+                f"return the loss as a float (loss.item()), got {type(got).__name__}"
+            )
+        if not math.isclose(got, want, rel_tol=1e-9):
+            for value, hint in variants:
+                if math.isclose(got, value.item(), rel_tol=1e-9):
+                    raise ExerciseError(f"step {step}: loss {got:.4f}, {hint}")
+            raise ExerciseError(f"step {step}: loss {got:.6f}, expected {want:.6f}")
+        for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
+            if torch.allclose(p, r, atol=1e-10):
+                continue
+            if torch.equal(p, b):
+                raise ExerciseError(
+                    f"step {step}: the weights did not change: call optimizer.step() "
+                    "after loss.backward()"
+                )
+            if step == 2:
+                raise ExerciseError(
+                    f"step 2: the loss is right but {name} moved too far: step 1's "
+                    "gradients were still there; call optimizer.zero_grad() first"
+                )
+            raise ExerciseError(f"step {step}: {name} differs from the reference")
+    return "two steps of a tiny translator with padding: losses and weights match"
+
+
+def _regression_step(log: list) -> Callable:
+    """A real training step on a linear model that records the rate and the mode it
+    ran at."""
+
+    def step(model, optimizer, batch) -> float:
+        log.append((optimizer.param_groups[0]["lr"], model.training))
+        x, y = batch
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+@checker("training loop")
+def check_training_loop(fn: Callable) -> str:
+    """fn(model, optimizer, batches, lr_at, train_step) -> the list of losses; lr_at(s)
+    set before step s, the model in training mode, a ValueError on a non-finite loss."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 16, 3)
+    batches = [(x[i], x[i] @ torch.tensor([[1.0], [-2.0], [0.5]])) for i in range(6)]
+
+    def lr_at(s: int) -> float:
+        return 0.05 * (s + 1)  # warm-up: a different rate at every step
+
+    model = nn.Sequential(nn.Linear(3, 1))
+    model.eval()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=123.0)
+    log: list = []
+    losses = fn(model, opt, batches, lr_at, _regression_step(log))
+    if not isinstance(losses, list) or len(losses) != len(batches):
+        n = len(losses) if isinstance(losses, list) else type(losses).__name__
+        raise ExerciseError(f"returned {n} losses for {len(batches)} batches")
+    if len(log) != len(batches):
+        raise ExerciseError(
+            f"train_step ran {len(log)} times for {len(batches)} batches"
+        )
+    for s, (lr, training) in enumerate(log):
+        if not training:
+            raise ExerciseError(
+                f"step {s} ran in eval mode (dropout off): call model.train() first"
+            )
+        if lr != lr_at(s):
+            seen = next((f"lr_at({t})" for t in (s - 1, s + 1) if lr == lr_at(t)), lr)
+            raise ExerciseError(
+                f"step {s} ran at {seen}, expected lr_at({s}) = {lr_at(s):g}: set "
+                "every param group's lr before the step"
+            )
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.0)
+    want = []
+    for s, batch in enumerate(batches):
+        ref_opt.param_groups[0]["lr"] = lr_at(s)
+        want.append(_regression_step([])(ref, ref_opt, batch))
+    compare("the losses", torch.tensor(losses), torch.tensor(want))
+
+    def nan_at_2(model, optimizer, batch, calls=[]) -> float:
+        calls.append(1)
+        return math.nan if len(calls) == 3 else 1.0
+
+    try:
+        fn(
+            nn.Linear(3, 1),
+            torch.optim.SGD([nn.Parameter(torch.zeros(1))]),
+            batches,
+            lr_at,
+            nan_at_2,
+        )
+    except ValueError as e:
+        if "2" not in str(e):
+            raise ExerciseError(f"the error should name the step (2): {e}") from None
+    else:
+        raise ExerciseError(
+            "a NaN loss at step 2 went unnoticed: raise ValueError naming the step"
+        )
+    return "6 steps of warm-up: rates, mode and losses match; a NaN loss stops it"
+
+
+# 10 · top-p sampling, and beam search -------------------------------------------------
+
+
+@checker("top-p sampling")
+def check_top_p_sampling(fn: Callable) -> str:
+    """fn(logits (B, n_vocab), p, generator) -> (B,) token ids drawn from the smallest
+    set of top tokens whose probability reaches p, renormalised."""
+    from transformer_lib.sampling import filter_logits
+
+    probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.6, 0.05, 0.2]])
+    n = 4000
+    for p in (0.45, 0.65, 0.88, 1.0):  # no p on a boundary: rounding would decide
+        want = filter_logits(probs.log(), top_p=p).softmax(-1)  # (2, n_vocab)
+        g = torch.Generator().manual_seed(0)
+        got = fn(probs.log().repeat(n, 1), p, g)
+        if not isinstance(got, Tensor) or got.numel() != 2 * n:
+            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
+            raise ExerciseError(f"p={p}: expected ({2 * n},) token ids, got {shape}")
+        got = got.reshape(n, 2)
+        for row in range(2):
+            freq = torch.bincount(got[:, row], minlength=5).double() / n
+            for t in range(5):
+                pr, f, w = probs[row, t].item(), freq[t].item(), want[row, t].item()
+                if w == 0 and f > 0:
+                    raise ExerciseError(
+                        f"p={p}: drew token {t} (probability {pr:g}), outside the "
+                        "smallest set of top tokens reaching p"
+                    )
+                if w > 0 and f == 0:
+                    raise ExerciseError(
+                        f"p={p}: token {t} (probability {pr:g}) was never drawn: the "
+                        "token whose probability crosses p belongs to the set"
+                    )
+            for t in range(5):
+                f, w = freq[t].item(), want[row, t].item()
+                if abs(f - w) > 0.03:
+                    raise ExerciseError(
+                        f"p={p}: token {t} drawn {f:.0%} of the time, expected {w:.0%}"
+                    )
+    return f"two distributions, p = 0.45, 0.65, 0.88, 1; {n} draws each"
+
+
+_BEAM_TABLE = {
+    (): [0.5, 0.4, 0.1],
+    (0,): [0.4, 0.3, 0.3],
+    (1,): [0.05, 0.9, 0.05],
+    (0, 0): [0.0, 0.0, 1.0],
+    (0, 1): [0.0, 0.0, 1.0],
+    (1, 1): [0.0, 0.0, 1.0],
+}
+
+
+def _toy_step(prefix: tuple[int, ...]) -> Tensor:
+    """Log-probabilities of tokens 0, 1 and 2 (= <eos>) after `prefix`: greedy picks 0,
+    the best is 1 1."""
+    return torch.tensor(_BEAM_TABLE.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
+
+
+def beam_search_reference(
+    step: Callable, beam: int, max_len: int, eos: int = 2
+) -> tuple[list[int], float]:
+    """The best finished sequence (eos included) and its log-probability, keeping `beam`
+    prefixes per step."""
+    alive, done = [((), 0.0)], []
+    for _ in range(max_len):
+        grown = [
+            (p + (t,), s + lp)
+            for p, s in alive
+            for t, lp in enumerate(step(p).tolist())
+            if lp > -math.inf
+        ]
+        grown.sort(key=lambda c: -c[1])
+        alive = []
+        for p, s in grown[:beam]:
+            (done if p[-1] == eos else alive).append((p, s))
+        if not alive:
+            break
+    best = max(done + alive, key=lambda c: c[1])
+    return list(best[0]), best[1]
+
+
+@checker("beam search")
+def check_beam_search(fn: Callable) -> str:
+    """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
+    beam disagree."""
+    for beam, want in ((1, [0, 0, 2]), (2, [1, 1, 2])):
+        got = fn(_toy_step, beam, 4, 2)
+        tokens, score = list(got[0]), float(got[1])
+        want_score = beam_search_reference(_toy_step, beam, 4)[1]
+        if tokens != want:
+            raise ExerciseError(
+                f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
+                f"{want_score:.4f})"
+            )
+        if not math.isclose(score, want_score, rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
+                f"{want_score:.4f}"
+            )
+    return (
+        "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
+    )

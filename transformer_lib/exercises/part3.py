@@ -1,0 +1,235 @@
+"""The checkers of Part III's and Part IV's build-its (notebooks 11-13): a GPT block,
+the KV cache, attention in tiles, grouped-query attention and SwiGLU. Written by
+hand."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_lib.exercises.framework import (
+    ExerciseError,
+    checker,
+    compare,
+    compare_module,
+    first_output,
+    is_close,
+    jitter,
+    load_weights,
+)
+
+# 11 · a GPT block, and the KV cache ---------------------------------------------------
+
+_BLOCK_NAMES = {
+    "qkv": "attn.qkv",
+    "proj": "attn.proj",
+    "fc": "mlp.fc",
+    "fc_out": "mlp.proj",
+}
+
+
+def _block_name(key: str) -> str:
+    """The learner's parameter name -> the library Block's."""
+    head, _, rest = key.partition(".")
+    return f"{_BLOCK_NAMES.get(head, head)}.{rest}"
+
+
+@checker("GPT block")
+def check_gpt_block(cls: type) -> str:
+    """cls(d_model, n_heads) with norm1, norm2, qkv, proj, fc, fc_out; forward(x) ->
+    (B, T, C): x + attn(norm1(x)), then x + mlp(norm2(x)), causal."""
+    from transformer_lib.gpt import Block, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(
+        vocab_size=10,
+        context_len=8,
+        n_layers=1,
+        n_heads=4,
+        d_model=16,
+        dropout=0.0,
+        bias=True,
+        norm="layer",
+        gelu_approximate="tanh",
+    )
+    ref = jitter(Block(cfg)).eval()
+    mine = cls(16, 4)
+    inverse = {v: k for k, v in _BLOCK_NAMES.items()}
+    state = {
+        inverse.get(k.rpartition(".")[0], k.rpartition(".")[0])
+        + "."
+        + k.rpartition(".")[2]: v
+        for k, v in ref.state_dict().items()
+    }
+    load_weights(mine, state, "MyBlock")
+    mine.double().eval()
+    x = torch.randn(2, 6, 16).double()
+    got = first_output(mine(x))
+    want = ref(x)[0]
+    if isinstance(got, Tensor) and got.shape == want.shape:
+        x2 = x.clone()
+        x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it
+        changed = (first_output(mine(x2)) - got)[:, :3].abs().amax().item()
+        if changed > 1e-9:
+            raise ExerciseError(
+                "the output at positions 0-2 changed when token 3 changed: the "
+                "attention must be causal (is_causal=True or a lower-triangular mask)"
+            )
+    if not is_close(got, want):
+        exact = copy.deepcopy(ref)
+        exact.mlp.approximate = "none"
+        if is_close(got, exact(x)[0]):
+            raise ExerciseError(
+                "the MLP uses the exact GELU: GPT-2 uses the tanh approximation, "
+                "F.gelu(h, approximate='tanh')"
+            )
+    compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
+    return (
+        "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
+    )
+
+
+@checker("KV cache")
+def check_kv_cache(cls: type) -> str:
+    """cls() with .length and update(k, v) -> all keys and values so far, (B, H,
+    length + T, D) each, the new ones after the stored ones."""
+    g = torch.Generator().manual_seed(0)
+    cache = cls()
+    ks, vs, total = [], [], 0
+    for t in (4, 1, 1, 3):  # a prompt of 4 tokens, then generation
+        k, v = (torch.randn(2, 3, t, 8, generator=g) for _ in range(2))
+        ks.append(k)
+        vs.append(v)
+        total += t
+        got = cache.update(k, v)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ExerciseError("update should return a pair (keys, values)")
+        keys, values = got
+        want_k, want_v = torch.cat(ks, 2), torch.cat(vs, 2)
+        if isinstance(keys, Tensor) and keys.shape == k.shape and total > t:
+            raise ExerciseError(
+                f"after {total} tokens update returned {t} keys: return everything "
+                "stored so far"
+            )
+        compare(f"keys after {total} tokens", keys, want_k)
+        compare(f"values after {total} tokens", values, want_v)
+        if getattr(cache, "length", None) != total:
+            raise ExerciseError(
+                f"cache.length is {getattr(cache, 'length', None)} after {total} "
+                "tokens: it counts the tokens stored"
+            )
+    q = torch.randn(2, 3, total, 8, generator=g)
+    full = F.scaled_dot_product_attention(q, want_k, want_v, is_causal=True)
+    last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
+    compare("attention of the last token over the cache", last, full[:, :, -1:])
+    return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
+
+
+# 12 · attention in tiles with an online softmax ---------------------------------------
+
+
+@checker("tiled attention")
+def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> str:
+    """fn(q, k, v, block) -> softmax(q k^T / sqrt(D)) v computed over key blocks of
+    `block`, never all T_k at once."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)
+    )
+    want = F.scaled_dot_product_attention(q, k, v)
+    for block in (1, 4, 13, 32):
+        compare(f"block={block}", fn(q, k, v, block), want, atol=1e-9)
+    return "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys"
+
+
+# 13 · grouped-query attention, and SwiGLU ---------------------------------------------
+
+
+def _grouped_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
+    """Query head h attends with key/value head h // (H / H_kv), one head at a time."""
+    g = q.size(1) // k.size(1)
+    heads = [
+        F.scaled_dot_product_attention(
+            q[:, h], k[:, h // g], v[:, h // g], is_causal=causal
+        )
+        for h in range(q.size(1))
+    ]
+    return torch.stack(heads, dim=1)  # (B, H, T, D)
+
+
+def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
+    """Raise ExerciseError naming the mistake, if it is a usual one."""
+    if torch.allclose(got, _grouped_reference(q, k, v, causal=False), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: queries also see later keys: apply the causal mask"
+        )
+    g = q.size(1) // k.size(1)
+    for h in range(q.size(1)):
+        for read in range(k.size(1)):
+            one = F.scaled_dot_product_attention(
+                q[:, h], k[:, read], v[:, read], is_causal=True
+            )
+            if read != h // g and torch.allclose(got[:, h], one, atol=1e-9):
+                raise ExerciseError(
+                    f"{name}: query head {h} read key/value head {read}, expected "
+                    f"head {h // g} (heads {h // g * g} to {h // g * g + g - 1} share "
+                    "it: .repeat tiles the heads, .repeat_interleave groups them)"
+                )
+
+
+@checker("grouped-query attention")
+def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str:
+    """fn(q (B, H, T, D), k, v (B, H_kv, T, D)) -> causal attention (B, H, T, D), where
+    query head h reads key/value head h // (H / H_kv)."""
+    gen = torch.Generator().manual_seed(0)
+    for n_kv in (4, 2, 1):
+        q = torch.randn(2, 4, 6, 8, generator=gen, dtype=torch.float64)
+        k, v = (
+            torch.randn(2, n_kv, 6, 8, generator=gen, dtype=torch.float64)
+            for _ in range(2)
+        )
+        name = f"H=4 query heads, H_kv={n_kv}"
+        got, want = fn(q, k, v), _grouped_reference(q, k, v)
+        if isinstance(got, Tensor) and got.shape == want.shape:
+            if not torch.allclose(got.double(), want, atol=1e-9):
+                _wrong_group(name, q, k, v, got.double())
+        compare(name, got, want, atol=1e-9)
+    return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
+
+
+@checker("SwiGLU")
+def check_swiglu(cls: type) -> str:
+    """cls(d_model, d_ff) with gate, up, proj (no biases); forward(x) =
+    proj(silu(gate(x)) * up(x))."""
+    from transformer_lib.modern import SwiGLU
+
+    torch.manual_seed(0)
+    ref = SwiGLU(16, 24).double().eval()
+    mine = cls(16, 24)
+    load_weights(mine, ref.state_dict(), "MySwiGLU")
+    mine.double().eval()
+    x = torch.randn(2, 5, 16).double()
+    got, want = mine(x), ref(x)
+    if not is_close(got, want):
+        with torch.no_grad():
+            g, u = ref.gate(x), ref.up(x)
+            for h, hint in (
+                (
+                    g * F.silu(u),
+                    "the SiLU went on up(x): it gates, so it goes on "
+                    "gate(x), and up(x) stays linear",
+                ),
+                (F.gelu(g) * u, "the gate uses GELU: SwiGLU's is SiLU, x * sigmoid(x)"),
+                (
+                    F.silu(g),
+                    "up(x) is missing: the gate multiplies a second, linear branch",
+                ),
+            ):
+                if is_close(got, ref.proj(h)):
+                    raise ExerciseError(hint)
+    compare_module("MySwiGLU(x)", got, want, mine, ref)
+    return "equals the library's SwiGLU on (2, 5, 16); gradients"
