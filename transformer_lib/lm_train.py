@@ -2,10 +2,11 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'PRESETS', 'MODEL_FIELDS', 'OVERRIDES', 'nanogpt_cpu', 'TrainSettings', 'any_rank',
-           'check_not_past', 'config_from_dict', 'RESUMABLE', 'init_distributed', 'wrap_model', 'model_config',
-           'make_optimizer', 'LMRun', 'learning_rate', 'LMTraining', 'save_job', 'train_step', 'record_evaluation',
-           'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums', 'finish_lm',
-           'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt', 'generate_text']
+           'check_not_past', 'config_from_dict', 'RESUMABLE', 'NEW_TOKENS', 'init_distributed', 'wrap_model',
+           'model_config', 'make_optimizer', 'LMRun', 'learning_rate', 'LMTraining', 'save_job', 'train_step',
+           'record_evaluation', 'report_evaluation', 'progress_bar', 'run_steps', 'final_evaluation', 'rank_checksums',
+           'finish_lm', 'existing_run', 'describe_run', 'start_lm', 'train_lm', 'load_lm', 'encode_prompt',
+           'generate_text', 'GenerateSettings']
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #bb2cdb66
 # transformer_lib/lm_train.py, the language model's trainer for real runs, is written in
@@ -30,6 +31,7 @@ from .lm_loop import load_lm_data
 from .modern import ModernConfig, ModernGPT
 from .muon import MuonAdamW
 from .runtime import get_device, set_seed
+from .sampling import sample_next
 from .tokenization import tokenizer_from_dict
 from .training import StopRequest, TrainingInterrupted, check_finite
 from .training import clip_gradients, make_adamw, mixed_precision
@@ -628,3 +630,32 @@ def generate_text(
     x = torch.tensor([ids], dtype=torch.long, device=dev)
     out = generate(model, x, max_new_tokens, temperature, top_k, top_p, use_cache, g)
     return prompt + tok.decode(out[0, len(ids) :].tolist())
+
+# %% ../notebooks/A2_language_model_training_runs.ipynb #a2-genset
+# a continuation is made one token at a time: 100,000 take minutes on a CPU
+NEW_TOKENS = (
+    lambda v: type(v) is int and 0 <= v <= 100_000,
+    "an integer in [0, 100000]",
+)
+
+
+@dataclass
+class GenerateSettings:
+    """How `generate_text` continues a prompt (the flags of `generate`)."""
+
+    max_new_tokens: int = setting(500, "tokens to generate", NEW_TOKENS)
+    temperature: float = setting(0.8, "0: greedy")
+    top_k: int = setting(
+        200,
+        "sample among the k most likely tokens; 0: all",
+        (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
+    )
+    top_p: float | None = setting(
+        None, "sample among the most likely tokens holding this probability"
+    )
+    seed: int = setting(0, "random seed", SEED)
+    use_cache: bool = setting(True, "keep the keys and values of the context")
+
+    def __post_init__(self):
+        check_settings(self)  # then sample_next's own checks
+        sample_next(torch.zeros(1, 1), self.temperature, self.top_k or None, self.top_p)
