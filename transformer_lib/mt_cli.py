@@ -21,14 +21,12 @@ from transformer_lib.cli_args import (
     USER_ERRORS,
     add_run_flags,
     add_settings_flags,
-    beam_size,
     default_device,
     device,
-    length_penalty,
     read_texts,
     run_reported,
+    say,
     settings_from_args,
-    temperature,
 )
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
@@ -50,14 +48,13 @@ def train_mt(args: argparse.Namespace) -> int:
         dev = torch.device(args.device or default_device())
     except ValueError as e:
         args.parser.error(str(e))
-    existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
     status, result = run_reported(
         "train-mt",
         lambda: fit_translator(
             cfg,
             args.out,
-            existing,
+            args.existing or "refuse",
             progress=args.progress,
             device=dev,
             log=lambda m: print(m, flush=True),
@@ -80,19 +77,17 @@ def train_mt(args: argparse.Namespace) -> int:
 def translate_cmd(args: argparse.Namespace) -> int:
     """Translate English sentences (arguments, a file, or standard input) with a trained
     checkpoint."""
+    from transformer_lib.decoding import DecodeSettings, translate
+
+    settings = settings_from_args(args.parser, args, DecodeSettings())
     try:
         sentences = read_texts(args.sentences, args.input)
     except (OSError, ValueError) as e:
-        print(f"translate: {e}", file=sys.stderr)
+        say(f"translate: {e}")
         return 2
     if not sentences:
-        print(
-            "translate: nothing to translate: give English sentences as "
-            "arguments or with --input",
-            file=sys.stderr,
-        )
+        say("translate: nothing to translate: give English sentences or --input")
         return 2
-    from transformer_lib.decoding import translate
     from transformer_lib.mt_train import check_translator
     from transformer_lib.translator import load_translator
 
@@ -109,54 +104,32 @@ def translate_cmd(args: argparse.Namespace) -> int:
     for s in sentences:
         unseen = sorted({ch for ch in s if ch not in known}) if known else []
         if unseen:
-            print(
-                f"note: {''.join(unseen)[:20]!r} never appeared in the "
-                "training English; expect a poor "
-                f"translation of {_short(s)!r}",
-                file=sys.stderr,
+            say(
+                f"note: {''.join(unseen)[:20]!r} never appeared in the training "
+                f"English; expect a poor translation of {_short(s)!r}"
             )
         n = len(src_tok.encode(s))
         if n > limit:
-            print(
-                f"note: {_short(s)!r} has {n} tokens; only the first {limit} "
-                "are translated "
-                f"(the model's context is {model.config.context_len})",
-                file=sys.stderr,
+            say(
+                f"note: {_short(s)!r} has {n} tokens; only the first {limit} are "
+                f"translated (the model's context is {model.config.context_len})"
             )
-    if args.method == "sample" and args.temperature == 0:
-        print(
-            "translate: --temperature 0 is greedy decoding: use --method greedy",
-            file=sys.stderr,
-        )
-        return 2
-    kwargs = {
-        "beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty},
-        "greedy": {},
-        "sample": {"temperature": args.temperature},
-    }
     try:
-        outputs = translate(
-            model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method]
-        )
+        outputs = translate(model, src_tok, tgt_tok, sentences, **settings.options())
     except USER_ERRORS as e:
-        print(f"translate: {e}", file=sys.stderr)
+        say(f"translate: {e}")
         return 1
     if args.script == "traditional":
         from transformer_lib.data import to_traditional
 
-        print(
-            "note: the model writes Simplified Chinese; this is its answer "
-            "converted to Traditional "
-            "characters by OpenCC (s2t), not a second model",
-            file=sys.stderr,
+        say(
+            "note: the model writes Simplified Chinese; this is its answer converted "
+            "to Traditional characters by OpenCC (s2t), not a second model"
         )
         outputs = [to_traditional(zh) for zh in outputs]
     for s, zh in zip(sentences, outputs):
         if not zh:
-            print(
-                f"note: the model produced an empty translation of {_short(s)!r}",
-                file=sys.stderr,
-            )
+            say(f"note: the model produced an empty translation of {_short(s)!r}")
         print(zh if len(sentences) == 1 else f"{s}\t{zh}")
     return 0
 
@@ -169,6 +142,7 @@ def _short(text: str, n: int = 60) -> str:
 def register(commands) -> None:
     """Add `train-mt` and `translate` to the subcommands of `python -m
     transformer_lib`."""
+    from transformer_lib.decoding import DecodeSettings
     from transformer_lib.mt_train import TrainConfig
 
     t = commands.add_parser(
@@ -202,20 +176,8 @@ def register(commands) -> None:
         default=DEFAULT_CHECKPOINT,
         help="a train-mt checkpoint (default: %(default)s)",
     )
-    tr.add_argument(
-        "--method",
-        choices=["beam", "greedy", "sample"],
-        default="beam",
-        help="decoding (default: %(default)s)",
-    )
-    tr.add_argument(
-        "--beam-size", type=beam_size, default=4, help="beams (default: %(default)s)"
-    )
-    tr.add_argument(
-        "--length-penalty",
-        type=length_penalty,
-        default=0.6,
-        help="beam search's alpha (default: %(default)s)",
+    add_settings_flags(
+        tr.add_argument_group("decoding (DecodeSettings)"), DecodeSettings
     )
     tr.add_argument(
         "--script",
@@ -223,11 +185,5 @@ def register(commands) -> None:
         default="simplified",
         help="the model writes Simplified; traditional converts its output with OpenCC",
     )
-    tr.add_argument(
-        "--temperature",
-        type=temperature,
-        default=0.8,
-        help="for --method sample (default: %(default)s)",
-    )
     tr.add_argument("--device", type=device, help="cpu, cuda, mps (default: cpu)")
-    tr.set_defaults(run=translate_cmd)
+    tr.set_defaults(run=translate_cmd, parser=tr)
