@@ -54,7 +54,8 @@ def one_of(*names: str) -> tuple:
     return (lambda v: v in names, ", ".join(names[:-1]) + " or " + names[-1], names)
 
 
-SCHEDULES, DTYPES = one_of("cosine", "inverse_sqrt"), one_of("fp32", "bf16", "auto")
+SCHEDULES = one_of("cosine", "inverse_sqrt")
+DTYPES = one_of("fp32", "bf16", "auto")
 EXISTING = one_of("refuse", "resume", "restart")  # a checkpoint already at the path
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b11
