@@ -25,8 +25,7 @@ PROG = "python -m transformer_lib"
 
 
 def fetch_data(args: argparse.Namespace) -> int:
-    """Fetch and verify every pinned data file, printing where each one is, or why it is
-    missing."""
+    """Fetch and verify every pinned data file: where each one is, or why not."""
     from transformer_lib.data import ALL_FILES, DataUnavailableError, fetch
 
     failed = 0
@@ -71,11 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "fetch-data", help="fetch and verify every pinned data file"
     ).set_defaults(run=fetch_data)
-    pack = commands.add_parser(
-        "pack-data",
-        help="copy every data file, verified, with its manifest into a folder to "
-        "publish as a mirror",
+    mirror = (
+        "copy every data file, verified, with its manifest into a folder (a mirror)"
     )
+    pack = commands.add_parser("pack-data", help=mirror)
     pack.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder")
     pack.set_defaults(run=pack_data)
     mt_cli.register(commands)  # Part II: train-mt, translate

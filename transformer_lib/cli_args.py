@@ -22,6 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from transformer_lib.data import DataUnavailableError
+from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
+
 __all__ = [
     "device",
     "default_device",
@@ -62,23 +65,15 @@ def _number(kind: type, text: str) -> float:
     return value
 
 
-def _available_devices() -> list[str]:
-    """The device kinds this machine can use now, best first: cuda, mps, cpu."""
-    import torch
-
-    found = ["cuda"] if torch.cuda.is_available() else []
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        found.append("mps")
-    return found + ["cpu"]
-
-
 def device(text: str) -> str:
     """A torch device this machine has ('cpu', 'cuda:1'), as its canonical string;
     anything else is refused, naming what is available."""
     import torch
 
-    available = _available_devices()
+    mps = getattr(torch.backends, "mps", None)
+    available = ["cuda"] if torch.cuda.is_available() else []
+    available += ["mps"] if mps is not None and mps.is_available() else []
+    available += ["cpu"]
     try:
         dev = torch.device(text)
     except (RuntimeError, ValueError):
@@ -209,14 +204,13 @@ def settings_from_args(parser: argparse.ArgumentParser, args, base):
 def add_existing_flags(parser: argparse.ArgumentParser) -> None:
     """--resume and --restart: what to do with a checkpoint already at --out (the
     settings' `existing`; neither: refuse)."""
-    existing = parser.add_mutually_exclusive_group()
-    for flag, what in (
-        ("resume", "continue the run saved at --out"),
-        ("restart", "train a new run in place of the one at --out (kept until saved)"),
-    ):
-        existing.add_argument(
-            "--" + flag, dest="existing", action="store_const", const=flag, help=what
-        )
+    group = parser.add_mutually_exclusive_group()
+    kw = {"dest": "existing", "action": "store_const"}
+    old, new = "continue the run saved at --out", "train a new run in place of it"
+    group.add_argument("--resume", const="resume", help=old, **kw)
+    group.add_argument(
+        "--restart", const="restart", help=new + " (kept until saved)", **kw
+    )
 
 
 def add_run_flags(parser: argparse.ArgumentParser, out_default: str) -> None:
@@ -282,14 +276,9 @@ def _read_capped(f, name: str) -> bytes:
 
 
 def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str]:
-    """The non-empty inputs: each positional argument, then each line of the file at
-    `path` ('-' = stdin).
-
-    Lines and arguments are stripped of surrounding whitespace and blank ones dropped,
-    so `translate '' '  '` gives []; the caller decides whether nothing to do is an
-    error. A missing, unreadable, binary or non-UTF-8 file raises ValueError with a
-    one-line message.
-    """
+    """The non-blank inputs, stripped: each argument, then each line of the file at
+    `path` ('-': stdin). A file that is missing, unreadable, binary, not UTF-8 or too
+    big raises a ValueError of one line."""
     for i, arg in enumerate(args_list or [], 1):
         check_text(arg, f"argument {i}")
     texts = [t.strip() for t in (args_list or [])]
@@ -314,19 +303,14 @@ def check_text(text: str, what: str) -> str:
 
 
 def _convert(key: str, text: str, kind: type):
-    """`text` converted to `kind` (bool takes true/false/1/0/yes/no), or a ValueError
-    naming the key."""
-    if kind is bool:
-        lowered = text.strip().lower()
-        if lowered in ("true", "1", "yes", "false", "0", "no"):
-            return lowered in ("true", "1", "yes")
-        raise ValueError(f"--model {key}={text}: expected true or false")
+    """`text` as `kind` (a bool from true/false/1/0/yes/no), or a ValueError naming
+    the key."""
+    truth = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": 0}
     try:
-        value = kind(text)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"--model {key}={text}: expected {getattr(kind, '__name__', kind)}"
-        ) from None
+        value = bool(truth[text.lower()]) if kind is bool else kind(text)
+    except (KeyError, TypeError, ValueError):
+        wanted = "true or false" if kind is bool else getattr(kind, "__name__", kind)
+        raise ValueError(f"--model {key}={text}: expected {wanted}") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"--model {key}={text}: expected a finite number")
     return value
@@ -363,16 +347,14 @@ def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, MemoryError) or any(s in str(error).lower() for s in signs)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message tells a person what to do: the CLI prints them as one
-    line, never a traceback."""
-    from transformer_lib.data import DataUnavailableError
-    from transformer_lib.training import NonFiniteLossError
-
-    return ValueError, OSError, ImportError, DataUnavailableError, NonFiniteLossError
-
-
-USER_ERRORS = user_errors()
+# errors whose message tells a person what to do: one line, never a traceback
+USER_ERRORS = (
+    ValueError,
+    OSError,
+    ImportError,
+    DataUnavailableError,
+    NonFiniteLossError,
+)
 
 
 def run_reported(
@@ -381,8 +363,6 @@ def run_reported(
     """(exit status, result) of `train()`. What a person can act on becomes one line
     on stderr: status 130 after Ctrl-C, 1 for their errors and for running out of
     memory."""
-    from transformer_lib.training import TrainingInterrupted
-
     try:
         return 0, train()
     except TrainingInterrupted as e:

@@ -17,19 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from transformer_lib.cli_args import (
-    USER_ERRORS,
-    add_existing_flags,
-    add_settings_flags,
-    check_text,
-    default_device,
-    device,
-    key_value_overrides,
-    read_text,
-    run_reported,
-    say,
-    settings_from_args,
-)
+from transformer_lib import cli_args as cli
 
 # TrainSettings' fields given by --resume/--restart, --model (and Part IV's switches),
 # or by no flag (verbose: the command line always prints)
@@ -61,19 +49,15 @@ is then only an upper bound, a million steps unless given).
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """`train-lm`: build TrainSettings from the flags, train, report the final
-    figures."""
+    """`train-lm`: TrainSettings from the flags, then train_lm, one line if it fails."""
     from transformer_lib.lm_train import TrainSettings, train_lm
     from transformer_lib.modern import ModernConfig
 
-    kinds = {
-        f.name: type(getattr(ModernConfig(), f.name))
-        for f in dataclasses.fields(ModernConfig)
-        if f.name != "vocab_size"
-    }
+    model_fields = dataclasses.asdict(ModernConfig()).items()
+    kinds = {k: type(v) for k, v in model_fields if k != "vocab_size"}
     try:
-        model = key_value_overrides(args.model_items, kinds)
-        base = {"device": args.device or default_device()}
+        model = cli.key_value_overrides(args.model_items, kinds)
+        base = {"device": args.device or cli.default_device()}
     except ValueError as e:
         args.parser.error(str(e))
     model |= {k: getattr(args, k) for k in PART_IV if getattr(args, k) is not None}
@@ -81,43 +65,41 @@ def train_command(args: argparse.Namespace) -> int:
         model["tie_weights"] = False
     if args.max_iters is None and args.time_budget_s:
         base["max_iters"] = 1_000_000  # the clock decides
-    s = settings_from_args(args.parser, args, TrainSettings(model=model, **base))
+    s = cli.settings_from_args(args.parser, args, TrainSettings(model=model, **base))
     if not s.out:
-        say("note: no --out, so this run is not saved (give --out PATH to keep it)")
-    status, _ = run_reported(
+        cli.say("note: no --out, so this run is not saved (give --out PATH to keep it)")
+    status, _ = cli.run_reported(
         "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
     )
     return status
 
 
 def generate_command(args: argparse.Namespace) -> int:
-    """`generate`: print a continuation of the prompt (from --prompt, or a file with
-    --prompt-file)."""
+    """`generate`: print a continuation of --prompt (or of the --prompt-file)."""
     from transformer_lib.lm_train import GenerateSettings, generate_text
 
-    s = settings_from_args(args.parser, args, GenerateSettings())
+    s = cli.settings_from_args(args.parser, args, GenerateSettings())
     prompt = args.prompt
     try:
-        check_text(prompt, "--prompt")
+        cli.check_text(prompt, "--prompt")
         if args.prompt_file is not None:
-            prompt = read_text(args.prompt_file)  # as it is: spaces and blank lines
-        dev = args.device or default_device()
+            prompt = cli.read_text(args.prompt_file)  # as it is: spaces and blank lines
+        dev = args.device or cli.default_device()
     except ValueError as e:
-        say(f"generate: {e}")
+        cli.say(f"generate: {e}")
         return 2
     knobs = dataclasses.asdict(s) | {"top_k": s.top_k or None}  # 0: every token
     try:
-        text = generate_text(args.checkpoint, prompt, **knobs, device=dev, log=say)
-    except USER_ERRORS as e:
-        say(f"generate: {e}")
+        text = generate_text(args.checkpoint, prompt, **knobs, device=dev, log=cli.say)
+    except cli.USER_ERRORS as e:
+        cli.say(f"generate: {e}")
         return 1
     print(text)
     return 0
 
 
 def register(commands) -> None:
-    """Add `train-lm` and `generate` to the subcommands of `python -m
-    transformer_lib`."""
+    """Add `train-lm` and `generate` to the commands of `python -m transformer_lib`."""
     from transformer_lib.lm_train import GenerateSettings, TrainSettings
     from transformer_lib.modern import ModernConfig
 
@@ -127,7 +109,7 @@ def register(commands) -> None:
         description=TRAIN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_existing_flags(p)
+    cli.add_existing_flags(p)
     settings = p.add_argument_group("training settings (TrainSettings)")
     settings.add_argument(
         "--model",
@@ -137,9 +119,9 @@ def register(commands) -> None:
         metavar="KEY=VALUE",
         help="override a ModernConfig field, e.g. --model dropout=0.1 (repeatable)",
     )
-    add_settings_flags(settings, TrainSettings, NOT_FLAGS)
+    cli.add_settings_flags(settings, TrainSettings, NOT_FLAGS)
     iv = p.add_argument_group("Part IV switches (notebook 13)")
-    add_settings_flags(iv, ModernConfig, only=PART_IV)
+    cli.add_settings_flags(iv, ModernConfig, only=PART_IV)
     iv.add_argument("--untied", action="store_true", help="an output matrix of its own")
     p.set_defaults(run=train_command, parser=p)
 
@@ -147,18 +129,14 @@ def register(commands) -> None:
         "generate", help="continue a prompt with a trained language model"
     )
     g.add_argument("--checkpoint", required=True, help="a train-lm checkpoint")
-    g.add_argument(
-        "--prompt", default="\n", help="the text to continue (default: a new line)"
-    )
-    g.add_argument(
-        "--prompt-file",
-        metavar="PATH",
-        help="read the prompt from a file (-: standard input)",
-    )
-    add_settings_flags(
+    prompt = "the text to continue (default: a new line)"
+    g.add_argument("--prompt", default="\n", help=prompt)
+    from_file = "read the prompt from a file (-: standard input)"
+    g.add_argument("--prompt-file", metavar="PATH", help=from_file)
+    cli.add_settings_flags(
         g.add_argument_group("sampling (GenerateSettings)"), GenerateSettings
     )
     g.add_argument(
-        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
+        "--device", type=cli.device, help="cpu, cuda, mps (default: the best available)"
     )
     g.set_defaults(run=generate_command, parser=g)

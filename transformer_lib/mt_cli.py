@@ -17,17 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer_lib.cli_args import (
-    USER_ERRORS,
-    add_run_flags,
-    add_settings_flags,
-    default_device,
-    device,
-    read_texts,
-    run_reported,
-    say,
-    settings_from_args,
-)
+from transformer_lib import cli_args as cli
+from transformer_lib.cli_args import USER_ERRORS
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
 # TrainConfig's fields that are no flag: they decide the data split and the model
@@ -43,13 +34,13 @@ def train_mt(args: argparse.Namespace) -> int:
     from transformer_lib.runtime import describe_machine
 
     base = TrainConfig.quick() if args.quick else TrainConfig()
-    cfg = settings_from_args(args.parser, args, base)
+    cfg = cli.settings_from_args(args.parser, args, base)
     try:
-        dev = torch.device(args.device or default_device())
+        dev = torch.device(args.device or cli.default_device())
     except ValueError as e:
         args.parser.error(str(e))
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
-    status, result = run_reported(
+    status, result = cli.run_reported(
         "train-mt",
         lambda: fit_translator(
             cfg,
@@ -79,14 +70,14 @@ def translate_cmd(args: argparse.Namespace) -> int:
     checkpoint."""
     from transformer_lib.decoding import DecodeSettings, translate
 
-    settings = settings_from_args(args.parser, args, DecodeSettings())
+    settings = cli.settings_from_args(args.parser, args, DecodeSettings())
     try:
-        sentences = read_texts(args.sentences, args.input)
+        sentences = cli.read_texts(args.sentences, args.input)
     except (OSError, ValueError) as e:
-        say(f"translate: {e}")
+        cli.say(f"translate: {e}")
         return 2
     if not sentences:
-        say("translate: nothing to translate: give English sentences or --input")
+        cli.say("translate: nothing to translate: give English sentences or --input")
         return 2
     from transformer_lib.mt_train import check_translator
     from transformer_lib.translator import load_translator
@@ -104,32 +95,32 @@ def translate_cmd(args: argparse.Namespace) -> int:
     for s in sentences:
         unseen = sorted({ch for ch in s if ch not in known}) if known else []
         if unseen:
-            say(
+            cli.say(
                 f"note: {''.join(unseen)[:20]!r} never appeared in the training "
                 f"English; expect a poor translation of {_short(s)!r}"
             )
         n = len(src_tok.encode(s))
         if n > limit:
-            say(
+            cli.say(
                 f"note: {_short(s)!r} has {n} tokens; only the first {limit} are "
                 f"translated (the model's context is {model.config.context_len})"
             )
     try:
         outputs = translate(model, src_tok, tgt_tok, sentences, **settings.options())
     except USER_ERRORS as e:
-        say(f"translate: {e}")
+        cli.say(f"translate: {e}")
         return 1
     if args.script == "traditional":
         from transformer_lib.data import to_traditional
 
-        say(
+        cli.say(
             "note: the model writes Simplified Chinese; this is its answer converted "
             "to Traditional characters by OpenCC (s2t), not a second model"
         )
         outputs = [to_traditional(zh) for zh in outputs]
     for s, zh in zip(sentences, outputs):
         if not zh:
-            say(f"note: the model produced an empty translation of {_short(s)!r}")
+            cli.say(f"note: the model produced an empty translation of {_short(s)!r}")
         print(zh if len(sentences) == 1 else f"{s}\t{zh}")
     return 0
 
@@ -140,8 +131,7 @@ def _short(text: str, n: int = 60) -> str:
 
 
 def register(commands) -> None:
-    """Add `train-mt` and `translate` to the subcommands of `python -m
-    transformer_lib`."""
+    """Add `train-mt` and `translate` to the commands of `python -m transformer_lib`."""
     from transformer_lib.decoding import DecodeSettings
     from transformer_lib.mt_train import TrainConfig
 
@@ -151,13 +141,13 @@ def register(commands) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_run_flags(t, DEFAULT_CHECKPOINT)
+    cli.add_run_flags(t, DEFAULT_CHECKPOINT)
     t.add_argument(
         "--quick",
         action="store_true",
         help="a tiny model, a few dozen steps (to check it runs)",
     )
-    add_settings_flags(
+    cli.add_settings_flags(
         t.add_argument_group("training settings (TrainConfig)"), TrainConfig, NOT_FLAGS
     )
     t.set_defaults(run=train_mt, parser=t)
@@ -176,7 +166,7 @@ def register(commands) -> None:
         default=DEFAULT_CHECKPOINT,
         help="a train-mt checkpoint (default: %(default)s)",
     )
-    add_settings_flags(
+    cli.add_settings_flags(
         tr.add_argument_group("decoding (DecodeSettings)"), DecodeSettings
     )
     tr.add_argument(
@@ -185,5 +175,5 @@ def register(commands) -> None:
         default="simplified",
         help="the model writes Simplified; traditional converts its output with OpenCC",
     )
-    tr.add_argument("--device", type=device, help="cpu, cuda, mps (default: cpu)")
+    tr.add_argument("--device", type=cli.device, help="cpu, cuda, mps (default: cpu)")
     tr.set_defaults(run=translate_cmd, parser=tr)
