@@ -206,11 +206,10 @@ def add_existing_flags(parser: argparse.ArgumentParser) -> None:
     settings' `existing`; neither: refuse)."""
     group = parser.add_mutually_exclusive_group()
     kw = {"dest": "existing", "action": "store_const"}
-    old, new = "continue the run saved at --out", "train a new run in place of it"
+    old = "continue the run saved at --out"
+    new = "train a new run in place of the one at --out (kept until saved)"
     group.add_argument("--resume", const="resume", help=old, **kw)
-    group.add_argument(
-        "--restart", const="restart", help=new + " (kept until saved)", **kw
-    )
+    group.add_argument("--restart", const="restart", help=new, **kw)
 
 
 def add_run_flags(parser: argparse.ArgumentParser, out_default: str) -> None:

@@ -325,8 +325,8 @@ class DecodeSettings:
     temperature: float = setting(0.8, "for method sample", AT_LEAST_0)
 
     def __post_init__(self) -> None:
-        check_settings(self)  # then sample_next's own check
-        sample_next(torch.zeros(1, 1), self.temperature)
+        check_settings(self)  # then sample_next's own check, on a generator of its own
+        sample_next(torch.zeros(1, 1), self.temperature, generator=torch.Generator())
         if self.method == "sample" and self.temperature == 0:
             raise ValueError("temperature 0 is greedy decoding: give method greedy")
 

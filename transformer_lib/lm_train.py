@@ -657,5 +657,8 @@ class GenerateSettings:
     use_cache: bool = setting(True, "keep the keys and values of the context")
 
     def __post_init__(self):
-        check_settings(self)  # then sample_next's own checks
-        sample_next(torch.zeros(1, 1), self.temperature, self.top_k or None, self.top_p)
+        check_settings(self)  # then sample_next's own checks, on a generator of its own
+        g = torch.Generator()  # so the global random state is left as it was
+        sample_next(
+            torch.zeros(1, 1), self.temperature, self.top_k or None, self.top_p, g
+        )
