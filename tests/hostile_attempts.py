@@ -3399,7 +3399,7 @@ def _r224(env: Env) -> Outcome:
             eval_interval=10,
             eval_windows=2,
             out=str(bad),
-            resume=True,
+            existing="resume",
             device="cpu",
             progress=False,
             verbose=False,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import re
 import sys
 from dataclasses import field
 
@@ -16,45 +15,84 @@ import torch
 from transformer_lib import cli_args as ca
 
 
-@pytest.mark.parametrize(
-    "fn, text, value",
-    [
-        (ca.non_negative_int, "0", 0),
-        (ca.probability, "1", 1.0),
-        (ca.probability, "1e-9", 1e-9),
-        (ca.temperature, "0", 0.0),
-        (ca.temperature, "0.8", 0.8),
-        (ca.seed, "0", 0),
-        (ca.seed, str(2**63 - 1), 2**63 - 1),
-    ],
-)
-def test_accepts_valid_values(fn, text, value):
-    assert fn(text) == value
+def _refused(argv: list[str], capsys) -> str:
+    """The one line `python -m transformer_lib ARGV` prints before it exits with 2."""
+    from transformer_lib.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    return err
 
 
 @pytest.mark.parametrize(
-    "fn, text, words",
+    "flags, words",
     [
-        (ca.non_negative_int, "-1", ">= 0"),
-        (ca.non_negative_int, "1.5", "whole number"),
-        (ca.non_negative_int, "abc", "whole number"),
-        (ca.probability, "0", "(0, 1]"),
-        (ca.probability, "1.5", "(0, 1]"),
-        (ca.probability, "nan", "finite"),
-        (ca.probability, "inf", "finite"),
-        (ca.temperature, "-1", "greedy"),
-        (ca.temperature, "nan", "finite"),
-        (ca.temperature, "inf", "finite"),
-        (ca.temperature, "1e-40", "overflow"),
-        (ca.seed, "-1", "2**63"),
-        (ca.seed, "100000000000000000000000", "2**63"),
-        (ca.seed, "1e3", "whole number"),
+        (
+            ["--max-new-tokens", "-1"],
+            "max_new_tokens must be an integer in [0, 100000]",
+        ),
+        (["--max-new-tokens", "1.5"], "whole number"),
+        (["--max-new-tokens", "abc"], "whole number"),
+        (["--top-p", "0"], "top_p must lie in (0, 1]"),
+        (["--top-p", "1.5"], "top_p must lie in (0, 1]"),
+        (["--top-p", "1e-300"], ">= 1.2e-38"),
+        (["--top-p", "nan"], "finite"),
+        (["--top-p", "inf"], "finite"),
+        (["--top-k", "-3"], "top_k must be an integer >= 0"),
+        (["--temperature", "-1"], "greedy"),
+        (["--temperature", "nan"], "finite"),
+        (["--temperature", "1e-40"], ">= 1e-4"),
+        (["--seed", "-1"], "2**63"),
+        (["--seed", "100000000000000000000000"], "2**63"),
+        (["--seed", "1e3"], "whole number"),
     ],
 )
-def test_refuses_with_a_message(fn, text, words):
-    with pytest.raises(argparse.ArgumentTypeError) as e:
-        fn(text)
-    assert words in str(e.value) and "\n" not in str(e.value)
+def test_generate_settings_refuse_with_a_message(flags, words, capsys):
+    assert words in _refused(["generate", "--checkpoint", "x.pt", *flags], capsys)
+
+
+def test_the_settings_accept_their_edges():
+    from transformer_lib.decoding import DecodeSettings
+    from transformer_lib.lm_train import GenerateSettings
+
+    GenerateSettings(max_new_tokens=0, temperature=0, top_k=0, top_p=1, seed=0)
+    GenerateSettings(max_new_tokens=100_000, temperature=1e-4, top_p=1e-9)
+    GenerateSettings(seed=2**63 - 1)
+    DecodeSettings(beam_size=1000, length_penalty=0)
+    DecodeSettings(method="greedy", temperature=0)
+
+
+def test_sampling_and_the_settings_keep_one_rule():
+    """A temperature so small that logits / t overflow is refused by sample_next, in a
+    notebook, as by the command line."""
+    from transformer_lib.lm_train import GenerateSettings
+    from transformer_lib.sampling import sample_next
+
+    for bad in (dict(temperature=1e-5), dict(top_p=1e-40), dict(top_k=0)):
+        with pytest.raises(ValueError) as direct:
+            sample_next(torch.zeros(1, 3), **{"temperature": 1.0, **bad})
+        if "top_k" not in bad:  # the settings' 0 is every token
+            with pytest.raises(ValueError) as settings:
+                GenerateSettings(**bad)
+            assert str(settings.value) == str(direct.value)
+
+
+def test_help_lists_the_choices(capsys, monkeypatch):
+    from transformer_lib.__main__ import build_parser
+
+    monkeypatch.setenv("COLUMNS", "200")
+    commands = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    lm, mt = commands["train-lm"].format_help(), commands["train-mt"].format_help()
+    for flag in ("--tokenizer {char,bpe}", "--optimizer {adamw,muon}"):
+        assert flag in lm
+    assert "--dtype {fp32,bf16,auto}" in lm and "--dtype {fp32,bf16,auto}" in mt
+    assert "--preset {tiny,cpu,gpu,nanogpt_cpu}" in lm
+    assert "--schedule {cosine,inverse_sqrt}" in mt
+    assert "--method {beam,greedy,sample}" in commands["translate"].format_help()
 
 
 def test_device_accepts_cpu_and_refuses_unknown_kinds():
@@ -75,7 +113,7 @@ def _parser() -> ca.Parser:
     p = ca.Parser(prog="prog")
     sub = p.add_subparsers(dest="command", required=True, parser_class=ca.Parser)
     g = sub.add_parser("generate")
-    g.add_argument("--top-p", type=ca.probability)
+    g.add_argument("--device", type=ca.device)
     return p
 
 
@@ -83,8 +121,8 @@ def _parser() -> ca.Parser:
     "argv, words",
     [
         (
-            ["generate", "--top-p", "1.5"],
-            "prog generate: error: argument --top-p: 1.5 is not a number in (0, 1]",
+            ["generate", "--device", "foo"],
+            "prog generate: error: argument --device: 'foo' is not a device",
         ),
         (["frobnicate"], "prog: error: argument command: invalid choice"),
         (["generate", "--nope"], "prog: error: unrecognized arguments: --nope"),
@@ -103,7 +141,7 @@ def test_parser_errors_are_one_line(argv, words, capsys):
 
 
 def test_parser_accepts_valid_input():
-    assert _parser().parse_args(["generate", "--top-p", "0.9"]).top_p == 0.9
+    assert _parser().parse_args(["generate", "--device", "cpu"]).device == "cpu"
 
 
 def test_read_texts_from_args_file_and_stdin(tmp_path, monkeypatch):
@@ -156,16 +194,17 @@ def test_key_value_overrides_refuses(item, words):
 
 
 @pytest.mark.parametrize(
-    "fn, text, words",
+    "flags, words",
     [
-        (ca.top_p, "1e-300", "rounds to 0"),
-        (ca.beam_size, "100000", "at most 1000"),
-        (ca.length_penalty, "1e308", "in [0, 10]"),
+        (["--beam-size", "100000"], "at most 1000"),
+        (["--beam-size", "0"], "beam_size must be an integer >= 1"),
+        (["--length-penalty", "1e308"], "in [0, 10]"),
+        (["--method", "sample", "--temperature", "0"], "give method greedy"),
+        (["--method", "nucleus"], "invalid choice: 'nucleus'"),
     ],
 )
-def test_values_that_would_break_decoding_are_refused(fn, text, words):
-    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
-        fn(text)
+def test_values_that_would_break_decoding_are_refused(flags, words, capsys):
+    assert words in _refused(["translate", *flags, "Hello."], capsys)
 
 
 @pytest.mark.parametrize("value", ["garbage", "meta", "cuda:7"])

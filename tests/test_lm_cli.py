@@ -259,7 +259,7 @@ def test_generate_refuses_tiny_top_p_bad_bytes_and_a_closed_stdin(
 ):
     with pytest.raises(SystemExit):
         main(["generate", "--checkpoint", checkpoint, "--top-p", "1e-300"])
-    assert "rounds to 0" in capsys.readouterr().err
+    assert "top_p must lie in (0, 1], >= 1.2e-38" in capsys.readouterr().err
     assert main(["generate", "--checkpoint", checkpoint, "--prompt", "caf\udce9"]) == 2
     assert "--prompt is not UTF-8 text" in capsys.readouterr().err
     monkeypatch.setattr(sys, "stdin", None)

@@ -219,7 +219,7 @@ def test_a_damaged_lm_resume_is_refused_before_training(
     bad = _edited(lm_checkpoint, tmp_path / "bad.pt", edit)
     before = bad.read_bytes()
     with pytest.raises(CheckpointError, match=message):
-        train(bad, resume=True, max_iters=12)
+        train(bad, existing="resume", max_iters=12)
     assert bad.read_bytes() == before
 
 
@@ -227,7 +227,7 @@ def test_a_resume_below_the_saved_step_is_refused(lm_checkpoint, tmp_path):
     copy = tmp_path / "copy.pt"
     copy.write_bytes(lm_checkpoint.read_bytes())
     with pytest.raises(ValueError, match="is at step 8, past the 4 steps"):
-        train(copy, resume=True, max_iters=4)
+        train(copy, existing="resume", max_iters=4)
     assert copy.read_bytes() == lm_checkpoint.read_bytes()
 
 

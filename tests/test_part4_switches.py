@@ -106,7 +106,8 @@ def test_muon_trains_resumes_and_splits_the_parameters(tmp_path):
     common.update(optimizer="muon", progress=False, verbose=False, device="cpu")
     first = train_lm(TrainSettings(**common, max_iters=6, out=str(out)))
     assert math.isfinite(first["val_loss"])
-    resumed = train_lm(TrainSettings(**common, max_iters=9, out=str(out), resume=True))
+    again = dict(max_iters=9, out=str(out), existing="resume")
+    resumed = train_lm(TrainSettings(**common, **again))
     assert resumed["step"] == 9
 
 

@@ -19,10 +19,13 @@ import errno
 import os
 import sys
 
+from transformer_lib.cli_args import Parser, say
+
+PROG = "python -m transformer_lib"
+
 
 def fetch_data(args: argparse.Namespace) -> int:
-    """Fetch and verify every pinned data file, printing where each one is, or why it is
-    missing."""
+    """Fetch and verify every pinned data file: where each one is, or why not."""
     from transformer_lib.data import ALL_FILES
     from transformer_lib.downloads import DataUnavailableError, fetch
 
@@ -31,15 +34,12 @@ def fetch_data(args: argparse.Namespace) -> int:
         try:
             path = fetch(spec)
         except (DataUnavailableError, OSError) as e:
-            print(f"missing {spec.relpath}: {e}", file=sys.stderr)
+            say(f"missing {spec.relpath}: {e}")
             failed += 1
         else:  # an output that cannot be written is not a missing file
             print(f"ok      {path}")
     if failed:
-        print(
-            f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched",
-            file=sys.stderr,
-        )
+        say(f"fetch-data: {failed} of {len(ALL_FILES)} files could not be fetched")
     return 1 if failed else 0
 
 
@@ -51,7 +51,7 @@ def pack_data(args: argparse.Namespace) -> int:
     try:
         written = pack(args.out_dir)
     except (DataUnavailableError, OSError) as e:
-        print(f"pack-data: {e}", file=sys.stderr)
+        say(f"pack-data: {e}")
         return 1
     print(*(f"wrote   {p}" for p in written), sep="\n")
     return 0
@@ -60,10 +60,9 @@ def pack_data(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command; each part of the course adds its own."""
     from transformer_lib import exercises, lm_cli, mt_cli
-    from transformer_lib.cli_args import Parser
 
     parser = Parser(
-        prog="python -m transformer_lib",
+        prog=PROG,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -73,11 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "fetch-data", help="fetch and verify every pinned data file"
     ).set_defaults(run=fetch_data)
-    pack = commands.add_parser(
-        "pack-data",
-        help="copy every data file, verified, with its manifest into a folder to "
-        "publish as a mirror",
+    mirror = (
+        "copy every data file, verified, with its manifest into a folder (a mirror)"
     )
+    pack = commands.add_parser("pack-data", help=mirror)
     pack.add_argument("out_dir", metavar="OUT_DIR", help="a new or empty folder")
     pack.set_defaults(run=pack_data)
     mt_cli.register(commands)  # Part II: train-mt, translate
@@ -100,7 +98,7 @@ def run_command(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full output device (/dev/full) fails here, not at exit
         return status
     except KeyboardInterrupt:
-        print("python -m transformer_lib: interrupted (Ctrl-C)", file=sys.stderr)
+        say(f"{PROG}: interrupted (Ctrl-C)")
         return 130
     except BrokenPipeError:
         # later writes (and Python's own flush at exit) go nowhere instead of failing
@@ -108,21 +106,14 @@ def run_command(argv: list[str] | None = None) -> int:
         return 141
     except UnicodeEncodeError as e:  # e.g. a Chinese answer on an ASCII stdout
         hint = "" if e.encoding == "utf-8" else "; set PYTHONIOENCODING=utf-8"
-        print(
-            f"python -m transformer_lib: cannot write text as {e.encoding} "
-            f"({e.reason}){hint}",
-            file=sys.stderr,
-        )
+        say(f"{PROG}: cannot write text as {e.encoding} ({e.reason}){hint}")
         return 1
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EIO):
             raise
         # a full or failing output device: say so once; later writes go nowhere
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(
-            f"python -m transformer_lib: cannot write the output: {e.strerror}",
-            file=sys.stderr,
-        )
+        say(f"{PROG}: cannot write the output: {e.strerror}")
         return 1
 
 

@@ -6,39 +6,22 @@
     python -m transformer_lib train-lm --positions rope --mlp swiglu --optimizer muon
     python -m transformer_lib generate --checkpoint runs/lm/char.pt --prompt "ROMEO:"
 
-The training is `transformer_lib.lm_train` (notebook 11); this file only turns flags
-into its `TrainSettings`. An existing checkpoint is never replaced by accident:
-`train-lm` refuses to start unless --resume or --restart says what to do with it.
+The training is `transformer_lib.lm_train` (appendix A2); this file only turns flags
+into its `TrainSettings` and `GenerateSettings`. An existing checkpoint is never
+replaced by accident: `train-lm` refuses to start unless --resume or --restart says
+what to do with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
-from transformer_lib.cli_args import (
-    USER_ERRORS,
-    add_run_flags,
-    add_settings_flags,
-    check_text,
-    default_device,
-    device,
-    key_value_overrides,
-    non_negative_int,
-    read_text,
-    run_reported,
-    seed,
-    settings_from_args,
-    temperature,
-    top_p,
-)
+from transformer_lib import cli_args as cli
 
-MAX_NEW_TOKENS = 100_000  # about 100,000 characters of Shakespeare: minutes on a CPU
-# TrainSettings' fields given by add_run_flags, --preset, --model (and Part IV's
-# switches), or by no flag (verbose: the CLI always prints)
-NOT_FLAGS = ("out", "resume", "restart", "device", "log_dir", "progress", "preset")
-NOT_FLAGS += ("model", "verbose")
+# TrainSettings' fields given by --resume/--restart, --model (and Part IV's switches),
+# or by no flag (verbose: the command line always prints)
+NOT_FLAGS = ("existing", "model", "verbose")
 PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # ModernConfig's, notebook 13
 
 TRAIN_HELP = """Train the GPT on Tiny Shakespeare: the first 90% of the characters
@@ -66,85 +49,59 @@ is then only an upper bound, a million steps unless given).
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """`train-lm`: build TrainSettings from the flags, train, report the final
-    figures."""
+    """`train-lm`: TrainSettings from the flags, then train_lm, one line if it fails."""
     from transformer_lib.lm_train import TrainSettings, train_lm
-    from transformer_lib.modern import ModernConfig as GPTConfig
+    from transformer_lib.modern import ModernConfig
 
-    kinds = {
-        f.name: type(getattr(GPTConfig(), f.name))
-        for f in dataclasses.fields(GPTConfig)
-        if f.name != "vocab_size"
-    }
+    model_fields = dataclasses.asdict(ModernConfig()).items()
+    kinds = {k: type(v) for k, v in model_fields if k != "vocab_size"}
     try:
-        model = key_value_overrides(args.model_items, kinds)
-        args.device = args.device or default_device()
+        model = cli.key_value_overrides(args.model_items, kinds)
+        base = {"device": args.device or cli.default_device()}
     except ValueError as e:
         args.parser.error(str(e))
     model |= {k: getattr(args, k) for k in PART_IV if getattr(args, k) is not None}
     if args.untied:
         model["tie_weights"] = False
     if args.max_iters is None and args.time_budget_s:
-        args.max_iters = 1_000_000
-    s = settings_from_args(args.parser, args, TrainSettings(model=model))
+        base["max_iters"] = 1_000_000  # the clock decides
+    s = cli.settings_from_args(args.parser, args, TrainSettings(model=model, **base))
     if not s.out:
-        print(
-            "note: no --out, so this run is not saved (give --out PATH to keep it)",
-            file=sys.stderr,
-        )
-    status, _ = run_reported(
+        cli.say("note: no --out, so this run is not saved (give --out PATH to keep it)")
+    status, _ = cli.run_reported(
         "train-lm", lambda: train_lm(s), "lower --batch-size or use a smaller --preset"
     )
     return status
 
 
 def generate_command(args: argparse.Namespace) -> int:
-    """`generate`: print a continuation of the prompt (from --prompt, or a file with
-    --prompt-file)."""
-    from transformer_lib.lm_train import generate_text
+    """`generate`: print a continuation of --prompt (or of the --prompt-file)."""
+    from transformer_lib.lm_train import GenerateSettings, generate_text
 
-    if args.max_new_tokens > MAX_NEW_TOKENS:
-        print(
-            f"generate: --max-new-tokens is at most {MAX_NEW_TOKENS:,} (got "
-            f"{args.max_new_tokens:,}); for a "
-            f"longer text, generate again from the end of this one",
-            file=sys.stderr,
-        )
-        return 2
+    s = cli.settings_from_args(args.parser, args, GenerateSettings())
     prompt = args.prompt
     try:
-        check_text(prompt, "--prompt")
+        cli.check_text(prompt, "--prompt")
         if args.prompt_file is not None:
-            prompt = read_text(args.prompt_file)  # as it is: spaces and blank lines
-        args.device = args.device or default_device()
+            prompt = cli.read_text(args.prompt_file)  # as it is: spaces and blank lines
+        dev = args.device or cli.default_device()
     except ValueError as e:
-        print(f"generate: {e}", file=sys.stderr)
+        cli.say(f"generate: {e}")
         return 2
+    knobs = dataclasses.asdict(s) | {"top_k": s.top_k or None}  # 0: every token
     try:
-        text = generate_text(
-            args.checkpoint,
-            prompt,
-            args.max_new_tokens,
-            args.temperature,
-            args.top_k or None,
-            args.top_p,
-            args.seed,
-            not args.no_cache,
-            args.device,
-            log=lambda m: print(m, file=sys.stderr),
-        )
-    except USER_ERRORS as e:
-        print(f"generate: {e}", file=sys.stderr)
+        text = generate_text(args.checkpoint, prompt, **knobs, device=dev, log=cli.say)
+    except cli.USER_ERRORS as e:
+        cli.say(f"generate: {e}")
         return 1
     print(text)
     return 0
 
 
 def register(commands) -> None:
-    """Add `train-lm` and `generate` to the subcommands of `python -m
-    transformer_lib`."""
-    from transformer_lib.lm_train import PRESETS, TrainSettings
-    from transformer_lib.modern import ModernConfig as GPTConfig
+    """Add `train-lm` and `generate` to the commands of `python -m transformer_lib`."""
+    from transformer_lib.lm_train import GenerateSettings, TrainSettings
+    from transformer_lib.modern import ModernConfig
 
     p = commands.add_parser(
         "train-lm",
@@ -152,24 +109,19 @@ def register(commands) -> None:
         description=TRAIN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_run_flags(p, None)
+    cli.add_existing_flags(p)
     settings = p.add_argument_group("training settings (TrainSettings)")
-    settings.add_argument(
-        "--preset",
-        choices=sorted(PRESETS),
-        help=f"model size (default: {TrainSettings.preset})",
-    )
     settings.add_argument(
         "--model",
         dest="model_items",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a GPTConfig field, e.g. --model dropout=0.1 (repeatable)",
+        help="override a ModernConfig field, e.g. --model dropout=0.1 (repeatable)",
     )
-    add_settings_flags(settings, TrainSettings, NOT_FLAGS)
+    cli.add_settings_flags(settings, TrainSettings, NOT_FLAGS)
     iv = p.add_argument_group("Part IV switches (notebook 13)")
-    add_settings_flags(iv, GPTConfig, only=PART_IV)
+    cli.add_settings_flags(iv, ModernConfig, only=PART_IV)
     iv.add_argument("--untied", action="store_true", help="an output matrix of its own")
     p.set_defaults(run=train_command, parser=p)
 
@@ -177,44 +129,14 @@ def register(commands) -> None:
         "generate", help="continue a prompt with a trained language model"
     )
     g.add_argument("--checkpoint", required=True, help="a train-lm checkpoint")
-    g.add_argument(
-        "--prompt", default="\n", help="the text to continue (default: a new line)"
+    prompt = "the text to continue (default: a new line)"
+    g.add_argument("--prompt", default="\n", help=prompt)
+    from_file = "read the prompt from a file (-: standard input)"
+    g.add_argument("--prompt-file", metavar="PATH", help=from_file)
+    cli.add_settings_flags(
+        g.add_argument_group("sampling (GenerateSettings)"), GenerateSettings
     )
     g.add_argument(
-        "--prompt-file",
-        metavar="PATH",
-        help="read the prompt from a file (-: standard input)",
+        "--device", type=cli.device, help="cpu, cuda, mps (default: the best available)"
     )
-    g.add_argument(
-        "--max-new-tokens",
-        type=non_negative_int,
-        default=500,
-        help="tokens to generate (default: %(default)s)",
-    )
-    g.add_argument(
-        "--temperature",
-        type=temperature,
-        default=0.8,
-        help="0 = greedy (default: %(default)s)",
-    )
-    g.add_argument(
-        "--top-k",
-        type=non_negative_int,
-        default=200,
-        help="sample among the k most likely tokens; 0 = all (default: %(default)s)",
-    )
-    g.add_argument(
-        "--top-p",
-        type=top_p,
-        help="sample among the most likely tokens holding this probability",
-    )
-    g.add_argument(
-        "--seed", type=seed, default=0, help="random seed (default: %(default)s)"
-    )
-    g.add_argument(
-        "--no-cache", action="store_true", help="recompute the whole context every step"
-    )
-    g.add_argument(
-        "--device", type=device, help="cpu, cuda, mps (default: the best available)"
-    )
-    g.set_defaults(run=generate_command)
+    g.set_defaults(run=generate_command, parser=g)

@@ -17,19 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer_lib.cli_args import (
-    USER_ERRORS,
-    add_run_flags,
-    add_settings_flags,
-    beam_size,
-    default_device,
-    device,
-    length_penalty,
-    read_texts,
-    run_reported,
-    settings_from_args,
-    temperature,
-)
+from transformer_lib import cli_args as cli
+from transformer_lib.cli_args import USER_ERRORS
 
 DEFAULT_CHECKPOINT = "runs/translator.pt"
 # TrainConfig's fields that are no flag: they decide the data split and the model
@@ -45,19 +34,18 @@ def train_mt(args: argparse.Namespace) -> int:
     from transformer_lib.runtime import describe_machine
 
     base = TrainConfig.quick() if args.quick else TrainConfig()
-    cfg = settings_from_args(args.parser, args, base)
+    cfg = cli.settings_from_args(args.parser, args, base)
     try:
-        dev = torch.device(args.device or default_device())
+        dev = torch.device(args.device or cli.default_device())
     except ValueError as e:
         args.parser.error(str(e))
-    existing = "resume" if args.resume else "restart" if args.restart else "refuse"
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
-    status, result = run_reported(
+    status, result = cli.run_reported(
         "train-mt",
         lambda: fit_translator(
             cfg,
             args.out,
-            existing,
+            args.existing or "refuse",
             progress=args.progress,
             device=dev,
             log=lambda m: print(m, flush=True),
@@ -80,19 +68,17 @@ def train_mt(args: argparse.Namespace) -> int:
 def translate_cmd(args: argparse.Namespace) -> int:
     """Translate English sentences (arguments, a file, or standard input) with a trained
     checkpoint."""
+    from transformer_lib.decoding import DecodeSettings, translate
+
+    settings = cli.settings_from_args(args.parser, args, DecodeSettings())
     try:
-        sentences = read_texts(args.sentences, args.input)
+        sentences = cli.read_texts(args.sentences, args.input)
     except (OSError, ValueError) as e:
-        print(f"translate: {e}", file=sys.stderr)
+        cli.say(f"translate: {e}")
         return 2
     if not sentences:
-        print(
-            "translate: nothing to translate: give English sentences as "
-            "arguments or with --input",
-            file=sys.stderr,
-        )
+        cli.say("translate: nothing to translate: give English sentences or --input")
         return 2
-    from transformer_lib.decoding import translate
     from transformer_lib.mt_train import load_checked_translator
 
     try:  # one line for a damaged or edited file
@@ -107,54 +93,32 @@ def translate_cmd(args: argparse.Namespace) -> int:
     for s in sentences:
         unseen = sorted({ch for ch in s if ch not in known}) if known else []
         if unseen:
-            print(
-                f"note: {''.join(unseen)[:20]!r} never appeared in the "
-                "training English; expect a poor "
-                f"translation of {_short(s)!r}",
-                file=sys.stderr,
+            cli.say(
+                f"note: {''.join(unseen)[:20]!r} never appeared in the training "
+                f"English; expect a poor translation of {_short(s)!r}"
             )
         n = len(src_tok.encode(s))
         if n > limit:
-            print(
-                f"note: {_short(s)!r} has {n} tokens; only the first {limit} "
-                "are translated "
-                f"(the model's context is {model.config.context_len})",
-                file=sys.stderr,
+            cli.say(
+                f"note: {_short(s)!r} has {n} tokens; only the first {limit} are "
+                f"translated (the model's context is {model.config.context_len})"
             )
-    if args.method == "sample" and args.temperature == 0:
-        print(
-            "translate: --temperature 0 is greedy decoding: use --method greedy",
-            file=sys.stderr,
-        )
-        return 2
-    kwargs = {
-        "beam": {"beam_size": args.beam_size, "length_penalty": args.length_penalty},
-        "greedy": {},
-        "sample": {"temperature": args.temperature},
-    }
     try:
-        outputs = translate(
-            model, src_tok, tgt_tok, sentences, args.method, **kwargs[args.method]
-        )
+        outputs = translate(model, src_tok, tgt_tok, sentences, **settings.options())
     except USER_ERRORS as e:
-        print(f"translate: {e}", file=sys.stderr)
+        cli.say(f"translate: {e}")
         return 1
     if args.script == "traditional":
         from transformer_lib.data import to_traditional
 
-        print(
-            "note: the model writes Simplified Chinese; this is its answer "
-            "converted to Traditional "
-            "characters by OpenCC (s2t), not a second model",
-            file=sys.stderr,
+        cli.say(
+            "note: the model writes Simplified Chinese; this is its answer converted "
+            "to Traditional characters by OpenCC (s2t), not a second model"
         )
         outputs = [to_traditional(zh) for zh in outputs]
     for s, zh in zip(sentences, outputs):
         if not zh:
-            print(
-                f"note: the model produced an empty translation of {_short(s)!r}",
-                file=sys.stderr,
-            )
+            cli.say(f"note: the model produced an empty translation of {_short(s)!r}")
         print(zh if len(sentences) == 1 else f"{s}\t{zh}")
     return 0
 
@@ -165,8 +129,8 @@ def _short(text: str, n: int = 60) -> str:
 
 
 def register(commands) -> None:
-    """Add `train-mt` and `translate` to the subcommands of `python -m
-    transformer_lib`."""
+    """Add `train-mt` and `translate` to the commands of `python -m transformer_lib`."""
+    from transformer_lib.decoding import DecodeSettings
     from transformer_lib.mt_train import TrainConfig
 
     t = commands.add_parser(
@@ -175,13 +139,13 @@ def register(commands) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_run_flags(t, DEFAULT_CHECKPOINT)
+    cli.add_run_flags(t, DEFAULT_CHECKPOINT)
     t.add_argument(
         "--quick",
         action="store_true",
         help="a tiny model, a few dozen steps (to check it runs)",
     )
-    add_settings_flags(
+    cli.add_settings_flags(
         t.add_argument_group("training settings (TrainConfig)"), TrainConfig, NOT_FLAGS
     )
     t.set_defaults(run=train_mt, parser=t)
@@ -200,20 +164,8 @@ def register(commands) -> None:
         default=DEFAULT_CHECKPOINT,
         help="a train-mt checkpoint (default: %(default)s)",
     )
-    tr.add_argument(
-        "--method",
-        choices=["beam", "greedy", "sample"],
-        default="beam",
-        help="decoding (default: %(default)s)",
-    )
-    tr.add_argument(
-        "--beam-size", type=beam_size, default=4, help="beams (default: %(default)s)"
-    )
-    tr.add_argument(
-        "--length-penalty",
-        type=length_penalty,
-        default=0.6,
-        help="beam search's alpha (default: %(default)s)",
+    cli.add_settings_flags(
+        tr.add_argument_group("decoding (DecodeSettings)"), DecodeSettings
     )
     tr.add_argument(
         "--script",
@@ -221,11 +173,5 @@ def register(commands) -> None:
         default="simplified",
         help="the model writes Simplified; traditional converts its output with OpenCC",
     )
-    tr.add_argument(
-        "--temperature",
-        type=temperature,
-        default=0.8,
-        help="for --method sample (default: %(default)s)",
-    )
-    tr.add_argument("--device", type=device, help="cpu, cuda, mps (default: cpu)")
-    tr.set_defaults(run=translate_cmd)
+    tr.add_argument("--device", type=cli.device, help="cpu, cuda, mps (default: cpu)")
+    tr.set_defaults(run=translate_cmd, parser=tr)

@@ -36,14 +36,15 @@ def sample_next(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """The next token (B, 1): argmax at temperature 0, else a draw (top-k / top-p)."""
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(
-            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
+    if not (math.isfinite(temperature) and (temperature == 0 or temperature >= 1e-4)):
+        raise ValueError(  # below 1e-4, logits / temperature can overflow float32
+            f"temperature must be a finite number >= 0 (0 = greedy, else >= 1e-4), "
+            f"got {temperature}"
         )
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 (or None: no top-k filter), got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must lie in (0, 1] (or None), got {top_p}")
+    if top_p is not None and not 1.2e-38 <= top_p <= 1:  # float32 rounds less to 0
+        raise ValueError(f"top_p must lie in (0, 1], >= 1.2e-38 (or None), got {top_p}")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     top_p = top_p if top_p is not None and top_p < 1 else None  # p = 1 keeps all
