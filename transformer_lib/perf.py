@@ -52,37 +52,72 @@ def matmul_flops(
     return 2 * n**3 / best
 
 # %% ../notebooks/12_making_it_fast.ipynb #aca17ded
-_MEMORY_PROBE = """
-import sys, torch, torch.nn.functional as F
-from transformer_lib.attention import scaled_dot_product_attention
-def kib(field):  # a line of /proc/self/status, in KiB
-    lines = open("/proc/self/status").read().splitlines()
-    return next(int(line.split()[1]) for line in lines if line.startswith(field))
-impl, B, H, T, D = sys.argv[1], *map(int, sys.argv[2:])
-def run(q, k, v, mask):
-    out = scaled_dot_product_attention(q, k, v, mask)[0] if impl == "explicit" else \\
-        F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    out.sum().backward()
-tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
-run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
-q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-mask = torch.ones(T, T, dtype=torch.bool).tril()
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset the peak resident memory (VmHWM) to the current one
-before = kib("VmRSS:")
-run(q, k, v, mask)
-print((kib("VmHWM:") - before) / 1024)
-"""
+def _peak_kib() -> float | None:
+    """The process's peak resident memory (KiB): /proc's VmHWM on Linux, getrusage on
+    macOS and the BSDs; None where neither exists (Windows)."""
+    import os
+    import sys
+
+    if os.path.exists("/proc/self/status"):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform == "darwin" else peak  # macOS counts bytes
+
+
+def _reset_peak_kib() -> float | None:
+    """Linux: reset the peak to the current resident memory and return it. Elsewhere
+    the peak cannot be reset: the peak so far (a warm-up keeps it low), or None."""
+    import os
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        return _peak_kib()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak resident memory (VmHWM) to the current one
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+# %% ../notebooks/12_making_it_fast.ipynb #aca17dee
+def _attention_memory(impl: str, B: int, H: int, T: int, D: int) -> float:
+    """What `attention_peak_memory_mb` runs in a fresh process: the extra peak memory
+    (MiB) of one attention forward and backward; NaN where it cannot be read."""
+    import torch.nn.functional as F
+
+    from transformer_lib.attention import scaled_dot_product_attention
+
+    def run(q, k, v, mask):
+        if impl == "explicit":
+            out = scaled_dot_product_attention(q, k, v, mask)[0]
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+
+    tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
+    run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    before = _reset_peak_kib()
+    if before is None:
+        return float("nan")
+    run(q, k, v, mask)
+    return (_peak_kib() - before) / 1024
 
 # %% ../notebooks/12_making_it_fast.ipynb #5d283812
 def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float:
     """Extra peak memory (MiB) of one causal attention ("explicit" or "sdpa") forward
-    and backward on the CPU, in a fresh process (Linux), so that nothing else counts.
+    and backward on the CPU, in a fresh process, so that nothing else counts: exact on
+    Linux, an estimate on macOS, NaN (not measured) on Windows.
     (On a GPU, torch.cuda.max_memory_allocated measures it in-process.)"""
     import subprocess
     import sys
 
-    args = [sys.executable, "-c", _MEMORY_PROBE, impl, *map(str, (B, H, T, D))]
+    probe = "import sys; from transformer_lib.perf import _attention_memory as m; "
+    probe += "print(m(sys.argv[1], *map(int, sys.argv[2:])))"
+    args = [sys.executable, "-c", probe, impl, *map(str, (B, H, T, D))]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
