@@ -82,7 +82,7 @@ NEEDS = {
 # levers (RoPE, SwiGLU), bf16 autocast and torch.compile, on fewer steps
 LM_GPU = "--preset gpu --batch-size 64 --max-iters 3500 --lr 1e-3 --min-lr 1e-4 "
 LM_GPU += "--warmup-steps 100 --eval-interval 250 --model dropout=0.2 "
-LM_GPU += "--positions rope --mlp swiglu --dtype bf16 --compile"
+LM_GPU += "--positions rope --mlp swiglu --dtype auto --compile"
 LM_QUICK = "--preset tiny --batch-size 8 --max-iters 20 --eval-interval 10 "
 LM_QUICK += "--eval-windows 4"
 NANOGPT_CONFIG = "config/train_shakespeare_char.py"
