@@ -88,6 +88,7 @@ def test_memory_probe_without_proc_reads_getrusage(monkeypatch, platform):
 def test_memory_probe_says_nan_where_nothing_can_be_read(monkeypatch):
     """Windows: neither /proc nor the resource module: NaN, not an exception."""
     _no_proc(monkeypatch)
-    monkeypatch.setitem(sys.modules, "resource", None)  # import resource fails
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setitem(sys.modules, "resource", None)  # and importing it fails
     assert perf._peak_kib() is None
     assert math.isnan(perf._attention_memory("sdpa", 1, 1, 16, 8))

@@ -5,13 +5,17 @@ __all__ = ['sync', 'time_it', 'matmul_flops', 'attention_peak_memory_mb', 'model
            'training_throughput']
 
 # %% ../notebooks/12_making_it_fast.ipynb #6e3a8b86
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 
+from .attention import scaled_dot_product_attention
 from .gpt import GPT, GPTConfig
 from .training import make_adamw
 
@@ -52,72 +56,49 @@ def matmul_flops(
     return 2 * n**3 / best
 
 # %% ../notebooks/12_making_it_fast.ipynb #aca17ded
-def _peak_kib() -> float | None:
-    """The process's peak resident memory (KiB): /proc's VmHWM on Linux, getrusage on
-    macOS and the BSDs; None where neither exists (Windows)."""
-    import os
-    import sys
-
-    if os.path.exists("/proc/self/status"):
+def _peak_kib(reset: bool = False) -> float | None:
+    """Peak resident KiB (reset: Linux resets it to current first); Windows: None."""
+    if os.path.exists("/proc/self/clear_refs"):
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset the peak resident memory (VmHWM) to the current
         with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    try:
-        import resource
-    except ImportError:  # Windows
+            key = "VmRSS:" if reset else "VmHWM:"
+            return next(int(line.split()[1]) for line in f if line.startswith(key))
+    if sys.platform == "win32":
         return None
+    import resource
+
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform == "darwin" else peak  # macOS counts bytes
 
-
-def _reset_peak_kib() -> float | None:
-    """Linux: reset the peak to the current resident memory and return it. Elsewhere
-    the peak cannot be reset: the peak so far (a warm-up keeps it low), or None."""
-    import os
-
-    if not os.path.exists("/proc/self/clear_refs"):
-        return _peak_kib()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak resident memory (VmHWM) to the current one
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
 # %% ../notebooks/12_making_it_fast.ipynb #aca17dee
 def _attention_memory(impl: str, B: int, H: int, T: int, D: int) -> float:
-    """What `attention_peak_memory_mb` runs in a fresh process: the extra peak memory
-    (MiB) of one attention forward and backward; NaN where it cannot be read."""
-    import torch.nn.functional as F
-
-    from transformer_lib.attention import scaled_dot_product_attention
+    """`attention_peak_memory_mb` in the fresh process; NaN where nothing is read."""
 
     def run(q, k, v, mask):
         if impl == "explicit":
             out = scaled_dot_product_attention(q, k, v, mask)[0]
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         out.sum().backward()
 
     tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
     run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
     mask = torch.ones(T, T, dtype=torch.bool).tril()
-    before = _reset_peak_kib()
-    if before is None:
-        return float("nan")
+    before = _peak_kib(reset=True)
     run(q, k, v, mask)
-    return (_peak_kib() - before) / 1024
+    return float("nan") if before is None else (_peak_kib() - before) / 1024
 
 # %% ../notebooks/12_making_it_fast.ipynb #5d283812
 def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float:
     """Extra peak memory (MiB) of one causal attention ("explicit" or "sdpa") forward
-    and backward on the CPU, in a fresh process, so that nothing else counts: exact on
-    Linux, an estimate on macOS, NaN (not measured) on Windows.
-    (On a GPU, torch.cuda.max_memory_allocated measures it in-process.)"""
-    import subprocess
-    import sys
-
-    probe = "import sys; from transformer_lib.perf import _attention_memory as m; "
-    probe += "print(m(sys.argv[1], *map(int, sys.argv[2:])))"
-    args = [sys.executable, "-c", probe, impl, *map(str, (B, H, T, D))]
+    and backward on the CPU, in a fresh process so that nothing else counts: exact on
+    Linux, estimated on macOS, NaN on Windows (GPU: torch.cuda.max_memory_allocated)."""
+    probe = "from transformer_lib.perf import _attention_memory as m; "
+    probe += f"print(m{impl, B, H, T, D})"
+    args = [sys.executable, "-c", probe]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
