@@ -13,7 +13,7 @@ BOOK_STAMP := $(VENV)/.installed-book
 NB ?= notebooks/*.ipynb
 
 .PHONY: install book test execute export check-export check-zh colab-check clean format lint \
-	format-notebooks diagrams tidy-notebooks
+	format-notebooks diagrams tidy-notebooks gpu-check
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is needed; set PYTHON=python3.1x")'
@@ -65,6 +65,12 @@ check-export: $(STAMP)
 # Every notebook run as Colab runs it: alone, in a fresh Python with only torch, installing the rest itself.
 colab-check: $(STAMP)
 	$(BIN)/python tools/colab_check.py
+
+# On a CUDA machine: device tests, quick notebooks, the LM beside nanoGPT, the translator,
+# notebook 12's ratios -> benchmarks/results/gpu_check.json (benchmarks/GPU.md). Stages:
+# make gpu-check GPU_CHECK="--stage lm,mt,speed"; on a CPU: GPU_CHECK="--device cpu --quick"
+gpu-check: $(STAMP)
+	$(BIN)/python tools/gpu_check.py $(GPU_CHECK)
 
 # Code that fits its column: ruff, configured in pyproject.toml (line length 88).
 format: $(STAMP)

@@ -57,13 +57,20 @@ def main() -> None:
         default=3,
         help="runs of each measurement; the best is shown",
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="small texts, one run: checks the script"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     print(
         f"start {time.strftime('%H:%M:%S')} | load average "
         f"{os.getloadavg()[0]:.2f} | {describe_machine()}"
     )
     shakespeare = load_tiny_shakespeare()
     chinese = "\n".join(zh for _, zh in load_tatoeba_pairs())
+    if args.quick:
+        shakespeare, chinese = shakespeare[:20_000], chinese[:5_000]
 
     mixed = shakespeare[:500_000] + chinese[:170_000]  # about a megabyte of UTF-8
     char_tok = CharTokenizer(mixed, specials=SPECIAL_TOKENS)
@@ -75,12 +82,13 @@ def main() -> None:
     )
 
     train_text = shakespeare[: int(0.9 * len(shakespeare))]
+    vocab = 300 if args.quick else 2000
     _, t = best_of(
         args.repeats,
-        lambda: BPETokenizer(specials=SPECIAL_TOKENS).train(train_text, 2000),
+        lambda: BPETokenizer(specials=SPECIAL_TOKENS).train(train_text, vocab),
     )
     print(
-        f"BPETokenizer.train to 2,000 tokens on {len(train_text):,} "
+        f"BPETokenizer.train to {vocab:,} tokens on {len(train_text):,} "
         f"characters: {t:.2f} s"
     )
 

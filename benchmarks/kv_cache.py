@@ -49,7 +49,14 @@ def main() -> None:
         default="50,100,200,500",
         help="numbers of new tokens, comma-separated",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny model, 10 tokens: checks the script",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.lengths = "10"
     print(
         f"start {time.strftime('%H:%M:%S')} | load average "
         f"{os.getloadavg()[0]:.2f} | {describe_machine()}"
@@ -61,7 +68,8 @@ def main() -> None:
         except USER_ERRORS as e:
             sys.exit(f"kv_cache: {e}")
     else:
-        model = GPT(GPTConfig.cpu(context_len=1024))
+        sizes = GPTConfig.tiny if args.quick else GPTConfig.cpu
+        model = GPT(sizes(context_len=128 if args.quick else 1024))
         tokenizer = CharTokenizer(load_tiny_shakespeare())
     model.eval()
     prompt = torch.tensor([tokenizer.encode("ROMEO:")])  # (1, 6)

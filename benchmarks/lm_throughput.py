@@ -40,7 +40,14 @@ def main() -> None:
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the torch.compile variants"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="preset tiny, batch 2, one step, no compile: checks the script",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.preset, args.batch_size, args.steps, args.no_compile = "tiny", 2, 1, True
     device = get_device()
     print(
         f"start {time.strftime('%H:%M:%S')} | load average "
@@ -48,8 +55,9 @@ def main() -> None:
     )
     config: GPTConfig = PRESETS[args.preset]()
     bf16 = bf16_supported(device)
-    peak32 = matmul_flops(device, torch.float32)
-    peak16 = matmul_flops(device, torch.bfloat16) if bf16 else float("nan")
+    n = 128 if args.quick else 1024
+    peak32 = matmul_flops(device, torch.float32, n=n)
+    peak16 = matmul_flops(device, torch.bfloat16, n=n) if bf16 else float("nan")
     print(
         f"measured matmul peak: fp32 {peak32 / 1e9:,.0f} GFLOP/s | bf16 "
         f"{peak16 / 1e9:,.0f} GFLOP/s "

@@ -44,8 +44,17 @@ def build(row: str) -> tuple[GPT, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
-    ap.add_argument("--json", default="benchmarks/results/muon_precision.json")
+    ap.add_argument("--json", help="default: benchmarks/results/muon_precision.json")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="one step a round, writes nothing unless --json: checks the script",
+    )
     a = ap.parse_args()
+    if a.quick:
+        a.steps = 1
+    elif a.json is None:
+        a.json = "benchmarks/results/muon_precision.json"
     data = load_lm_data("char")
     cpu = torch.device("cpu")
     kind = "native bf16" if bf16_supported(cpu) else "emulated bf16"
@@ -63,6 +72,8 @@ def main() -> None:
     print("| optimizer | ms per step | vs AdamW |\n| --- | ---: | ---: |")
     for row, t in ms.items():
         print(f"| {row} | {t:.1f} | {t / ms['AdamW']:.2f}x |")
+    if a.json is None:
+        return
     path = Path(a.json)
     results = json.loads(path.read_text()) if path.exists() else {}
     results[kind] = {

@@ -130,9 +130,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
     ap.add_argument("--no-combination", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="3 s runs, 2 seeds")
-    ap.add_argument("--json", default="benchmarks/results/part4_ablation.json")
+    ap.add_argument(
+        "--quick", action="store_true", help="3 s runs, 2 seeds; writes only --json"
+    )
+    ap.add_argument("--json", help="default: benchmarks/results/part4_ablation.json")
     a = ap.parse_args()
+    if a.json is None and not a.quick:
+        a.json = "benchmarks/results/part4_ablation.json"
     if a.quick:
         a.budget, a.seeds = 3.0, 2
     if "baseline" not in a.rows:
@@ -163,6 +167,8 @@ def main() -> None:
     minutes = (time.perf_counter() - started) / 60
     print(f"\n{machine}; {a.budget:.0f} s per run, {a.seeds} seeds; {minutes:.0f} min")
     print(table(results, a.budget))
+    if a.json is None:
+        return
     with open(a.json, "w") as f:
         json.dump(
             {

@@ -52,14 +52,27 @@ def build(fused: bool, compiled: bool, bf16: bool, vocab: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20, help="steps per timed round")
-    ap.add_argument("--json", default="benchmarks/results/part4_speed_levers.json")
+    ap.add_argument(
+        "--json", help="default: benchmarks/results/part4_speed_levers.json"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="one step a round, no compile, writes nothing unless --json",
+    )
     a = ap.parse_args()
+    if a.quick:
+        a.steps = 1
+    elif a.json is None:
+        a.json = "benchmarks/results/part4_speed_levers.json"
     data = load_lm_data("char")
     machine = describe_machine(torch.device("cpu"))
     native_bf16 = bf16_supported(torch.device("cpu"))
     print(machine, "| native bf16:", native_bf16, flush=True)
     # bf16 rows only where the CPU has it
     rows = {k: v for k, v in LEVERS.items() if native_bf16 or not v[2]}
+    if a.quick:  # compiling takes minutes on a CPU
+        rows = {k: v for k, v in rows.items() if not v[1]}
     g = torch.Generator().manual_seed(0)
     steps = {}
     for name, (*lever, batch) in rows.items():
@@ -76,6 +89,8 @@ def main() -> None:
     )
     for name, t in best.items():
         print(f"| {name} | {1000 * t:.1f} | {base / t:.2f}x |")
+    if a.json is None:
+        return
     with open(a.json, "w") as f:
         json.dump(
             {

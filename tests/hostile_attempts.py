@@ -3543,7 +3543,12 @@ def _r226(env: Env) -> Outcome:
     return worst(outcomes)
 
 
-@row(227, 8, "T --input /dev/zero, G --prompt-file /dev/zero: capped, one line")
+@row(
+    227,
+    8,
+    "T --input /dev/zero, G --prompt-file /dev/zero: capped, one line",
+    lambda: None if os.path.exists("/dev/zero") else "needs /dev/zero (POSIX)",
+)
 def _r227(env: Env) -> Outcome:
     return worst(
         [

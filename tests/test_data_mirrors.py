@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from posix_only import needs_dev_zero, needs_fifo
 
 from transformer_lib import data, downloads
 from transformer_lib.__main__ import main
@@ -219,7 +220,14 @@ def _offline(*args, **kwargs):
     raise downloads.urllib.error.URLError("no network in this test")
 
 
-@pytest.mark.parametrize("kind", ["huge", "dev-zero", "fifo"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "huge",
+        pytest.param("dev-zero", marks=needs_dev_zero),
+        pytest.param("fifo", marks=needs_fifo),
+    ],
+)
 def test_mirror_file_that_cannot_be_it_is_refused_unread(
     folders, tmp_path, monkeypatch, kind
 ):
@@ -243,6 +251,7 @@ def test_mirror_file_that_cannot_be_it_is_refused_unread(
     assert not (folders / SPEC.relpath).exists()
 
 
+@needs_fifo
 def test_fifo_in_place_of_a_data_file_is_refused(folders, capsys, monkeypatch):
     (folders / "cmn-eng").mkdir(parents=True)
     os.mkfifo(folders / SPEC.relpath)

@@ -87,32 +87,35 @@ def tidy_cell(cell: dict) -> None:
         cell["source"] = kept
 
 
-def tidy(path: Path) -> bool:
-    """Tidy one notebook in place; True if it changed."""
-    raw = path.read_text(encoding="utf-8")
+def tidied(raw: str) -> str:
+    """The text of a notebook (its JSON), tidied."""
     nb = json.loads(raw)
     for cell in nb["cells"]:
         tidy_cell(cell)
-    new = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def tidy(path: Path, write: bool = True) -> bool:
+    """Whether tidying would change the notebook at `path`; tidies it in place if
+    `write` (--check reads only: nothing is written, not even back)."""
+    raw = path.read_text(encoding="utf-8")
+    new = tidied(raw)
     if new == raw:
         return False
-    path.write_text(new, encoding="utf-8")
+    if write:
+        path.write_text(new, encoding="utf-8")
     return True
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report, change nothing")
-    args = parser.parse_args()
-    changed = []
-    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
-        if args.check:
-            before = path.read_text(encoding="utf-8")
-            if tidy(path):
-                changed.append(path.name)
-                path.write_text(before, encoding="utf-8")
-        elif tidy(path):
-            changed.append(path.name)
+    args = parser.parse_args(argv)
+    changed = [
+        path.name
+        for path in sorted(NOTEBOOKS.glob("*.ipynb"))
+        if tidy(path, write=not args.check)
+    ]
     print(
         ("would change: " if args.check else "tidied: ")
         + (", ".join(changed) or "none")

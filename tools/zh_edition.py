@@ -89,8 +89,42 @@ def source(cell: dict) -> str:
     return "".join(cell["source"])
 
 
+def shown(path: Path) -> str:
+    """`path` as a message names it: from the repository root when inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def read_text(path: Path) -> str:
+    """The text of `path`; one that is not UTF-8 (a file cut inside a character, say)
+    is refused in one line that names it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{shown(path)}: not UTF-8 at byte {e.start:,} ({e.reason}; a file cut "
+            "inside a character?)"
+        ) from None
+
+
+def read_yaml(path: Path):
+    """A YAML file; a malformed one is refused in one line that names it."""
+    try:
+        return yaml.safe_load(read_text(path))
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise ValueError(f"{shown(path)}: not valid YAML{at}") from None
+
+
 def read_notebook(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A notebook; one that is not a notebook's JSON is refused naming the file."""
+    try:
+        nb = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{shown(path)}: not a notebook (bad JSON: {e})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError(f"{shown(path)}: not a notebook (no list of cells)")
+    return nb
 
 
 def write_text(path: Path, text: str) -> None:
@@ -124,7 +158,7 @@ def units(nb: dict) -> list[tuple[str, str, dict]]:
 
 def read_translations(path: Path) -> dict[str, tuple[str, str]]:
     """{key: (hash of the English text, Chinese text)} from a translation file."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     marks = list(ENTRY.finditer(text))
     entries = {}
     for mark, nxt in zip(marks, marks[1:] + [None]):
@@ -314,7 +348,7 @@ def search_terms() -> str:
     """The glossary's Chinese terms, one per line: jieba (the search index's word
     splitter) keeps each as one word, so searching for 束搜索 finds beam search."""
     terms = []
-    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+    for line in read_text(GLOSSARY).splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("|") and cells[0] != "中文" and CJK.search(cells[0]):
             terms += re.split(r"[、，,]\s*", cells[0])
@@ -339,7 +373,7 @@ def incomplete(english: dict[str, dict]) -> list[str]:
             continue
         keys = [
             m[2] if m[1] == "cell" else f"figure:{m[2]}"
-            for m in ENTRY.finditer(path.read_text(encoding="utf-8"))
+            for m in ENTRY.finditer(read_text(path))
         ]
         out += [
             f"zh/translations/{name}.md: {key} has two entries"
@@ -410,7 +444,7 @@ def run(update: bool, check: bool) -> list[str]:
         problems += fix_page(ZH / "book" / f"{page}.md", anchors, check)
     if not check:
         write_text(SEARCH_TERMS, search_terms())
-    elif not SEARCH_TERMS.exists() or SEARCH_TERMS.read_text("utf-8") != search_terms():
+    elif not SEARCH_TERMS.exists() or read_text(SEARCH_TERMS) != search_terms():
         problems.append("zh/search_terms.txt is out of date (run tools/zh_edition.py)")
     return problems
 
@@ -422,7 +456,7 @@ def fix_page(path: Path, anchors: dict, check: bool) -> list[str]:
     reported)."""
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     fixed = localise_images(join_lines(relink(text, anchors)), PAGE_IMAGE)
     problems = dangling_links(f"zh/{path.relative_to(ZH)}", fixed, anchors)
     if fixed == text:
@@ -453,10 +487,10 @@ def dangling_links(where: str, text: str, anchors: dict) -> list[str]:
 def page_problems(page: str) -> list[str]:
     """A book page's translation is stale when the English page changed after it."""
     path = ZH / "book" / f"{page}.md"
-    english = (ROOT / "book" / f"{page}.md").read_text(encoding="utf-8")
+    english = read_text(ROOT / "book" / f"{page}.md")
     if not path.exists():
         return [f"zh/book/{page}.md is missing (translate book/{page}.md)"]
-    mark = SOURCE.match(path.read_text(encoding="utf-8"))
+    mark = SOURCE.match(read_text(path))
     if not mark or mark[1] != f"book/{page}.md":
         return [
             f"zh/book/{page}.md must start with <!-- source book/{page}.md en HASH -->"
@@ -471,7 +505,7 @@ def page_problems(page: str) -> list[str]:
 
 def load_terms() -> list[dict]:
     """zh/terms.yml: one Chinese term per concept, with the variants it forbids."""
-    return yaml.safe_load(TERMS.read_text(encoding="utf-8"))["terms"]
+    return read_yaml(TERMS)["terms"]
 
 
 def variant_pattern(variant: str) -> re.Pattern:
@@ -500,11 +534,11 @@ def chinese_texts() -> list[tuple[str, str, str]]:
     for path in sorted((ZH / "book").glob("*.md")):
         if path == GLOSSARY:
             continue
-        lines = FENCE.sub(lambda m: "\n" * m[0].count("\n"), path.read_text("utf-8"))
+        lines = FENCE.sub(lambda m: "\n" * m[0].count("\n"), read_text(path))
         for number, line in enumerate(lines.splitlines(), 1):
             out.append((f"zh/book/{path.name}", f"line {number}", line))
     if DIAGRAM_LABELS.exists():
-        labels = yaml.safe_load(DIAGRAM_LABELS.read_text(encoding="utf-8"))
+        labels = read_yaml(DIAGRAM_LABELS)
         for english, chinese in labels.items():
             out.append(("zh/diagram_labels.yml", f"label {english[:40]!r}", chinese))
     return out
@@ -556,10 +590,16 @@ def main() -> None:
         )
     except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON, disk full
         sys.exit(f"zh_edition: {e}")
-    for line in problems:
-        print(line, file=sys.stderr if args.check else sys.stdout)
+    for line in problems:  # warnings: on standard error, as every refusal
+        print(line, file=sys.stderr)
     if args.check and problems:
         sys.exit(f"{len(problems)} problem(s) in the Chinese edition")
+    if problems:  # written anyway (a stale entry keeps its old text): --check fails
+        print(
+            f"zh_edition: written with {len(problems)} problem(s) above; "
+            "tools/zh_edition.py --check fails until they are fixed",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import sys
 
 from transformer_lib.cli_args import Parser, say
@@ -117,8 +118,36 @@ def run_command(argv: list[str] | None = None) -> int:
         return 1
 
 
+def open_closed_streams() -> None:
+    """A command started with standard output or error closed (`>&-`) says so in one
+    line (if it can) and writes to the null device: without this, a print fails with a
+    traceback, and a file opened later (a checkpoint) would get descriptor 1."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor
+            if null != fd:  # standard input was closed too
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))
+            if name == "stdout":
+                print(
+                    "python -m transformer_lib: standard output is closed; what the "
+                    "command prints is lost",
+                    file=sys.stderr,
+                )
+
+
+def exit_at_once_on_ctrl_c(status: int) -> None:
+    """After the command: a Ctrl-C during Python's and torch's exit hooks (a second one
+    after a training stopped and saved, say) ends the process at once with the
+    command's status, instead of a traceback from inside a hook."""
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(status))
+
+
 if __name__ == "__main__":
+    open_closed_streams()
     # A log redirected to a file keeps every line up to a kill.
-    if sys.stdout is not None:
-        sys.stdout.reconfigure(line_buffering=True)
-    sys.exit(run_command())
+    sys.stdout.reconfigure(line_buffering=True)
+    status = run_command()
+    exit_at_once_on_ctrl_c(status)
+    sys.exit(status)

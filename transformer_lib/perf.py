@@ -5,13 +5,17 @@ __all__ = ['sync', 'time_it', 'matmul_flops', 'attention_peak_memory_mb', 'model
            'training_throughput']
 
 # %% ../notebooks/12_making_it_fast.ipynb #6e3a8b86
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 
+from .attention import scaled_dot_product_attention
 from .gpt import GPT, GPTConfig
 from .training import make_adamw
 
@@ -54,37 +58,49 @@ def matmul_flops(
     return 2 * n**3 / best
 
 # %% ../notebooks/12_making_it_fast.ipynb #aca17ded
-_MEMORY_PROBE = """
-import sys, torch, torch.nn.functional as F
-from transformer_lib.attention import scaled_dot_product_attention
-def kib(field):  # a line of /proc/self/status, in KiB
-    lines = open("/proc/self/status").read().splitlines()
-    return next(int(line.split()[1]) for line in lines if line.startswith(field))
-impl, B, H, T, D = sys.argv[1], *map(int, sys.argv[2:])
-def run(q, k, v, mask):
-    out = scaled_dot_product_attention(q, k, v, mask)[0] if impl == "explicit" else \\
-        F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    out.sum().backward()
-tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
-run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
-q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
-mask = torch.ones(T, T, dtype=torch.bool).tril()
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset the peak resident memory (VmHWM) to the current one
-before = kib("VmRSS:")
-run(q, k, v, mask)
-print((kib("VmHWM:") - before) / 1024)
-"""
+def _peak_kib(reset: bool = False) -> float | None:
+    """Peak resident KiB (reset: Linux resets it to current first); Windows: None."""
+    if os.path.exists("/proc/self/clear_refs"):
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset the peak resident memory (VmHWM) to the current
+        with open("/proc/self/status") as f:
+            key = "VmRSS:" if reset else "VmHWM:"
+            return next(int(line.split()[1]) for line in f if line.startswith(key))
+    if sys.platform == "win32":
+        return None
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform == "darwin" else peak  # macOS counts bytes
+
+# %% ../notebooks/12_making_it_fast.ipynb #aca17dee
+def _attention_memory(impl: str, B: int, H: int, T: int, D: int) -> float:
+    """`attention_peak_memory_mb` in the fresh process; NaN where nothing is read."""
+
+    def run(q, k, v, mask):
+        if impl == "explicit":
+            out = scaled_dot_product_attention(q, k, v, mask)[0]
+        else:
+            out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+
+    tiny = [torch.randn(1, 1, 8, D, requires_grad=True) for _ in range(3)]
+    run(*tiny, torch.ones(8, 8, dtype=torch.bool).tril())  # warm-up: libraries loaded
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    before = _peak_kib(reset=True)
+    run(q, k, v, mask)
+    return float("nan") if before is None else (_peak_kib() - before) / 1024
 
 # %% ../notebooks/12_making_it_fast.ipynb #5d283812
 def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float:
     """Extra peak memory (MiB) of one causal attention ("explicit" or "sdpa") forward
-    and backward on the CPU, in a fresh process (Linux), so that nothing else counts.
-    (On a GPU, torch.cuda.max_memory_allocated measures it in-process.)"""
-    import subprocess
-    import sys
-
-    args = [sys.executable, "-c", _MEMORY_PROBE, impl, *map(str, (B, H, T, D))]
+    and backward on the CPU, in a fresh process so that nothing else counts: exact on
+    Linux, estimated on macOS, NaN on Windows (GPU: torch.cuda.max_memory_allocated)."""
+    probe = "from transformer_lib.perf import _attention_memory as m; "
+    probe += f"print(m{impl, B, H, T, D})"
+    args = [sys.executable, "-c", probe]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
