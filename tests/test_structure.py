@@ -179,10 +179,10 @@ def test_each_notebook_is_framed_learn_content_summary_exercises(path):
 
 # The core track (00-13) is read in sittings: the code a reader sees stays short. A line
 # is any line of a code cell the book shows (folded ones and blank lines count), the
-# measure issue 22 set its targets in (5,000 then). Issue 38 moved the steps the appendix
-# trainers shared into the chapters (11's train_step, 12's cosine_on_clock and check_bf16)
-# so that the appendices extend them instead of restating them: 5,100 keeps that room
-# without dropping type hints to fit.
+# measure issue 22 set its targets in (5,000 lines then). Issue 38 moved the steps the
+# appendix trainers shared into the chapters (11's train_step, 12's cosine_on_clock,
+# check_bf16 and a portable memory probe), so that the appendices extend them instead
+# of restating them: 5,100 keeps that room without dropping type hints to fit.
 CORE_LINES_EACH, CORE_LINES_ALL, CELL_LINES = 600, 5100, 30
 # A code cell of more than 30 lines is split, a sentence between its parts, unless it
 # holds only classes (a class reads as one thing) or it is the notebook's loop: the ONE
