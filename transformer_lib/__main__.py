@@ -130,11 +130,7 @@ def open_closed_streams() -> None:
                 os.close(null)
             setattr(sys, name, open(fd, "w", closefd=False))
             if name == "stdout":
-                print(
-                    "python -m transformer_lib: standard output is closed; what the "
-                    "command prints is lost",
-                    file=sys.stderr,
-                )
+                say(f"{PROG}: standard output is closed; what it prints is lost")
 
 
 def exit_at_once_on_ctrl_c(status: int) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from transformer_lib.data import DataUnavailableError
+from transformer_lib.downloads import DataUnavailableError
 from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
 __all__ = [
@@ -167,10 +167,10 @@ def add_settings_flags(
             check[2] if len(check) > 2 else getattr(cls, "CHOICES", {}).get(f.name)
         )
         kw: dict = {"dest": f.name, "default": None}
-        if kind is bool:
-            flag = flag if not default else "--no-" + flag[2:]
+        if kind is bool:  # a switch: --compile turns a field on, --no-progress off
+            if default:
+                flag, text = "--no-" + flag[2:], "do not " + text
             kw.update(action="store_const", const=not default)
-            text += f" (default: {'on' if default else 'off'})"
         else:
             if typing.get_origin(kind) is tuple:
                 n, kind = len(typing.get_args(kind)), typing.get_args(kind)[0]

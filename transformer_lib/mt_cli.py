@@ -86,7 +86,7 @@ def translate_cmd(args: argparse.Namespace) -> int:
             args.checkpoint, device=args.device or "cpu"
         )
     except USER_ERRORS as e:
-        print(f"translate: {e}", file=sys.stderr)
+        cli.say(f"translate: {e}")
         return 1
     known = set(payload.get("src_chars", ""))
     limit = model.config.context_len - 1  # one place is kept for <eos>

@@ -11,7 +11,7 @@ __all__ = ['CHECKPOINT_FORMAT', 'TrainConfig', 'lr_at', 'prepare_data', 'train_s
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
