@@ -15,7 +15,6 @@ with it.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from transformer_lib import cli_args as cli
 from transformer_lib.cli_args import USER_ERRORS
