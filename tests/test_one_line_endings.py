@@ -49,9 +49,7 @@ def test_closed_standard_output_is_one_line(tmp_path):
     )
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[0].endswith(
-        "standard output is closed; what it prints is lost"
-    )
+    assert lines[0].endswith("standard output is closed; what it prints is lost")
     assert lines[1:] == [f"translate: no checkpoint at {missing}"]
     assert done.returncode == 1
 
