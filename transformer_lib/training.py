@@ -34,7 +34,7 @@ def check_settings(settings) -> None:
         if not ok(value):
             raise ValueError(f"{f.name} must be {must}, got {value!r}")
 
-
+# %% ../notebooks/09_training_a_translator.ipynb #tr09-checks
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
