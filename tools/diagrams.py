@@ -65,7 +65,8 @@ def course_map():
         "Map of the course",
         "Left, the encoder-decoder translator of Part II; right, the "
         "decoder-only GPT of "
-        "Part III. Each part is labelled with the notebook that builds it: "
+        "Part III; between them, Part V, which adapts the GPT. Each part is "
+        "labelled with the notebook that builds it: "
         "tokens (01), "
         "embeddings (02), positional encoding (03), attention (04, 05), masks "
         "(06), encoder "
@@ -74,7 +75,8 @@ def course_map():
         "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), "
         "KV cache, fused "
         "attention and DDP (12), and today's variants: RoPE, grouped-query attention, "
-        "QK-norm, SwiGLU and the Muon optimizer (13).",
+        "QK-norm, SwiGLU and the Muon optimizer (13); then the GPT adapted: "
+        "a translator with a prompt and a loss mask (14), LoRA (15) and DPO (16).",
     )
     s.text(
         270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
@@ -186,6 +188,17 @@ def course_map():
         sub="bf16 · compile · DDP · 12",
     )
     s.arrow(gx + 100, 172, gx + 100, 128)
+    # Part V: the GPT adapted, between the two models
+    s.frame(517, 70, 160, 192, "Part V · adapting it")
+    for i, (label, sub) in enumerate(
+        [
+            ("a translator", "14: prompt, loss mask"),
+            ("LoRA", "15: low-rank update"),
+            ("DPO", "16: preference pairs"),
+        ]
+    ):
+        s.box(525, 96 + 54 * i, 144, 44, label, "out", size=13, sub=sub)
+    s.line([(gx, 276), (597, 276), (597, 262)])
     s.text(
         480,
         660,

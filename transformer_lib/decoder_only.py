@@ -38,7 +38,7 @@ class PairVocab:
 
     @property
     def vocab_size(self) -> int:
-        """V: English and Chinese tokens together."""
+        """n_vocab: English and Chinese tokens together."""
         return self.src_tok.vocab_size + self.tgt_tok.vocab_size
 
     @property
