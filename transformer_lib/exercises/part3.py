@@ -155,7 +155,8 @@ _KEY_VIEWS = {
 
 class _KeyReads(TorchFunctionMode):
     """Record the first operation, not a view, that touches a tensor holding all
-    `n_keys` keys (a dimension of that size): a softmax over every key at once."""
+    `n_keys` keys (a dimension of that size, beside another): a softmax over every key
+    at once. A loop over torch.arange(0, T_k, 1) reads no key."""
 
     def __init__(self, n_keys: int):
         super().__init__()
@@ -167,7 +168,7 @@ class _KeyReads(TorchFunctionMode):
         if self.first is None and name not in _KEY_VIEWS:
             tensors = tree_flatten((args, kwargs, out))[0]
             for t in tensors:
-                if isinstance(t, Tensor) and self.n_keys in t.shape:
+                if isinstance(t, Tensor) and t.dim() > 1 and self.n_keys in t.shape:
                     self.first = (name.strip("_"), tuple(t.shape))
                     break
         return out
