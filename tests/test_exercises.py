@@ -140,6 +140,25 @@ def test_bpe_merges():
     )
     fails(ex.check_bpe_merges, lambda ids, n: right(ids, n - 1), "stopped after 2")
 
+    def no_stop(ids, n):  # the review's learner: n merges, pairs or not
+        from collections import Counter
+
+        from transformer_lib.tokenization import merge
+
+        merges = []
+        for i in range(n):
+            counts = Counter(zip(ids, ids[1:]))
+            pair = min(counts, key=lambda p: (-counts[p], p), default=(ids[0],) * 2)
+            ids = merge(ids, pair, 256 + i)
+            merges.append(pair)
+        return merges
+
+    fails(
+        ex.check_bpe_merges,
+        no_stop,
+        r"returned \d+ merges, expected \d+: stop when the sequence has no pair left",
+    )
+
 
 def test_token_embedding():
     Right = solution("02").MyTokenEmbedding
@@ -209,6 +228,17 @@ def test_rope():
         )
 
     fails(ex.check_rope, halves, "rotates the first half against the second half")
+
+    def clockwise(x):  # 03's M_pos read the other way: (x cos + y sin, -x sin + y cos)
+        T, C = x.shape[-2:]
+        ang = torch.arange(T, dtype=x.dtype)[:, None] * 10000 ** (
+            -torch.arange(0, C, 2, dtype=x.dtype) / C
+        )
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = ang.cos(), ang.sin()
+        return torch.stack([x1 * c + x2 * s, -x1 * s + x2 * c], -1).flatten(-2)
+
+    fails(ex.check_rope, clockwise, r"rotates the other way, clockwise")
     fails(ex.check_rope, lambda x: ex.rope_reference(x, base=100.0), "entries differ")
 
 
@@ -586,9 +616,63 @@ def test_kv_cache():
 
     fails(ex.check_kv_cache, NoLength, "cache.length is 0 after 4 tokens")
 
+    class CatHeads(Right):  # joins along dim 1, the heads
+        def update(self, k, v):
+            if self.keys is None:
+                self.keys, self.values = k, v
+            else:
+                self.keys = torch.cat([self.keys, k], dim=1)
+                self.values = torch.cat([self.values, v], dim=1)
+            self.length += k.size(2)
+            return self.keys, self.values
+
+    fails(
+        ex.check_kv_cache,
+        CatHeads,
+        r"except in dimension 1.* when 1 new tokens met 4 stored: join along dim 2",
+    )
+
+
+def online(q, k, v, block, sum_rescaled=True, out_rescaled=True, upside=False):
+    """The online softmax as a learner writes it, with a usual slip."""
+    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+    ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+    for s in range(0, k.size(-2), block):
+        scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(8)
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        factor = (m_new - m if upside else m - m_new).exp()
+        p = (scores - m_new).exp()
+        ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
+        out = (out * factor if out_rescaled else out) + p @ v[..., s : s + block, :]
+        m = m_new
+    return out / ell
+
 
 def test_tiled_attention():
+    from transformer_lib.tiled_attention import tiled_attention
+
     right = solution("12").my_tiled_attention
+    assert ex.outcome(ex.check_tiled_attention, right)[0] == "pass"
+    assert ex.outcome(ex.check_tiled_attention, online)[0] == "pass"
+
+    def by_tensor_starts(q, k, v, block):  # a loop over torch.arange is no full read
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        ell, out = torch.zeros_like(m), torch.zeros_like(q[..., : v.size(-1)])
+        for s in torch.arange(0, k.size(-2), block).tolist():
+            kb, vb = (
+                k.narrow(-2, s, min(block, k.size(-2) - s)),
+                v[..., s : s + block, :],
+            )
+            scores = torch.einsum("bhqd,bhkd->bhqk", q, kb) / math.sqrt(q.size(-1))
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p, c = (scores - m_new).exp(), (m - m_new).exp()
+            ell, out, m = c * ell + p.sum(-1, keepdim=True), c * out + p @ vb, m_new
+        return out / ell
+
+    assert ex.outcome(ex.check_tiled_attention, by_tensor_starts)[0] == "pass"
+    # the notebook's own version, which also tiles the queries
+    tiled = lambda q, k, v, b: tiled_attention(q, k, v, b, causal=False)  # noqa: E731
+    assert ex.outcome(ex.check_tiled_attention, tiled)[0] == "pass"
 
     def per_block_softmax(q, k, v, block):  # normalises each block on its own
         outs = [
@@ -599,20 +683,56 @@ def test_tiled_attention():
         ]
         return torch.stack(outs).mean(0)
 
-    fails(ex.check_tiled_attention, per_block_softmax, "block=1: .* entries differ")
+    fails(ex.check_tiled_attention, per_block_softmax, "block=1: each block was norm")
+    # the review's learner: the maximum follows the blocks, the sums are not rescaled
+    no_rescale = lambda *a: online(*a, sum_rescaled=False, out_rescaled=False)  # noqa: E731
+    fails(
+        ex.check_tiled_attention,
+        no_rescale,
+        r"block=1: the running sum ell and the output were never rescaled: .* "
+        r"multiply it by exp\(m_old - m_new\)",
+    )
+    fails(
+        ex.check_tiled_attention,
+        lambda *a: online(*a, out_rescaled=False),
+        "the output was never rescaled",
+    )
+    fails(
+        ex.check_tiled_attention,
+        lambda *a: online(*a, sum_rescaled=False),
+        "the running sum ell was never rescaled",
+    )
+    fails(
+        ex.check_tiled_attention,
+        lambda *a: online(*a, upside=True),
+        r"is a factor exp\(m_new - m_old\)\? It is infinite on the first block",
+    )
 
-    def no_rescale(q, k, v, block):  # forgets to rescale the running sums
-        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
-        ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+    def no_max(q, k, v, block):  # exact in theory, exp overflows on large scores
+        ell, out = 0, 0
         for s in range(0, k.size(-2), block):
-            scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(8)
-            m = torch.maximum(m, scores.amax(-1, keepdim=True))
-            p = (scores - m).exp()
+            p = (q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(8)).exp()
             ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
         return out / ell
 
-    fails(ex.check_tiled_attention, no_rescale, "block=1: .* entries differ")
-    assert ex.outcome(ex.check_tiled_attention, right)[0] == "pass"
+    fails(ex.check_tiled_attention, no_max, "overflows; subtract the running maximum")
+    # the review's blind spot: a plain softmax that ignores `block` has the right values
+    fails(
+        ex.check_tiled_attention,
+        lambda q, k, v, block: (q @ k.transpose(-2, -1) / math.sqrt(8)).softmax(-1) @ v,
+        r"block=1: matmul read all 13 keys at once .* read the keys 1 at a time",
+    )
+    fails(
+        ex.check_tiled_attention,
+        lambda q, k, v, block: F.scaled_dot_product_attention(q, k, v),
+        "block=1: scaled_dot_product_attention read all 13 keys at once",
+    )
+
+    def whole_scores(q, k, v, block):  # scores at once, then a softmax in tiles
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(8)
+        return scores.softmax(-1) @ v
+
+    fails(ex.check_tiled_attention, whole_scores, "einsum read all 13 keys at once")
 
 
 def grouped(q, k, v, tile_heads=False, causal=True):
@@ -666,6 +786,60 @@ def test_swiglu():
         ex.check_swiglu,
         with_forward(lambda m, x: m.proj(F.silu(m.gate(x)))),
         r"up\(x\) is missing",
+    )
+
+
+def test_mask_targets():
+    right = solution("14").mask_targets
+    fails(
+        ex.check_mask_targets,
+        lambda ids, n: [-100] * n + ids[n + 1 :],
+        "is masked, but it is part of the translation",
+    )
+    fails(
+        ex.check_mask_targets,
+        lambda ids, n: [-100] * (n - 2) + ids[n - 1 :],
+        "is kept, but it lies inside the prompt",
+    )
+    fails(ex.check_mask_targets, lambda ids, n: right(ids, n)[:-1], r"targets are ids")
+
+
+def test_lora_forward():
+    def lora(scale=None):
+        def forward(x, W, b, A, B, alpha):
+            s = alpha / A.size(0) if scale is None else scale(alpha)
+            return x @ W.T + b + s * (x @ A.T @ B.T)
+
+        return forward
+
+    assert ex.outcome(ex.check_lora_forward, lora())[0] == "pass"
+    fails(ex.check_lora_forward, lora(scale=lambda a: a), "scale by alpha / r, not")
+    fails(ex.check_lora_forward, lora(scale=lambda a: 1.0), "missing its scale")
+
+
+def test_dpo_loss():
+    def dpo(sign=1, beta=True, naive=False):
+        def loss(pc, pr, rc, rr, b):
+            z = sign * (b if beta else 1.0) * ((pc - rc) - (pr - rr))
+            return (-torch.log(torch.sigmoid(z)) if naive else -F.logsigmoid(z)).mean()
+
+        return loss
+
+    assert ex.outcome(ex.check_dpo_loss, dpo())[0] == "pass"
+    fails(ex.check_dpo_loss, dpo(sign=-1), "the sign is flipped")
+    fails(ex.check_dpo_loss, dpo(beta=False), "multiply the margin by beta")
+    # the review's blind spot: exact at +2000, infinite at -2000
+    fails(
+        ex.check_dpo_loss,
+        dpo(naive=True),
+        r"at a margin of -2000 is inf, expected 2000: .* -F.logsigmoid\(z\) is stable",
+    )
+    fails(
+        ex.check_dpo_loss,
+        lambda pc, pr, rc, rr, b: torch.log1p(
+            torch.exp(-b * (pc - rc - pr + rr))
+        ).mean(),
+        "at a margin of -2000 is inf",
     )
 
 

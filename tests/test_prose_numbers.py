@@ -297,7 +297,11 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1,000": "a position named in the text",
     },
     "05": {"0.10": "= 1 / 10"},
-    "07": {"18,914,304": "the exercise's answer, left to the reader"},
+    "07": {
+        "18,914,304": "the exercise's answer, left to the reader",
+        "0.29": "exercise 1's answer: 24 post-norm layers, not run here",
+        "1.64": "exercise 1's answer: 24 pre-norm layers, not run here",
+    },
     "08": {
         "3.4": "a section of the paper",
         "4,000": "in 09",

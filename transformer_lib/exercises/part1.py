@@ -225,6 +225,12 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
                 "my_apply_rope rotates the first half against the second half (a "
                 "real convention, not this one): rotate neighbours x[2i], x[2i+1]"
             )
+        flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
+        if is_close(got, flip * rope_reference(flip * x), atol=1e-9):
+            raise ExerciseError(
+                "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn "
+                "each pair counter-clockwise, (x cos - y sin, x sin + y cos)"
+            )
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
     scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position

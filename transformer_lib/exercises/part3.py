@@ -5,11 +5,14 @@ hand."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from transformer_lib.exercises.framework import (
     ExerciseError,
@@ -105,7 +108,15 @@ def check_kv_cache(cls: type) -> str:
         ks.append(k)
         vs.append(v)
         total += t
-        got = cache.update(k, v)
+        try:
+            got = cache.update(k, v)
+        except RuntimeError as e:
+            if "must match except in dimension" not in str(e):
+                raise
+            raise ExerciseError(
+                f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
+                f"{total - t} stored: join along dim 2, the tokens of (B, H, T, D)"
+            ) from e
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("update should return a pair (keys, values)")
         keys, values = got
@@ -131,19 +142,125 @@ def check_kv_cache(cls: type) -> str:
 
 # 12 · attention in tiles with an online softmax ---------------------------------------
 
+# what may touch all the keys at once: views, shapes, conversions (they read no score)
+_KEY_VIEWS = {
+    "__get__", "__getitem__", "__len__", "__repr__", "__str__", "__format__", "size",
+    "dim", "numel", "stride", "is_contiguous", "is_floating_point", "transpose", "t",
+    "permute", "swapaxes", "swapdims", "movedim", "view", "reshape", "flatten",
+    "unflatten", "unsqueeze", "squeeze", "expand", "narrow", "select", "split",
+    "chunk", "tensor_split", "unbind", "contiguous", "to", "double", "float", "type",
+    "detach", "clone", "new_zeros", "new_full", "new_empty", "new_ones",
+}  # fmt: skip
+
+
+class _KeyReads(TorchFunctionMode):
+    """Record the first operation, not a view, that touches a tensor holding all
+    `n_keys` keys (a dimension of that size, beside another): a softmax over every key
+    at once. A loop over torch.arange(0, T_k, 1) reads no key."""
+
+    def __init__(self, n_keys: int):
+        super().__init__()
+        self.n_keys, self.first = n_keys, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", str(func))
+        if self.first is None and name not in _KEY_VIEWS:
+            tensors = tree_flatten((args, kwargs, out))[0]
+            for t in tensors:
+                if isinstance(t, Tensor) and t.dim() > 1 and self.n_keys in t.shape:
+                    self.first = (name.strip("_"), tuple(t.shape))
+                    break
+        return out
+
+
+def _online_softmax(q, k, v, block, sum_rescaled=True, out_rescaled=True):
+    """The online softmax with a usual slip: the running sum or the output not
+    rescaled when the maximum grows."""
+    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+    ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+    for s in range(0, k.size(-2), block):
+        scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        factor = (m - m_new).exp()
+        p = (scores - m_new).exp()
+        ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
+        out = (out * factor if out_rescaled else out) + p @ v[..., s : s + block, :]
+        m = m_new
+    return out / ell
+
+
+def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
+    """Raise ExerciseError naming the mistake of a wrong online softmax, if a usual
+    one."""
+    rescale = "when a block raises the maximum, multiply it by exp(m_old - m_new)"
+    slips = [
+        (dict(sum_rescaled=False, out_rescaled=False), "the running sum ell and the "
+         f"output were never rescaled: {rescale}, both of them"),
+        (dict(sum_rescaled=False), f"the running sum ell was never rescaled: {rescale}"
+         ", as the output is"),
+        (dict(out_rescaled=False), f"the output was never rescaled: {rescale}, as ell"
+         " is"),
+    ]  # fmt: skip
+    for slip, hint in slips:
+        if is_close(got, _online_softmax(q, k, v, block, **slip), atol=1e-9):
+            raise ExerciseError(f"block={block}: {hint}")
+    per_block = torch.stack(
+        [
+            F.scaled_dot_product_attention(
+                q, k[..., s : s + block, :], v[..., s : s + block, :]
+            )
+            for s in range(0, k.size(-2), block)
+        ]
+    )
+    if is_close(got, per_block.mean(0), atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: each block was normalised on its own and the blocks "
+            "averaged: carry one running maximum and one sum across all the blocks"
+        )
+    if not torch.isfinite(got).all():
+        top = float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.size(-1))
+        raise ExerciseError(
+            f"block={block}: the output is not finite, with scores up to {top:.0f}: "
+            + (
+                "exp of a raw score overflows; subtract the running maximum first"
+                if top > 700
+                else "is a factor exp(m_new - m_old)? It is infinite on the first "
+                "block, where m_old = -inf; the old sums shrink, by exp(m_old - m_new)"
+            )
+        )
+
 
 @checker("tiled attention")
 def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> str:
     """fn(q, k, v, block) -> softmax(q k^T / sqrt(D)) v computed over key blocks of
-    `block`, never all T_k at once."""
+    `block`, never all T_k at once: no operation but a view may touch all 13 keys."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)
     )
-    want = F.scaled_dot_product_attention(q, k, v)
-    for block in (1, 4, 13, 32):
-        compare(f"block={block}", fn(q, k, v, block), want, atol=1e-9)
-    return "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys"
+    n_keys = k.size(-2)
+    for scale, blocks in ((1.0, (1, 4, 13, 32)), (300.0, (4,))):  # then large scores
+        want = F.scaled_dot_product_attention(q * scale, k, v)
+        for block in blocks:
+            reads = _KeyReads(n_keys)
+            with reads:
+                got = fn(q * scale, k, v, block)
+            if isinstance(got, Tensor) and got.shape == want.shape:
+                if not is_close(got, want, atol=1e-9):
+                    _tiled_hint(q * scale, k, v, block, got.detach().double())
+            compare(f"block={block}", got, want, atol=1e-9)
+            if block < n_keys and reads.first is not None:
+                name, shape = reads.first
+                raise ExerciseError(
+                    f"block={block}: {name} read all {n_keys} keys at once (a tensor "
+                    f"of shape {shape}): the values are right, but every score exists "
+                    f"at once, as in a plain softmax; read the keys {block} at a time"
+                )
+    return (
+        "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys and "
+        "scores above 1000, reading at most one block of keys at a time"
+    )
 
 
 # 13 · grouped-query attention, and SwiGLU ---------------------------------------------

@@ -88,12 +88,19 @@ def check_dpo_loss(fn: Callable[..., Tensor]) -> str:
         if torch.allclose(got, -F.logsigmoid(margin).mean()):
             raise ExerciseError("dpo_loss: multiply the margin by beta")
     compare("dpo_loss", got, -F.logsigmoid(0.5 * margin).mean(), atol=1e-9)
-    one = (torch.tensor([v], dtype=torch.float64) for v in (0.0, -2000.0, 0.0, 0.0))
-    big = fn(*one, 1.0)
-    compare(
-        "dpo_loss at a margin of 2000",
-        big,
-        torch.tensor(0.0, dtype=torch.float64),
-        atol=1e-9,
-    )
-    return "equals the paper's formula, also at a margin of 2000"
+    for margin, want in ((2000.0, 0.0), (-2000.0, 2000.0)):
+        one = (torch.tensor([v], dtype=torch.float64) for v in (margin, 0.0, 0.0, 0.0))
+        big = fn(*one, 1.0)
+        if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
+            raise ExerciseError(
+                f"dpo_loss at a margin of {margin:g} is {big.item()}, expected "
+                f"{want:g}: sigmoid({margin:g}) rounds to 0 and its log to -inf; "
+                "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
+            )
+        compare(
+            f"dpo_loss at a margin of {margin:g}",
+            big,
+            torch.tensor(want, dtype=torch.float64),
+            atol=1e-9,
+        )
+    return "equals the paper's formula, also at margins of 2000 and -2000"
