@@ -213,7 +213,7 @@ def test_transformer_device_is_checked_like_the_flag(monkeypatch, value):
     if value == "cuda:7" and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
     with pytest.raises(ValueError, match=f"TRANSFORMER_DEVICE={value}: "):
-        ca.default_device()
+        ca.device()
 
 
 def test_arguments_and_inputs_that_are_not_text(tmp_path, monkeypatch):
