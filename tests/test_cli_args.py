@@ -238,6 +238,8 @@ def test_lines_end_only_at_newlines_and_a_prompt_file_is_read_as_it_is(tmp_path)
     assert ca.read_texts([], str(f)) == ["One\u2028still one.\fand\vthis.", "Two."]
     f.write_text("  ROMEO:\n\n  JULIET:\n", encoding="utf-8")
     assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"
+    f.write_bytes(b"  ROMEO:\r\n\r\n  JULIET:\r\n")  # a Windows file reads the same
+    assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"
 
 
 @dataclasses.dataclass
