@@ -213,7 +213,7 @@ def test_transformer_device_is_checked_like_the_flag(monkeypatch, value):
     if value == "cuda:7" and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
     with pytest.raises(ValueError, match=f"TRANSFORMER_DEVICE={value}: "):
-        ca.default_device()
+        ca.device()
 
 
 def test_arguments_and_inputs_that_are_not_text(tmp_path, monkeypatch):
@@ -237,6 +237,8 @@ def test_lines_end_only_at_newlines_and_a_prompt_file_is_read_as_it_is(tmp_path)
     f.write_text("One\u2028still one.\fand\vthis.\r\nTwo.\n", encoding="utf-8")
     assert ca.read_texts([], str(f)) == ["One\u2028still one.\fand\vthis.", "Two."]
     f.write_text("  ROMEO:\n\n  JULIET:\n", encoding="utf-8")
+    assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"
+    f.write_bytes(b"  ROMEO:\r\n\r\n  JULIET:\r\n")  # a Windows file reads the same
     assert ca.read_text(str(f)) == "  ROMEO:\n\n  JULIET:\n"
 
 

@@ -107,7 +107,7 @@ def test_generate_prints_a_continuation_and_reads_a_prompt_file(
     )
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text.rstrip("\n")) >= 6
-    (tmp_path / "prompt.txt").write_text("KING:\n")
+    (tmp_path / "prompt.txt").write_bytes(b"KING:\r\n")  # a Windows file, as --input
     assert (
         main(
             [
@@ -122,7 +122,7 @@ def test_generate_prints_a_continuation_and_reads_a_prompt_file(
         )
         == 0
     )
-    assert capsys.readouterr().out.startswith("KING:")
+    assert capsys.readouterr().out.startswith("KING:\n")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"QUEEN:")))
     assert (
         main(

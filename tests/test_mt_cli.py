@@ -335,3 +335,30 @@ def test_tokenizer_records_of_the_wrong_type_end_in_one_line(
     err = capsys.readouterr().err
     assert "src_chars is of the wrong type" in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_translate_prints_each_window_as_it_is_done_in_input_order(
+    checkpoint, capsys, monkeypatch
+):
+    """A long input shows its first translations before the rest are made (Ctrl-C
+    keeps them), in input order, each the one the whole input at once gives."""
+    import transformer_lib.decoding as decoding
+    import transformer_lib.mt_cli as mt_cli
+
+    sentences = ["I like cats.", "Hi.", "Where is the station?", "Hi.", "I like cats."]
+    argv = ["translate", "--checkpoint", checkpoint, "--method", "greedy", *sentences]
+    assert main(argv) == 0
+    whole = capsys.readouterr().out
+    printed_before, translate = [], decoding.translate
+
+    def translate_and_look(model, src_tok, tgt_tok, window, **kw):
+        printed_before.append(capsys.readouterr().out)
+        return translate(model, src_tok, tgt_tok, window, **kw)
+
+    monkeypatch.setattr(decoding, "translate", translate_and_look)
+    monkeypatch.setattr(mt_cli, "WINDOW", 2)
+    assert main(argv) == 0
+    printed = [*printed_before, capsys.readouterr().out]
+    assert [p.count("\n") for p in printed] == [0, 2, 2, 1]
+    assert "".join(printed) == whole
+    assert [line.split("\t")[0] for line in whole.splitlines()] == sentences

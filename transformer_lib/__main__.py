@@ -123,11 +123,8 @@ def open_closed_streams() -> None:
     line (if it can) and writes to the null device: without this, a print fails with a
     traceback, and a file opened later (a checkpoint) would get descriptor 1."""
     for fd, name in ((1, "stdout"), (2, "stderr")):
-        if getattr(sys, name) is None:
-            null = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor
-            if null != fd:  # standard input was closed too
-                os.dup2(null, fd)
-                os.close(null)
+        if getattr(sys, name) is None:  # the null device on fd (and on a closed 0)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
             setattr(sys, name, open(fd, "w", closefd=False))
             if name == "stdout":
                 say(f"{PROG}: standard output is closed; what it prints is lost")

@@ -27,7 +27,6 @@ from transformer_lib.training import NonFiniteLossError, TrainingInterrupted
 
 __all__ = [
     "device",
-    "default_device",
     "Parser",
     "add_settings_flags",
     "settings_from_args",
@@ -65,11 +64,20 @@ def _number(kind: type, text: str) -> float:
     return value
 
 
-def device(text: str) -> str:
+def device(text: str | None = None) -> str:
     """A torch device this machine has ('cpu', 'cuda:1'), as its canonical string;
-    anything else is refused, naming what is available."""
+    anything else is refused, naming what is available. None: $TRANSFORMER_DEVICE,
+    checked the same way (a ValueError naming the variable), else the best available."""
     import torch
 
+    from transformer_lib.runtime import DEVICE_ENV, get_device
+
+    if text is None:
+        env = os.environ.get(DEVICE_ENV, "")
+        try:
+            return device(env) if env else str(get_device())
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"{DEVICE_ENV}={env}: {e}") from None
     mps = getattr(torch.backends, "mps", None)
     available = ["cuda"] if torch.cuda.is_available() else []
     available += ["mps"] if mps is not None and mps.is_available() else []
@@ -92,20 +100,6 @@ def device(text: str) -> str:
             f"cuda:0 to cuda:{count - 1}"
         )
     return str(dev)
-
-
-def default_device() -> str:
-    """The device to run on when --device is not given: $TRANSFORMER_DEVICE, checked
-    as --device is (a ValueError naming the variable), else the best available."""
-    from transformer_lib.runtime import DEVICE_ENV, get_device
-
-    text = os.environ.get(DEVICE_ENV, "")
-    if not text:
-        return str(get_device())
-    try:
-        return device(text)
-    except argparse.ArgumentTypeError as e:
-        raise ValueError(f"{DEVICE_ENV}={text}: {e}") from None
 
 
 class Parser(argparse.ArgumentParser):
@@ -228,50 +222,40 @@ def add_run_flags(parser: argparse.ArgumentParser, out_default: str) -> None:
 
 
 def read_text(path: str) -> str:
-    """The text of `path` ('-' = standard input), at most MAX_INPUT_BYTES, or a
-    ValueError saying in one line what went wrong."""
-    if path == "-":
-        if sys.stdin is None:  # started with standard input closed (<&-)
-            raise ValueError("standard input is closed; give a file with a path")
-        where, data = "standard input", _read_capped(sys.stdin.buffer, "-")
-    else:
-        p, where = Path(path), path
-        if not p.exists() or p.is_dir():
-            what = f"{path} is a folder" if p.is_dir() else f"no file at {path}"
-            raise ValueError(
-                f"{what}; give the path of a text file, or - for standard input"
-            )
-        try:
-            with open(p, "rb") as f:
-                data = _read_capped(f, path)
-        except OSError as e:
-            raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    """The text of `path` ('-' = standard input), at most MAX_INPUT_BYTES, its lines
+    ending in \n (a Windows file's \r\n too), or a ValueError of one line."""
+    p, where = Path(path), "standard input" if path == "-" else path
+    if path == "-" and sys.stdin is None:  # started with standard input closed (<&-)
+        raise ValueError("standard input is closed; give a file with a path")
+    if path != "-" and (p.is_dir() or not p.exists()):  # /dev/zero is read, capped
+        what = f"{path} is a folder" if p.is_dir() else f"no file at {path}"
+        raise ValueError(
+            f"{what}; give the path of a text file, or - for standard input"
+        )
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ValueError(
+            f"{where} holds more than {MAX_INPUT_BYTES // 2**20} MB; split it into "
+            "smaller files"
+        )
     if b"\0" in data:
         raise ValueError(
             f"{where} holds binary data (a NUL byte); give a UTF-8 text file"
         )
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")  # a BOM is no text
+    try:  # a BOM is no text
+        return data.decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n")
     except UnicodeDecodeError as e:
         raise ValueError(
             f"{where} is not UTF-8 text (bad byte at offset {e.start}); save "
             "it as UTF-8"
         ) from None
-
-
-def _read_capped(f, name: str) -> bytes:
-    """At most MAX_INPUT_BYTES from the binary stream `f`, or a ValueError if it holds
-    more (a huge file, /dev/zero)."""
-    try:
-        data = f.read(MAX_INPUT_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"cannot read {name}: {e.strerror or e}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise ValueError(
-            f"{'standard input' if name == '-' else name} holds more than "
-            f"{MAX_INPUT_BYTES // 2**20} MB; split it into smaller files"
-        )
-    return data
 
 
 def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str]:
@@ -282,8 +266,8 @@ def read_texts(args_list: list[str] | None, path: str | None = None) -> list[str
         check_text(arg, f"argument {i}")
     texts = [t.strip() for t in (args_list or [])]
     if path is not None:
-        # lines end at \n (and \r\n) only: not at U+2028, \f or \v as splitlines'
-        lines = read_text(path).replace("\r\n", "\n").split("\n")
+        # lines end at \n only: not at U+2028, \f or \v as splitlines'
+        lines = read_text(path).split("\n")
         texts += [line.strip() for line in lines]
     return [t for t in texts if t]
 

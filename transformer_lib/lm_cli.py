@@ -1,15 +1,21 @@
 """Command line of Part III (the language model): flags in, calls to the library out.
 
-    python -m transformer_lib train-lm --out runs/lm/char.pt
+    python -m transformer_lib train-lm --out runs/lm/char.pt   # the CPU recipe
     python -m transformer_lib train-lm --out runs/lm/char.pt --resume
+    python -m transformer_lib train-lm --preset gpu --batch-size 64 --max-iters 5000
+        --lr 1e-3 --min-lr 1e-4 --warmup-steps 100 --eval-interval 250   # nanoGPT's
     torchrun --nproc_per_node=2 -m transformer_lib train-lm --preset tiny --max-iters 20
     python -m transformer_lib train-lm --positions rope --mlp swiglu --optimizer muon
     python -m transformer_lib generate --checkpoint runs/lm/char.pt --prompt "ROMEO:"
 
-The training is `transformer_lib.lm_train` (appendix A2); this file only turns flags
-into its `TrainSettings` and `GenerateSettings`. An existing checkpoint is never
-replaced by accident: `train-lm` refuses to start unless --resume or --restart says
-what to do with it.
+train-lm trains the GPT of `transformer_lib.lm_train` (appendix A2) on Tiny Shakespeare:
+the first 90% of the characters train, the last 10% validate. Under torchrun each
+process trains on its own batches (DistributedDataParallel); only rank 0 prints and
+writes. The checkpoint (--out) is written atomically at every evaluation and never
+replaced by accident: if one is there, --resume continues it exactly (a larger
+--max-iters extends a finished run), --restart trains a new one in its place (the old
+file stays until the first save). Ctrl-C stops after the current step and saves. With
+--time-budget, --max-iters is only an upper bound (a million steps unless given).
 """
 
 from __future__ import annotations
@@ -24,29 +30,6 @@ from transformer_lib import cli_args as cli
 NOT_FLAGS = ("existing", "model", "verbose")
 PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # ModernConfig's, notebook 13
 
-TRAIN_HELP = """Train the GPT on Tiny Shakespeare: the first 90% of the characters
-train, the last 10% validate.
-
-The defaults are the CPU recipe: preset cpu, batch 16, 700 steps, lr 5e-3 with 50
-warm-up steps and a cosine to 5e-4, bf16 autocast where the device multiplies bf16
-natively. nanoGPT's GPU model:
-
-    train-lm --preset gpu --batch-size 64 --max-iters 5000 --lr 1e-3 --min-lr 1e-4
-             --warmup-steps 100 --eval-interval 250
-
-The checkpoint (--out) is written atomically at every evaluation. If --out already
-holds a checkpoint, say what to do with it: --resume continues it exactly (a larger
---max-iters extends a finished run), --restart trains a new one in its place (the old
-file stays until the new run's first save). Ctrl-C stops after the current step and
-saves.
-
-Under torchrun every process trains on its own batches (DistributedDataParallel, gloo
-on CPU, nccl on GPU); only rank 0 prints and writes.
-
-With --time-budget the cosine decays on the clock and ends at the budget (--max-iters
-is then only an upper bound, a million steps unless given).
-"""
-
 
 def train_command(args: argparse.Namespace) -> int:
     """`train-lm`: TrainSettings from the flags, then train_lm, one line if it fails."""
@@ -57,7 +40,7 @@ def train_command(args: argparse.Namespace) -> int:
     kinds = {k: type(v) for k, v in model_fields if k != "vocab_size"}
     try:
         model = cli.key_value_overrides(args.model_items, kinds)
-        base = {"device": args.device or cli.default_device()}
+        base = {"device": cli.device(args.device)}
     except ValueError as e:
         args.parser.error(str(e))
     model |= {k: getattr(args, k) for k in PART_IV if getattr(args, k) is not None}
@@ -84,7 +67,7 @@ def generate_command(args: argparse.Namespace) -> int:
         cli.check_text(prompt, "--prompt")
         if args.prompt_file is not None:
             prompt = cli.read_text(args.prompt_file)  # as it is: spaces and blank lines
-        dev = args.device or cli.default_device()
+        dev = cli.device(args.device)
     except ValueError as e:
         cli.say(f"generate: {e}")
         return 2
@@ -106,7 +89,7 @@ def register(commands) -> None:
     p = commands.add_parser(
         "train-lm",
         help="train the GPT language model on Tiny Shakespeare",
-        description=TRAIN_HELP,
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cli.add_existing_flags(p)

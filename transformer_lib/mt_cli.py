@@ -22,6 +22,7 @@ from transformer_lib.cli_args import USER_ERRORS
 DEFAULT_CHECKPOINT = "runs/translator.pt"
 # TrainConfig's fields that are no flag: they decide the data split and the model
 NOT_FLAGS = ("n_valid", "n_test", "train_limit", "model", "keep_last")
+WINDOW = 256  # translate sentences this many at a time (in batches of like length)
 
 
 def train_mt(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def train_mt(args: argparse.Namespace) -> int:
     base = TrainConfig.quick() if args.quick else TrainConfig()
     cfg = cli.settings_from_args(args.parser, args, base)
     try:
-        dev = torch.device(args.device or cli.default_device())
+        dev = torch.device(cli.device(args.device))
     except ValueError as e:
         args.parser.error(str(e))
     print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
@@ -102,11 +103,6 @@ def translate_cmd(args: argparse.Namespace) -> int:
                 f"note: {_short(s)!r} has {n} tokens; only the first {limit} are "
                 f"translated (the model's context is {model.config.context_len})"
             )
-    try:
-        outputs = translate(model, src_tok, tgt_tok, sentences, **settings.options())
-    except USER_ERRORS as e:
-        cli.say(f"translate: {e}")
-        return 1
     if args.script == "traditional":
         from transformer_lib.data import to_traditional
 
@@ -114,11 +110,20 @@ def translate_cmd(args: argparse.Namespace) -> int:
             "note: the model writes Simplified Chinese; this is its answer converted "
             "to Traditional characters by OpenCC (s2t), not a second model"
         )
-        outputs = [to_traditional(zh) for zh in outputs]
-    for s, zh in zip(sentences, outputs):
-        if not zh:
-            cli.say(f"note: the model produced an empty translation of {_short(s)!r}")
-        print(zh if len(sentences) == 1 else f"{s}\t{zh}")
+    for start in range(0, len(sentences), WINDOW):  # printed window by window
+        window = sentences[start : start + WINDOW]
+        try:
+            outputs = translate(model, src_tok, tgt_tok, window, **settings.options())
+        except USER_ERRORS as e:
+            cli.say(f"translate: {e}")
+            return 1
+        for s, zh in zip(window, outputs):
+            zh = to_traditional(zh) if args.script == "traditional" else zh
+            if not zh:
+                cli.say(
+                    f"note: the model produced an empty translation of {_short(s)!r}"
+                )
+            print(zh if len(sentences) == 1 else f"{s}\t{zh}", flush=True)
     return 0
 
 
