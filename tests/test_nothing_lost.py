@@ -25,7 +25,11 @@ from transformer_lib.files import (
     stale_temporaries,
     unlock_run,
 )
-from transformer_lib.training import NonFiniteLossError, StopRequest
+from transformer_lib.training import (
+    NonFiniteLossError,
+    StopRequest,
+    TrainingInterrupted,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,6 +132,28 @@ def test_sigterm_and_sighup_ask_to_stop_like_ctrl_c(name):
         assert stop.requested
         with pytest.raises(KeyboardInterrupt):  # a second one stops at once
             signal.raise_signal(getattr(signal, name))
+
+
+def test_a_stop_during_the_final_evaluation_says_the_run_is_saved(
+    tmp_path, monkeypatch
+):
+    name = "SIGHUP" if hasattr(signal, "SIGHUP") else "SIGINT"
+    if signal.getsignal(getattr(signal, name)) is signal.SIG_IGN:
+        pytest.skip(f"{name} is ignored here (nohup), and StopRequest leaves it so")
+
+    def stopped(*args):  # a closed terminal (or timeout) during the evaluation
+        signal.raise_signal(getattr(signal, name))
+        raise AssertionError("the signal did not stop the evaluation")
+
+    monkeypatch.setattr(lm_train, "bits_per_char", stopped)
+    out = tmp_path / "lm.pt"
+    with pytest.raises(TrainingInterrupted) as e:
+        train(out)
+    step = torch.load(out, weights_only=True)["step"]
+    assert str(e.value) == (
+        f"stopped at the final evaluation, after step {step}; saved {out}: run again "
+        "with --resume to continue"
+    )
 
 
 def test_a_full_disk_is_named_and_the_old_file_kept(tmp_path, monkeypatch):

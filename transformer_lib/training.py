@@ -191,9 +191,13 @@ class StopRequest:
     `stop.requested = True`.
 
     The loop checks the flag after each step, saves and stops cleanly; a second signal
-    raises KeyboardInterrupt at once. Outside the main thread (where signals cannot be
-    caught) it does nothing.
+    raises KeyboardInterrupt at once. `StopRequest(now=message)`, around work done
+    after the last save, raises TrainingInterrupted(message) at the first. Outside the
+    main thread (where signals cannot be caught) it does nothing.
     """
+
+    def __init__(self, now: str | None = None):
+        self.now = now
 
     def __enter__(self) -> "StopRequest":
         self.requested, self._previous = False, {}
@@ -204,6 +208,8 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
+        if self.now:
+            raise TrainingInterrupted(self.now)
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
