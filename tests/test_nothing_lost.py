@@ -167,10 +167,23 @@ def test_a_full_disk_is_named_and_the_old_file_kept(tmp_path, monkeypatch):
     with pytest.raises(DiskFullError, match=f"cannot write {out}: the disk is full"):
         atomic_write(out, full)
     assert out.read_bytes() == b"old" and not stale_temporaries(out)
-    Usage = type("Usage", (), {"free": 1000})
+    Usage = type("Usage", (), {"free": 1000, "total": 10**9})
     monkeypatch.setattr(files.shutil, "disk_usage", lambda p: Usage)
     with pytest.raises(DiskFullError, match="MB needed"):
         files.check_free_space(out, 10**6)
+
+
+def test_a_save_larger_than_the_whole_disk_gives_up_at_once(tmp_path, monkeypatch):
+    Usage = type("Usage", (), {"free": 500, "total": 1000})
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: Usage)
+    said = []
+    with pytest.raises(DiskFullError, match="holds 0.001 MB in all") as e:
+        save_patiently(
+            lambda: files.check_free_space(tmp_path / "ck.pt", 10**6),
+            said.append,
+            waits=(3600,),  # no waiting: freeing space cannot help
+        )
+    assert said == [] and "larger disk" in str(e.value)
 
 
 def test_a_save_that_finds_the_disk_full_waits_and_tries_again():

@@ -81,15 +81,25 @@ def current_umask() -> int:
 
 class DiskFullError(OSError):
     """A file could not be written for lack of space; the message names the path, the
-    free space and, when known, the space needed."""
+    free space and, when known, the space needed. `too_small`: the whole disk is
+    smaller than the file, so freeing space cannot help."""
 
     def __init__(self, path: Path, needed: int | None = None):
-        free = shutil.disk_usage(path.parent).free / 1e6
-        need = f", {needed / 1e6:.3g} MB needed" if needed else ""
-        super().__init__(
-            f"cannot write {path}: the disk is full ({free:.3g} MB free{need}); the "
-            "file there before is kept: free some space or choose another path"
-        )
+        usage = shutil.disk_usage(path.parent)
+        self.too_small = bool(needed) and needed > usage.total
+        if self.too_small:
+            super().__init__(
+                f"cannot write {path}: it needs {needed / 1e6:.3g} MB and its disk "
+                f"holds {usage.total / 1e6:.3g} MB in all; the file there before is "
+                "kept: choose a path on a larger disk"
+            )
+        else:
+            need = f", {needed / 1e6:.3g} MB needed" if needed else ""
+            super().__init__(
+                f"cannot write {path}: the disk is full ({usage.free / 1e6:.3g} MB "
+                f"free{need}); the file there before is kept: free some space or "
+                "choose another path"
+            )
         self.errno = errno.ENOSPC
 
 
@@ -108,13 +118,14 @@ SAVE_WAITS = (10, 30, 60, 120)
 
 def save_patiently(save: Callable[[], object], log=print, waits=None) -> None:
     """Call `save()`; while the disk is full, say so and try again after each wait
-    (SAVE_WAITS), keeping the trained work in memory; then raise the DiskFullError."""
+    (SAVE_WAITS), keeping the trained work in memory; then raise the DiskFullError (at
+    once when the whole disk is smaller than the file)."""
     for wait in (*(SAVE_WAITS if waits is None else waits), None):
         try:
             save()
             return
         except DiskFullError as e:
-            if wait is None:
+            if wait is None or e.too_small:
                 raise
             log(f"{e}; trying again in {wait} s (the new weights are kept in memory)")
             time.sleep(wait)
