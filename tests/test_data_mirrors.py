@@ -170,6 +170,27 @@ def test_republished_zip_falls_back_to_the_mirrors(folders, server, monkeypatch)
     assert fetch(spec).read_bytes() == CONTENT
 
 
+def test_a_login_portal_page_is_named_as_a_web_page(folders, server):
+    """A hotel's or campus's network answers every address with its login page."""
+    page = b"\n<!DOCTYPE html><html><body>Please sign in</body></html>\n"
+    server.routes["/anki/cmn-eng.zip"] = server.routes["/cmn.txt"] = page
+    zipped_spec = DataFile(
+        SPEC.relpath,
+        server.url("/anki/cmn-eng.zip"),
+        SPEC.sha256,
+        SPEC.size,
+        archive_sha256=hashlib.sha256(zipped("cmn.txt", CONTENT)).hexdigest(),
+        member="cmn.txt",
+    )
+    plain_spec = DataFile(SPEC.relpath, server.url("/cmn.txt"), SPEC.sha256, SPEC.size)
+    for spec in (zipped_spec, plain_spec):
+        with pytest.raises(DataUnavailableError) as err:
+            fetch(spec)
+        assert f"{spec.url} answered with a web page" in str(err.value)
+        assert "republished" not in str(err.value)
+        assert not (folders / spec.relpath).exists()
+
+
 def test_pack_data_makes_a_mirror_that_serves_over_http(
     folders, tmp_path, server, monkeypatch, capsys
 ):

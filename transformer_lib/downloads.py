@@ -217,10 +217,13 @@ def _save(dest: Path, chunks: Iterator[bytes], spec: DataFile, source: str) -> N
         raise _no_space(dest, spec.size)
 
     def write(f: BinaryIO) -> None:
-        h = hashlib.sha256()
+        h, head = hashlib.sha256(), b""
         for chunk in chunks:
             h.update(chunk)
             f.write(chunk)
+            head += chunk[: 512 - len(head)]
+        if h.hexdigest() != spec.sha256 and _web_page(head):
+            raise _SourceFailed(_served_a_page(source))
         if h.hexdigest() != spec.sha256:
             raise _SourceFailed(
                 f"{source} gave a file with sha256 {h.hexdigest()}, expected "
@@ -236,6 +239,20 @@ def _save(dest: Path, chunks: Iterator[bytes], spec: DataFile, source: str) -> N
             f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
             "you can write to"
         ) from None
+
+
+def _web_page(head: bytes) -> bool:
+    """True when the first bytes of a download are an HTML page: what a network's login
+    portal or a block page serves in place of any file."""
+    return head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html"))
+
+
+def _served_a_page(source: str) -> str:
+    return (
+        f"{source} answered with a web page, not the file: a network's login page "
+        "(a hotel's, a campus's) or a block page? sign in to the network, or use a "
+        "mirror"
+    )
 
 
 def _is_url(location: str) -> bool:
@@ -296,6 +313,8 @@ def _from_canonical(spec: DataFile, dest: Path) -> None:
         ).encode("utf-8")
     else:
         got = hashlib.sha256(payload).hexdigest()
+        if got != spec.archive_sha256 and _web_page(payload):
+            raise _SourceFailed(_served_a_page(spec.url))
         if got != spec.archive_sha256:
             raise _Republished(
                 f"{spec.url} now serves another archive (sha256 {got}, expected "
