@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from posix_only import needs_dev_zero, needs_fifo
 
-from transformer_lib import data, downloads
+from transformer_lib import data, downloads, files
 from transformer_lib.__main__ import main
 from transformer_lib.downloads import DataFile, DataUnavailableError, fetch
 
@@ -412,3 +412,33 @@ def test_old_temporaries_of_a_killed_fetch_are_removed(folders, tmp_path, monkey
     fetch(SPEC)
     assert not old.exists()
     assert recent.exists()  # maybe another fetch's, still being written
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock: only the age counts there")
+def test_a_killed_fetch_leaves_nothing_at_the_next_start(
+    folders, tmp_path, monkeypatch
+):
+    """A minute-old temporary file that no live fetch holds is a killed fetch's; one
+    that a fetch holds (atomic_write locks its own) is kept, whatever its age."""
+    import fcntl
+
+    mirror = tmp_path / "mirror"
+    (mirror / "cmn-eng").mkdir(parents=True)
+    (mirror / SPEC.relpath).write_bytes(CONTENT)
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
+    (folders / "cmn-eng").mkdir(parents=True)
+    killed, alive = (folders / "cmn-eng" / f".cmn.txt.{n}.tmp" for n in "ka")
+    for tmp in (killed, alive):
+        tmp.write_bytes(CONTENT[:5])
+        os.utime(tmp, (time.time() - 60,) * 2)
+    with open(alive, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # a fetch still writing it
+        fetch(SPEC)
+        assert not killed.exists() and alive.exists()
+    assert files.being_written(alive) is False  # its writer has gone
+    out, seen = folders / "x.bin", []
+    temporaries = lambda: files.stale_temporaries(out)  # noqa: E731
+    files.atomic_write(
+        out, lambda f: seen.extend(map(files.being_written, temporaries()))
+    )
+    assert seen == [True]  # atomic_write holds its own temporary file

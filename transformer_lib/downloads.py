@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from transformer_lib.files import atomic_write, stale_temporaries
+from transformer_lib.files import atomic_write, being_written, stale_temporaries
 
 MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder or http(s) URL laid out like data/
 DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where files land (default: data/ in a checkout)
@@ -56,6 +56,7 @@ STALL_SECONDS = 30.0  # a connection silent this long is dropped
 DOWNLOAD_SECONDS = 300.0  # the most one file may take (a trickle never ends otherwise)
 UPSTREAM_CAP = 64 << 20  # an archive or upstream file whose own size is not pinned
 STALE_SECONDS = 3600.0  # a temporary file this old belongs to a killed fetch
+GRACE_SECONDS = 10.0  # a younger one, even unlocked, may be a fetch just starting
 
 
 @dataclass(frozen=True)
@@ -352,11 +353,13 @@ def _check_local(dest: Path, spec: DataFile) -> bool:
 
 
 def _remove_stale_temporaries(dest: Path) -> None:
-    """Remove the temporary files a killed fetch left beside `dest` (only old ones: a
-    recent one may be another fetch's, still being written)."""
+    """Remove the temporary files a killed fetch left beside `dest`: those no live
+    fetch holds (`being_written`), or, where that cannot be told, those an hour old. A
+    few seconds' grace covers a fetch between creating its file and locking it."""
     for tmp in stale_temporaries(dest):
         try:
-            if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+            age = time.time() - tmp.stat().st_mtime
+            if age > STALE_SECONDS or (age > GRACE_SECONDS and not being_written(tmp)):
                 tmp.unlink()
         except OSError:
             pass  # gone already, or not ours to remove
