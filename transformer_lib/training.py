@@ -188,11 +188,10 @@ STOP_SIGNALS = tuple(
 
 class StopRequest:
     """`with StopRequest() as stop:` turns the first Ctrl-C, SIGTERM or SIGHUP into
-    `stop.requested = True`.
+    `stop.requested = True`; the loop checks it after each step, saves and stops.
 
-    The loop checks the flag after each step, saves and stops cleanly; a second signal
-    raises KeyboardInterrupt at once. `StopRequest(now=message)`, around work done
-    after the last save, raises TrainingInterrupted(message) at the first. Outside the
+    A second signal raises KeyboardInterrupt at once; with `now=message` (for work
+    after the last save) the first raises TrainingInterrupted(message). Outside the
     main thread (where signals cannot be caught) it does nothing.
     """
 
@@ -208,10 +207,8 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.now:
-            raise TrainingInterrupted(self.now)
-        if self.requested:
-            raise KeyboardInterrupt
+        if self.now or self.requested:  # after the last save, or a second signal
+            raise TrainingInterrupted(self.now) if self.now else KeyboardInterrupt
         self.requested = True
 
     def __exit__(self, *exc) -> None:
