@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from posix_only import needs_dev_zero, needs_fifo
 
-from transformer_lib import data, downloads
+from transformer_lib import data, downloads, files
 from transformer_lib.__main__ import main
 from transformer_lib.downloads import DataFile, DataUnavailableError, fetch
 
@@ -168,6 +168,27 @@ def test_republished_zip_falls_back_to_the_mirrors(folders, server, monkeypatch)
 
     server.routes["/project/cmn-eng/cmn.txt"] = CONTENT  # same file, same checksum
     assert fetch(spec).read_bytes() == CONTENT
+
+
+def test_a_login_portal_page_is_named_as_a_web_page(folders, server):
+    """A hotel's or campus's network answers every address with its login page."""
+    page = b"\n<!DOCTYPE html><html><body>Please sign in</body></html>\n"
+    server.routes["/anki/cmn-eng.zip"] = server.routes["/cmn.txt"] = page
+    zipped_spec = DataFile(
+        SPEC.relpath,
+        server.url("/anki/cmn-eng.zip"),
+        SPEC.sha256,
+        SPEC.size,
+        archive_sha256=hashlib.sha256(zipped("cmn.txt", CONTENT)).hexdigest(),
+        member="cmn.txt",
+    )
+    plain_spec = DataFile(SPEC.relpath, server.url("/cmn.txt"), SPEC.sha256, SPEC.size)
+    for spec in (zipped_spec, plain_spec):
+        with pytest.raises(DataUnavailableError) as err:
+            fetch(spec)
+        assert f"{spec.url} answered with a web page" in str(err.value)
+        assert "republished" not in str(err.value)
+        assert not (folders / spec.relpath).exists()
 
 
 def test_pack_data_makes_a_mirror_that_serves_over_http(
@@ -391,3 +412,33 @@ def test_old_temporaries_of_a_killed_fetch_are_removed(folders, tmp_path, monkey
     fetch(SPEC)
     assert not old.exists()
     assert recent.exists()  # maybe another fetch's, still being written
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock: only the age counts there")
+def test_a_killed_fetch_leaves_nothing_at_the_next_start(
+    folders, tmp_path, monkeypatch
+):
+    """A minute-old temporary file that no live fetch holds is a killed fetch's; one
+    that a fetch holds (atomic_write locks its own) is kept, whatever its age."""
+    import fcntl
+
+    mirror = tmp_path / "mirror"
+    (mirror / "cmn-eng").mkdir(parents=True)
+    (mirror / SPEC.relpath).write_bytes(CONTENT)
+    monkeypatch.setenv(downloads.MIRROR_ENV, str(mirror))
+    (folders / "cmn-eng").mkdir(parents=True)
+    killed, alive = (folders / "cmn-eng" / f".cmn.txt.{n}.tmp" for n in "ka")
+    for tmp in (killed, alive):
+        tmp.write_bytes(CONTENT[:5])
+        os.utime(tmp, (time.time() - 60,) * 2)
+    with open(alive, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # a fetch still writing it
+        fetch(SPEC)
+        assert not killed.exists() and alive.exists()
+    assert files.being_written(alive) is False  # its writer has gone
+    out, seen = folders / "x.bin", []
+    temporaries = lambda: files.stale_temporaries(out)  # noqa: E731
+    files.atomic_write(
+        out, lambda f: seen.extend(map(files.being_written, temporaries()))
+    )
+    assert seen == [True]  # atomic_write holds its own temporary file

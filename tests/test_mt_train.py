@@ -135,6 +135,19 @@ def test_other_configuration_or_settings_are_refused(tmp_path):
         run(tmp_path / "ck.pt", cfg=replace(CFG, lr=1e-3, seed=1), existing="resume")
 
 
+def test_another_seed_on_resume_is_named_rather_than_its_tokenizers(tmp_path):
+    run(tmp_path / "ck.pt")
+    # another seed splits the data otherwise, so the tokenizers differ too
+    other = {"src": {"type": "test", "merges": [[3, 4]]}, "tgt": TOKENIZERS["tgt"]}
+    with pytest.raises(CheckpointMismatchError) as e:
+        fit(
+            new_model(), examples(), examples(12), replace(CFG, seed=1),
+            tmp_path / "ck.pt", other, "resume", progress=False, log=lambda *_: None
+        )  # fmt: skip
+    assert "other settings (seed: checkpoint 0, now 1)" in str(e.value)
+    assert "tokenizer" not in str(e.value)
+
+
 def test_load_checked_translator_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_checked_translator(tmp_path / "missing.pt")

@@ -25,7 +25,11 @@ from transformer_lib.files import (
     stale_temporaries,
     unlock_run,
 )
-from transformer_lib.training import NonFiniteLossError, StopRequest
+from transformer_lib.training import (
+    NonFiniteLossError,
+    StopRequest,
+    TrainingInterrupted,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,6 +134,28 @@ def test_sigterm_and_sighup_ask_to_stop_like_ctrl_c(name):
             signal.raise_signal(getattr(signal, name))
 
 
+def test_a_stop_during_the_final_evaluation_says_the_run_is_saved(
+    tmp_path, monkeypatch
+):
+    name = "SIGHUP" if hasattr(signal, "SIGHUP") else "SIGINT"
+    if signal.getsignal(getattr(signal, name)) is signal.SIG_IGN:
+        pytest.skip(f"{name} is ignored here (nohup), and StopRequest leaves it so")
+
+    def stopped(*args):  # a closed terminal (or timeout) during the evaluation
+        signal.raise_signal(getattr(signal, name))
+        raise AssertionError("the signal did not stop the evaluation")
+
+    monkeypatch.setattr(lm_train, "bits_per_char", stopped)
+    out = tmp_path / "lm.pt"
+    with pytest.raises(TrainingInterrupted) as e:
+        train(out)
+    step = torch.load(out, weights_only=True)["step"]
+    assert str(e.value) == (
+        f"stopped at the final evaluation, after step {step}; saved {out}: run again "
+        "with --resume to continue"
+    )
+
+
 def test_a_full_disk_is_named_and_the_old_file_kept(tmp_path, monkeypatch):
     out = tmp_path / "ck.pt"
     atomic_write(out, lambda f: f.write(b"old"))
@@ -141,10 +167,23 @@ def test_a_full_disk_is_named_and_the_old_file_kept(tmp_path, monkeypatch):
     with pytest.raises(DiskFullError, match=f"cannot write {out}: the disk is full"):
         atomic_write(out, full)
     assert out.read_bytes() == b"old" and not stale_temporaries(out)
-    Usage = type("Usage", (), {"free": 1000})
+    Usage = type("Usage", (), {"free": 1000, "total": 10**9})
     monkeypatch.setattr(files.shutil, "disk_usage", lambda p: Usage)
     with pytest.raises(DiskFullError, match="MB needed"):
         files.check_free_space(out, 10**6)
+
+
+def test_a_save_larger_than_the_whole_disk_gives_up_at_once(tmp_path, monkeypatch):
+    Usage = type("Usage", (), {"free": 500, "total": 1000})
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: Usage)
+    said = []
+    with pytest.raises(DiskFullError, match="holds 0.001 MB in all") as e:
+        save_patiently(
+            lambda: files.check_free_space(tmp_path / "ck.pt", 10**6),
+            said.append,
+            waits=(3600,),  # no waiting: freeing space cannot help
+        )
+    assert said == [] and "larger disk" in str(e.value)
 
 
 def test_a_save_that_finds_the_disk_full_waits_and_tries_again():

@@ -9,6 +9,8 @@ __all__ = ['MAX_LAYERS', 'MAX_SIZE', 'MAX_TABLE', 'EXISTING', 'CheckpointError',
 import dataclasses
 import io
 import os
+import re
+import warnings
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,14 +92,14 @@ def _read_state(path: Path, map_location: str | torch.device) -> object:
             "changed on the disk or on its way here); use another copy"
         )
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        # empty, truncated, random bytes, or a pickle that would run code
-        text = str(e).strip()
-        reason = text.splitlines()[0][:120] if text else type(e).__name__
+        with warnings.catch_warnings():  # torch's notes on odd pickles: not for users
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # empty, truncated, random bytes, or would run code
         raise CheckpointError(
-            f"{path} is not a readable checkpoint ({reason}); it is damaged, or not a "
-            f"checkpoint of this course (files that would run code are always refused)"
+            f"{path} is not a readable checkpoint ({_refusal(e)}); it is damaged, or "
+            "not a checkpoint of this course (files that would run code are always "
+            "refused)"
         ) from None
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #8d0a708a-1
@@ -109,6 +111,17 @@ def _damaged_part(path: Path) -> str | None:
             return z.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
         return None
+
+
+def _refusal(e: Exception) -> str:
+    """Why torch.load refused a file, in a few words: without torch's terminal colour
+    codes, and without its advice to load the file unsafely."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(e)).strip()
+    if text.startswith("Weights only load failed"):  # a pickle a safe load refuses
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        asked = f"it asks for {found[1]}" if found else "it holds more than tensors"
+        return f"{asked}, which a safe load refuses"
+    return text.splitlines()[0][:120] if text else type(e).__name__
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #b7c6f73d
 def _check_kind(path: Path, state: object, kind: str | None) -> None:
@@ -127,16 +140,19 @@ def _check_kind(path: Path, state: object, kind: str | None) -> None:
         )
 
 
-def _mismatches(state: dict, config: dict | None, tokenizer: dict | None) -> list[str]:
-    """The config fields and the first tokenizer entries where `state` differs from
-    what is expected (None: not checked)."""
+def _refuse_mismatches(path, state: dict, config: dict | None, tokenizer: dict | None):
+    """Raise CheckpointMismatchError naming the config fields and the first tokenizer
+    entries where `state` differs from what is expected (None: not checked)."""
     problems = (
         [f"config {d}" for d in _differences(state["config"], config)] if config else []
     )
     if tokenizer is not None and state.get("tokenizer") != tokenizer:
         diffs = _differences(state.get("tokenizer"), tokenizer)
         problems += [f"tokenizer {d[:200]}" for d in diffs[:3]] or ["tokenizer differs"]
-    return problems
+    if problems:
+        raise CheckpointMismatchError(
+            f"checkpoint {path} does not match this run: " + "; ".join(problems)
+        )
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #ee30f46a
 def load_checkpoint(
@@ -158,11 +174,7 @@ def load_checkpoint(
     path = Path(path)
     state = _read_state(path, map_location)
     _check_kind(path, state, kind)
-    problems = _mismatches(state, expected_config, expected_tokenizer)
-    if problems:
-        raise CheckpointMismatchError(
-            f"checkpoint {path} does not match this run: " + "; ".join(problems)
-        )
+    _refuse_mismatches(path, state, expected_config, expected_tokenizer)
     return state
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #7b1c0033
@@ -418,9 +430,7 @@ def resume_run(
     """Load the run `save_run` wrote at `path` into model and optimizer, checking every
     part: (the run, as `run_type`, and the checkpoint). `rng`: more random-number
     states (entry -> setter); `kept`: entries of weights kept beside the model."""
-    config, tok = model.config.to_dict(), tokenizer
-    expected = dict(expected_config=config, expected_tokenizer=tok)
-    state = load_checkpoint(path, kind=kind, map_location=map_location, **expected)
+    state = load_checkpoint(path, kind=kind, map_location=map_location)
     rng, kept = {"rng": torch.set_rng_state} | (rng or {}), kept or {}
     fields = {f.name: f.type for f in dataclasses.fields(run_type)}
     parts = {"train_config": dict, "optimizer": dict} | dict.fromkeys(rng, torch.Tensor)
@@ -431,6 +441,8 @@ def resume_run(
             f"{path} was trained with other settings ({'; '.join(changed)}); resume "
             "with the same ones, or use --restart or another path for a new run"
         )
+    # then the model and tokenizers (another seed, say, gives other tokenizers)
+    _refuse_mismatches(path, state, model.config.to_dict(), tokenizer)
     weights = [state[k] for k, t in kept.items() if t is dict]
     weights += [w for k, t in kept.items() if t is list for w in state[k]]
     restore_training(path, state, model, optimizer, rng, weights)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from transformer_lib.files import atomic_write, stale_temporaries
+from transformer_lib.files import atomic_write, being_written, stale_temporaries
 
 MIRROR_ENV = "TRANSFORMER_DATA_MIRROR"  # a folder or http(s) URL laid out like data/
 DATA_DIR_ENV = "TRANSFORMER_DATA_DIR"  # where files land (default: data/ in a checkout)
@@ -56,6 +56,7 @@ STALL_SECONDS = 30.0  # a connection silent this long is dropped
 DOWNLOAD_SECONDS = 300.0  # the most one file may take (a trickle never ends otherwise)
 UPSTREAM_CAP = 64 << 20  # an archive or upstream file whose own size is not pinned
 STALE_SECONDS = 3600.0  # a temporary file this old belongs to a killed fetch
+GRACE_SECONDS = 10.0  # a younger one, even unlocked, may be a fetch just starting
 
 
 @dataclass(frozen=True)
@@ -217,10 +218,13 @@ def _save(dest: Path, chunks: Iterator[bytes], spec: DataFile, source: str) -> N
         raise _no_space(dest, spec.size)
 
     def write(f: BinaryIO) -> None:
-        h = hashlib.sha256()
+        h, head = hashlib.sha256(), b""
         for chunk in chunks:
             h.update(chunk)
             f.write(chunk)
+            head += chunk[: 512 - len(head)]
+        if h.hexdigest() != spec.sha256 and _web_page(head):
+            raise _SourceFailed(_served_a_page(source))
         if h.hexdigest() != spec.sha256:
             raise _SourceFailed(
                 f"{source} gave a file with sha256 {h.hexdigest()}, expected "
@@ -236,6 +240,20 @@ def _save(dest: Path, chunks: Iterator[bytes], spec: DataFile, source: str) -> N
             f"cannot write {dest}: {e.strerror or e}; set {DATA_DIR_ENV} to a folder "
             "you can write to"
         ) from None
+
+
+def _web_page(head: bytes) -> bool:
+    """True when the first bytes of a download are an HTML page: what a network's login
+    portal or a block page serves in place of any file."""
+    return head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html"))
+
+
+def _served_a_page(source: str) -> str:
+    return (
+        f"{source} answered with a web page, not the file: a network's login page "
+        "(a hotel's, a campus's) or a block page? sign in to the network, or use a "
+        "mirror"
+    )
 
 
 def _is_url(location: str) -> bool:
@@ -296,6 +314,8 @@ def _from_canonical(spec: DataFile, dest: Path) -> None:
         ).encode("utf-8")
     else:
         got = hashlib.sha256(payload).hexdigest()
+        if got != spec.archive_sha256 and _web_page(payload):
+            raise _SourceFailed(_served_a_page(spec.url))
         if got != spec.archive_sha256:
             raise _Republished(
                 f"{spec.url} now serves another archive (sha256 {got}, expected "
@@ -333,11 +353,13 @@ def _check_local(dest: Path, spec: DataFile) -> bool:
 
 
 def _remove_stale_temporaries(dest: Path) -> None:
-    """Remove the temporary files a killed fetch left beside `dest` (only old ones: a
-    recent one may be another fetch's, still being written)."""
+    """Remove the temporary files a killed fetch left beside `dest`: those no live
+    fetch holds (`being_written`), or, where that cannot be told, those an hour old. A
+    few seconds' grace covers a fetch between creating its file and locking it."""
     for tmp in stale_temporaries(dest):
         try:
-            if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+            age = time.time() - tmp.stat().st_mtime
+            if age > STALE_SECONDS or (age > GRACE_SECONDS and not being_written(tmp)):
                 tmp.unlink()
         except OSError:
             pass  # gone already, or not ours to remove

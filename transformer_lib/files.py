@@ -6,7 +6,8 @@ use it, from notebook 00 on; appendix A1 shows it and explains it.
   the usual mode of a new file and renamed over it; removed on any failure;
 - `DiskFullError`, `check_free_space`, `save_patiently`: a full disk said in one line,
   and a save that waits for space while the trained work stays in memory;
-- `stale_temporaries`: the temporary files that killed writes left (`.NAME.*.tmp`);
+- `stale_temporaries`, `being_written`: the temporary files that killed writes left
+  (`.NAME.*.tmp`), told from one a live write still holds;
 - `lock_run`, `unlock_run`, `releasing_lock`: one process at a time trains into a
   checkpoint (an OS lock, `.NAME.lock` beside it, dropped when the process ends);
 - `check_writable`: a path that cannot be written is refused before any work.
@@ -34,6 +35,7 @@ __all__ = [
     "check_free_space",
     "save_patiently",
     "stale_temporaries",
+    "being_written",
     "RunLockedError",
     "lock_run",
     "unlock_run",
@@ -58,6 +60,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        _hold(fd)  # while it is being written: see being_written
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -81,15 +84,25 @@ def current_umask() -> int:
 
 class DiskFullError(OSError):
     """A file could not be written for lack of space; the message names the path, the
-    free space and, when known, the space needed."""
+    free space and, when known, the space needed. `too_small`: the whole disk is
+    smaller than the file, so freeing space cannot help."""
 
     def __init__(self, path: Path, needed: int | None = None):
-        free = shutil.disk_usage(path.parent).free / 1e6
-        need = f", {needed / 1e6:.3g} MB needed" if needed else ""
-        super().__init__(
-            f"cannot write {path}: the disk is full ({free:.3g} MB free{need}); the "
-            "file there before is kept: free some space or choose another path"
-        )
+        usage = shutil.disk_usage(path.parent)
+        self.too_small = bool(needed) and needed > usage.total
+        if self.too_small:
+            super().__init__(
+                f"cannot write {path}: it needs {needed / 1e6:.3g} MB and its disk "
+                f"holds {usage.total / 1e6:.3g} MB in all; the file there before is "
+                "kept: choose a path on a larger disk"
+            )
+        else:
+            need = f", {needed / 1e6:.3g} MB needed" if needed else ""
+            super().__init__(
+                f"cannot write {path}: the disk is full ({usage.free / 1e6:.3g} MB "
+                f"free{need}); the file there before is kept: free some space or "
+                "choose another path"
+            )
         self.errno = errno.ENOSPC
 
 
@@ -108,13 +121,14 @@ SAVE_WAITS = (10, 30, 60, 120)
 
 def save_patiently(save: Callable[[], object], log=print, waits=None) -> None:
     """Call `save()`; while the disk is full, say so and try again after each wait
-    (SAVE_WAITS), keeping the trained work in memory; then raise the DiskFullError."""
+    (SAVE_WAITS), keeping the trained work in memory; then raise the DiskFullError (at
+    once when the whole disk is smaller than the file)."""
     for wait in (*(SAVE_WAITS if waits is None else waits), None):
         try:
             save()
             return
         except DiskFullError as e:
-            if wait is None:
+            if wait is None or e.too_small:
                 raise
             log(f"{e}; trying again in {wait} s (the new weights are kept in memory)")
             time.sleep(wait)
@@ -126,6 +140,34 @@ def stale_temporaries(path: str | os.PathLike) -> list[Path]:
     path = Path(os.path.realpath(path))
     found = path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else []
     return sorted(p for p in found if p.is_file())
+
+
+def being_written(tmp: str | os.PathLike) -> bool:
+    """True while a live `atomic_write` fills the temporary file `tmp` (it holds an OS
+    lock on it), False for one that a killed write left. True where it cannot be told
+    (no such locks here, as on Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    try:
+        with open(tmp, "rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+    except FileNotFoundError:
+        return False  # gone already: finished or removed
+    except OSError:
+        return True  # held by its writer, or no locks on this file system
+
+
+def _hold(fd: int) -> None:
+    """Lock the open temporary file `fd` for its writer, where the OS can."""
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (ImportError, OSError):
+        pass  # then only its age tells a killed write's file (see downloads)
 
 
 class RunLockedError(OSError):

@@ -411,8 +411,10 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
             world_size=world,
             tokens_per_s=run.step * tokens_per_step / max(run.seconds, 1e-9),
         )
-        if main:
-            val_loss, bits = bits_per_char(model, data, autocast)
+        if main:  # saved: a stop now ends the run at once, in one line
+            where = f"the final evaluation, after step {run.step}"
+            with StopRequest(now=stopped_message(where, s.out)):
+                val_loss, bits = bits_per_char(model, data, autocast)
             log(
                 f"final: val loss {val_loss:.4f} over all {len(data.val_ids) - 1:,} "
                 f"validation tokens | {bits:.3f} bits per character | "

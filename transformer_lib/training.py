@@ -188,12 +188,15 @@ STOP_SIGNALS = tuple(
 
 class StopRequest:
     """`with StopRequest() as stop:` turns the first Ctrl-C, SIGTERM or SIGHUP into
-    `stop.requested = True`.
+    `stop.requested = True`; the loop checks it after each step, saves and stops.
 
-    The loop checks the flag after each step, saves and stops cleanly; a second signal
-    raises KeyboardInterrupt at once. Outside the main thread (where signals cannot be
-    caught) it does nothing.
+    A second signal raises KeyboardInterrupt at once; with `now=message` (for work
+    after the last save) the first raises TrainingInterrupted(message). Outside the
+    main thread (where signals cannot be caught) it does nothing.
     """
+
+    def __init__(self, now: str | None = None):
+        self.now = now
 
     def __enter__(self) -> "StopRequest":
         self.requested, self._previous = False, {}
@@ -204,8 +207,8 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
+        if self.now or self.requested:  # after the last save, or a second signal
+            raise TrainingInterrupted(self.now) if self.now else KeyboardInterrupt
         self.requested = True
 
     def __exit__(self, *exc) -> None:
