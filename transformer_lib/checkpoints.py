@@ -436,7 +436,10 @@ def resume_run(
     parts = {"train_config": dict, "optimizer": dict} | dict.fromkeys(rng, torch.Tensor)
     check_entries(path, state, parts | kept | fields)
     changed = changed_settings(state["train_config"], settings, may_change)
-    if changed:
+    if changed:  # with the model sizes they change (not the tokenizers: too long)
+        changed += [
+            f"config {d}" for d in _differences(state["config"], model.config.to_dict())
+        ]
         raise CheckpointMismatchError(
             f"{path} was trained with other settings ({'; '.join(changed)}); resume "
             "with the same ones, or use --restart or another path for a new run"
