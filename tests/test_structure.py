@@ -32,8 +32,8 @@ PART_II = {
     "mt_train",
     "decoding",
 }
-PART_III = {"gpt", "lm_loop", "lm_train", "gpt2_weights", "perf"}
-PART_IV = {"modern", "muon", "tiled_attention"}  # notebook 13: builds on Part III
+PART_III = {"gpt", "lm_loop", "lm_train", "gpt2_weights", "perf", "tiled_attention"}
+PART_IV = {"modern", "muon"}  # notebook 13: builds on Part III
 PART_V = {"decoder_only", "lora", "dpo"}  # notebooks 14-16: build on Part III
 SHARED = {"training", "checkpoints", "files", "sampling"}
 # the build-its' checkers (written by hand): any Part as reference

@@ -19,8 +19,8 @@ them, then `make export`). One concept a module:
     shared kit     training (09, 12, A1), sampling (10)   used by both Parts,
                    checkpoints (A1)                       importing neither
     Part III       gpt, lm_loop (11), perf (12)           the GPT language model
-                                                          and its speed
-    Part IV        modern, muon, tiled_attention (13)     a modern GPT
+                   tiled_attention (12)                   and its speed
+    Part IV        modern, muon (13)                      a modern GPT
     Part V         decoder_only (14), lora (15)           adapting a model
                    dpo (16)
     appendices     mt_train (A1)                          the long training runs
