@@ -616,6 +616,42 @@ def post_pre_norm():
 
 
 @diagram
+def residual_stream():
+    s = Svg(
+        1040,
+        300,
+        "The residual stream",
+        "The residual stream of a pre-norm stack, drawn left to right: the embedding "
+        "starts a running sum. Each sublayer, self-attention then feed-forward, layer "
+        "after layer, reads a LayerNorm copy of the stream and writes its output back "
+        "by addition. Nothing on the stream itself is rescaled until the final "
+        "LayerNorm, so the output is the embedding plus every sublayer's write.",
+    )
+    y = 210  # the stream
+    s.box(20, y - 22, 130, 44, "embedding", "embed", size=13, sub="x_{0}")
+    s.text(520, 30, "each sublayer reads a normalised copy and writes by adding", 13)
+    s.text(520, y + 36, "residual stream", size=13, weight="bold", color=MUTED)
+    left = 150
+    parts = [("self-attention", "attn"), ("feed-forward", "ffn")] * 2
+    for i, (label, kind) in enumerate(parts):
+        x0 = 185 + 160 * i
+        s.arrow(x0 + 15, y, x0 + 15, 153)
+        s.box(x0 - 25, 125, 100, 28, "LayerNorm", "norm", size=12)
+        s.arrow(x0 + 25, 125, x0 + 25, 103)
+        s.box(x0 - 25, 65, 100, 38, label, kind, size=12, sub=f"layer {i // 2 + 1}")
+        s.line([(x0 + 75, 84), (x0 + 115, 84), (x0 + 115, y - 11)])
+        s.line([(left, y), (x0 + 104, y)], width=4, color=MUTED)
+        s.circle(x0 + 115, y)
+        left = x0 + 126
+    s.line([(left, y), (left + 28, y)], width=4, color=MUTED, arrow=False)
+    s.text(left + 45, y + 5, "⋯", size=18)
+    s.line([(left + 62, y), (left + 92, y)], width=4, color=MUTED)
+    s.box(left + 94, y - 22, 130, 44, "final LayerNorm", "norm", size=12, sub="x_{L}")
+    s.text(520, 285, "x_{L} = x_{0} + Σ_{l} Sublayer_{l}(LN(x_{l−1}))", 14, mono=True)
+    return s
+
+
+@diagram
 def teacher_forcing():
     zh = list("我爱我的猫。")
     tgt_in, tgt_out = ["<bos>"] + zh, zh + ["<eos>"]
