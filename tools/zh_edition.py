@@ -195,10 +195,11 @@ def headings(text: str) -> list[tuple[int, str]]:
 
 
 def slugify(title: str) -> str:
-    """The anchor MyST gives a heading: its default slug of the heading's plain text
-    (links, emphasis, code and math marks removed, as MyST renders them)."""
+    """The anchor MyST gives a heading: its default slug of the heading's text (links,
+    emphasis and code marks removed; inline math dropped whole, as MyST's slug does:
+    "The $\\sqrt{d}$ scale" is the--scale)."""
     title = re.sub(r"[*_`]", "", re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title))
-    return default_slugify(re.sub(r"\$([^$]*)\$", r"\1", title))
+    return default_slugify(re.sub(r"\$[^$]*\$", "", title))
 
 
 def problems_of_entry(
