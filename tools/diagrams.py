@@ -19,7 +19,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svg  # noqa: E402
-from svg import MUTED, PALETTE, Svg  # noqa: E402
+from svg import INK, MUTED, PALETTE, Svg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ROOT / "book" / "images"
@@ -1238,6 +1238,417 @@ def dpo():
     s.text(780, 140, "log π(y_w) − log π_ref(y_w)", size=12)
     s.text(780, 160, "− [log π(y_l) − log π_ref(y_l)]", size=12)
     s.text(780, 290, "loss = −log σ(β · margin)", size=13)
+    return s
+
+
+def _shade(v: float) -> str:
+    """A cell's fill for a value about in [-1, 1]: orange above 0, blue below, white at
+    0 (light enough for dark text)."""
+    a = min(abs(float(v)), 1.0) * 0.75
+    r, g, b = (217, 130, 43) if v > 0 else (43, 123, 185)
+    mix = lambda c: round(255 + (c - 255) * a)  # noqa: E731
+    return f"#{mix(r):02x}{mix(g):02x}{mix(b):02x}"
+
+
+def _cell(s, x, y, w, h, v, text=None, size=12):
+    s.add(
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+        f'fill="{_shade(v)}" stroke="#90a4ae" stroke-width="1"/>'
+    )
+    if text is not None:
+        s.text(x + w / 2, y + h / 2 + size * 0.35, text, size=size)
+
+
+@diagram
+def bpe_merges():
+    from transformer_lib.tokenization import merge, most_frequent_pair, pair_counts
+
+    ids = list(b"low lower lowest")
+    vocab = {i: bytes([i]) for i in range(256)}
+    rows, table = [ids], []
+    for k in range(4):
+        counts = pair_counts(ids)
+        pair = most_frequent_pair(counts)
+        vocab[256 + k] = vocab[pair[0]] + vocab[pair[1]]
+        table.append((256 + k, pair, counts[pair]))
+        ids = merge(ids, pair, 256 + k)
+        rows.append(ids)
+    show = lambda i: vocab[i].decode().replace(" ", "␣")  # noqa: E731
+    s = Svg(
+        800,
+        460,
+        "Byte-pair encoding, merge by merge",
+        "The text 'low lower lowest' starts as "
+        f"{len(rows[0])} byte ids. Each step counts the neighbouring pairs, merges "
+        "the most frequent one (the smallest on a tie) into a new id and adds it to "
+        "the merge table: "
+        + "; ".join(
+            f"{i} = {show(p[0])} + {show(p[1])} (seen {n} times)" for i, p, n in table
+        )
+        + ". The sequence shrinks to "
+        + ", ".join(str(len(r)) for r in rows[1:])
+        + " tokens. The merges come from running pair_counts, most_frequent_pair "
+        "and merge.",
+    )
+    x0, unit, top, step = 90, 32, 70, 72
+    s.text(
+        x0, 30, "the sequence (␣ is a space)", size=15, anchor="start", weight="bold"
+    )
+    s.text(625, 30, "the merge table", size=15, anchor="start", weight="bold")
+    s.text(625, 50, "ids 0-255: the bytes", size=12, anchor="start", color=MUTED)
+    for r, row in enumerate(rows):
+        y, x = top + r * step, x0
+        s.text(20, y + 20, "bytes" if r == 0 else f"step {r}", size=13, anchor="start")
+        s.text(20, y + 36, f"{len(row)} tokens", size=12, anchor="start", color=MUTED)
+        nxt = table[r][1] if r < len(table) else None
+        j = 0
+        while j < len(row):
+            i = row[j]
+            hit = nxt and j + 1 < len(row) and (row[j], row[j + 1]) == nxt
+            group = [i, row[j + 1]] if hit else [i]
+            for g in group:
+                w = unit * len(vocab[g])
+                kind = "attn" if hit else ("embed" if g >= 256 else "data")
+                s.box(x + 1, y, w - 2, 40, show(g), kind, size=14, sub=str(g))
+                x += w
+            j += len(group)
+        if r:
+            i, p, n = table[r - 1]
+            s.box(
+                625,
+                y,
+                165,
+                40,
+                f"{i} = {show(p[0])} + {show(p[1])}",
+                "embed",
+                size=14,
+                sub=f"({p[0]}, {p[1]}) seen {n} times",
+            )
+        if r < len(rows) - 1:
+            s.arrow(x0 - 12, y + 40, x0 - 12, y + step)
+    s.text(
+        x0,
+        top + len(rows) * step + 4,
+        "orange: the most frequent pair, merged in the next step; "
+        "green: a merged token",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def embedding_lookup():
+    import torch
+
+    torch.manual_seed(0)
+    n_vocab, C = 10, 4
+    W = torch.randn(n_vocab, C) * 0.6
+    ids = [3, 1, 4, 1]
+    s = Svg(
+        820,
+        470,
+        "An embedding is a table lookup",
+        f"The token ids {ids} each pick one row of the table W, of shape (n_vocab, C) "
+        f"= ({n_vocab}, {C}); the rows, in order, are the output, of shape (T, C) = "
+        f"({len(ids)}, {C}); id 1 appears twice and gets the same row twice. Below: "
+        "the one-hot vector of id 3 times W gives the same row 3, so the lookup is a "
+        "matrix product with the zeros skipped.",
+    )
+    cw, rh, tx, ty = 40, 26, 290, 70
+    s.text(75, 40, "token ids (T)", size=14, weight="bold")
+    s.text(
+        tx + 2 * cw, 40, f"W  (n_vocab, C) = ({n_vocab}, {C})", size=14, weight="bold"
+    )
+    s.text(670, 40, f"output (T, C) = ({len(ids)}, {C})", size=14, weight="bold")
+    for r in range(n_vocab):
+        used = r in ids
+        s.text(
+            tx - 10,
+            ty + r * rh + 18,
+            f"row {r}",
+            size=12,
+            anchor="end",
+            color=INK if used else MUTED,
+        )
+        for c in range(C):
+            v = float(W[r, c]) if used else 0.0
+            _cell(s, tx + c * cw, ty + r * rh, cw, rh, v)
+        if used:
+            s.add(
+                f'<rect x="{tx}" y="{ty + r * rh}" width="{C * cw}" height="{rh}" '
+                f'fill="none" stroke="{PALETTE["embed"][1]}" stroke-width="2.5"/>'
+            )
+    s.text(
+        tx + 2 * cw,
+        ty + n_vocab * rh + 18,
+        "unused rows left blank",
+        size=12,
+        color=MUTED,
+    )
+    green = PALETTE["embed"][1]
+    for t, i in enumerate(ids):
+        y = ty + 20 + t * 56
+        s.box(45, y, 60, 30, str(i), "data", size=14)
+        s.text(38, y + 20, f"t={t}", size=12, anchor="end", color=MUTED)
+        ry = ty + i * rh + rh / 2
+        s.line([(105, y + 15), (tx - 60, ry)], color=green)
+        for c in range(C):
+            _cell(s, 590 + c * cw, y, cw, 30, float(W[i, c]))
+        s.line([(tx + C * cw, ry), (585, y + 15)], color=green)
+        s.text(755, y + 20, f"= W[{i}]", size=12, anchor="start", mono=True)
+    # the one-hot product
+    y = 400
+    s.text(
+        20,
+        y - 14,
+        "the same row as a matrix product:",
+        size=13,
+        anchor="start",
+        weight="bold",
+    )
+    s.text(20, y + 18, "one-hot e_{3}", size=13, anchor="start")
+    for r in range(n_vocab):
+        _cell(s, 130 + r * 26, y, 26, 26, 0.9 if r == 3 else 0.0, str(int(r == 3)), 12)
+    s.text(400, y + 18, "× W   (1, 10) × (10, 4) =", size=13, anchor="start")
+    for c in range(C):
+        _cell(s, 585 + c * cw, y, cw, 26, float(W[3, c]))
+    s.text(750, y + 18, "= W[3]", size=12, anchor="start", mono=True)
+    s.text(
+        20,
+        y + 52,
+        "nn.Embedding skips the multiplications by zero and reads the row",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def positions_added():
+    import torch
+
+    from transformer_lib.positional import sinusoidal_positional_encoding
+
+    C, N, t = 8, 10, 2
+    pe = sinusoidal_positional_encoding(C, 200)
+    torch.manual_seed(1)
+    token = (torch.randn(C) * 0.5).clamp(-0.9, 0.9)
+    x = token + pe[t]
+    s = Svg(
+        790,
+        470,
+        "Positions as waves, added to the token embeddings",
+        f"Left: the sinusoidal encoding with C = {C}; each row is one dimension, a "
+        "sine or a cosine of the position, fast in the first dimensions and slower "
+        "in the later ones; the dots are the values at positions 0 to "
+        f"{N - 1}. Reading the column at position {t} gives the vector PE({t}). "
+        f"Right: the token embedding of 'sat', the third word of 'the cat sat', plus "
+        f"PE({t}) gives its input to the model, x_{t}. The same token at another "
+        "position gets another vector, so word order reaches attention. The numbers "
+        "come from sinusoidal_positional_encoding.",
+    )
+    x0, dx, y0, rh = 165, 36, 80, 32
+    s.text(
+        x0 + dx * (N - 1) / 2,
+        30,
+        f"PE(pos, dim): {C} dimensions as waves",
+        size=15,
+        weight="bold",
+    )
+    s.text(
+        x0 + dx * (N - 1) / 2, y0 + C * rh + 40, "position pos →", size=12, color=MUTED
+    )
+    s.add(
+        f'<rect x="{x0 + t * dx - 16}" y="{y0 - 8}" width="32" '
+        f'height="{C * rh + 8}" fill="{PALETTE["norm"][0]}" '
+        f'stroke="{PALETTE["norm"][1]}" stroke-width="1.4"/>'
+    )
+    for d in range(C):
+        cy = y0 + d * rh + rh / 2 - 4
+        fn = "sin" if d % 2 == 0 else "cos"
+        s.text(20, cy + 5, f"dim {d}: {fn} ω_{{{d // 2}}}·pos", size=12, anchor="start")
+        s.line(
+            [(x0 - 10, cy), (x0 + dx * (N - 1) + 10, cy)],
+            arrow=False,
+            color="#cfd8dc",
+            width=1,
+        )
+        fine = torch.linspace(0, N - 1, 120)
+        omega = 10000 ** (-(d // 2) * 2 / C)
+        wave = torch.sin(fine * omega) if d % 2 == 0 else torch.cos(fine * omega)
+        s.line(
+            [(x0 + dx * float(p), cy - 11 * float(v)) for p, v in zip(fine, wave)],
+            arrow=False,
+            color=PALETTE["ffn"][1],
+            width=1.4,
+        )
+        for p in range(N):
+            v = float(pe[p, d])
+            r = 4.5 if p == t else 3
+            s.add(
+                f'<circle cx="{x0 + dx * p:.1f}" cy="{cy - 11 * v:.1f}" r="{r}" '
+                f'fill="{INK if p == t else PALETTE["ffn"][1]}"/>'
+            )
+    for p in range(N):
+        s.text(
+            x0 + dx * p,
+            y0 + C * rh + 18,
+            str(p),
+            size=12,
+            weight="bold" if p == t else "normal",
+        )
+    # token + position = x_t, one cell per dimension, on the rows of the waves
+    cols = [
+        ("token 'sat'", token, 530),
+        (f"PE({t})", pe[t], 620),
+        (f"x_{{{t}}}", x, 710),
+    ]
+    for label, vec, cx in cols:
+        s.text(cx + 30, 52, label, size=13, weight="bold")
+        for d in range(C):
+            _cell(
+                s,
+                cx,
+                y0 + d * rh - 2,
+                60,
+                rh - 4,
+                float(vec[d]) / 1.5,
+                f"{float(vec[d]):+.2f}",
+                12,
+            )
+    for op, cx in [("+", 605), ("=", 695)]:
+        s.text(cx, y0 + C * rh / 2 + 2, op, size=20, weight="bold")
+    s.line(
+        [
+            (x0 + t * dx + 16, y0 - 14),
+            (x0 + t * dx + 16, y0 - 22),
+            (650, y0 - 22),
+            (650, y0 - 14),
+        ],
+        color=PALETTE["norm"][1],
+    )
+    y = y0 + C * rh + 74
+    s.text(
+        20,
+        y,
+        "the cat sat: each token's embedding plus its position's column:",
+        size=13,
+        anchor="start",
+        weight="bold",
+    )
+    s.text(
+        20,
+        y + 24,
+        "x_{0} = emb(the) + PE(0),   x_{1} = emb(cat) + PE(1),   "
+        "x_{2} = emb(sat) + PE(2)",
+        size=13,
+        anchor="start",
+    )
+    s.text(
+        20,
+        y + 46,
+        "the same token at another position gets another vector, so "
+        "word order reaches attention",
+        size=13,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def attention_matrix():
+    s = Svg(
+        760,
+        560,
+        "Scaled dot-product attention in matrix form, with shapes",
+        "Read from the bottom up, as Figure 2 of Attention Is All You Need: Q of "
+        "shape (T_q, d_k) times K transposed, (d_k, T_k), gives the scores (T_q, "
+        "T_k); they are divided by the square root of d_k, optionally masked (a "
+        "blocked score becomes minus infinity), and the softmax over each row turns "
+        "them into weights that sum to 1, still (T_q, T_k); the weights times V, "
+        "(T_k, d_v), give the output (T_q, d_v). Right: the same steps as matrices "
+        "drawn to shape for T_q = 3, T_k = 4, d_k = 2 and d_v = 3. Batches and heads "
+        "add leading dimensions; every step acts on the last two.",
+    )
+    w, cx = 190, 210
+    s.text(cx, 28, "the steps (bottom up)", size=15, weight="bold")
+    s.box(30, 490, 90, 34, "Q", "attn", size=15)
+    s.box(165, 490, 90, 34, "K", "attn", size=15)
+    s.box(380, 490, 90, 34, "V", "attn", size=15)
+    steps = [
+        (420, "MatMul  Q Kᵀ", "ffn", False),
+        (350, "Scale  ÷ √d_{k}", "norm", False),
+        (280, "Mask (optional)", "off", True),
+        (210, "SoftMax over each row", "out", False),
+        (140, "MatMul  weights · V", "ffn", False),
+    ]
+    for y, label, kind, dash in steps:
+        s.box(cx - w / 2, y, w, 34, label, kind, size=13, dash=dash)
+    mono = dict(size=12, anchor="start", mono=True, color=MUTED)
+    s.line([(75, 490), (75, 470), (cx - 40, 470), (cx - 40, 454)])
+    s.text(12, 462, "(T_q, d_k)", **mono)
+    s.line([(cx, 490), (cx, 454)])
+    s.text(cx + 6, 484, "(T_k, d_k)", **mono)
+    s.text(cx + 6, 468, "Kᵀ: (d_k, T_k)", **mono)
+    for y in (420, 350, 280, 210):
+        s.arrow(cx, y, cx, y - 36)
+        s.text(cx + 8, y - 14, "(T_q, T_k)", **mono)
+    s.text(cx + 102, 295, "−∞ where a key", size=12, anchor="start", color=MUTED)
+    s.text(cx + 102, 310, "may not be seen", size=12, anchor="start", color=MUTED)
+    s.line([(425, 490), (425, 157), (cx + w / 2, 157)])
+    s.text(419, 440, "(T_k, d_v)", **dict(mono, anchor="end"))
+    s.box(cx - w / 2, 60, w, 34, "output", "data", size=14)
+    s.arrow(cx, 140, cx, 94)
+    s.text(cx + 8, 124, "(T_q, d_v)", **mono)
+    # the matrices drawn to shape
+    u = 20
+    mx = 480
+    s.text(610, 28, "the same, as matrices", size=15, weight="bold")
+
+    def grid(x, y, rows, cols, kind, label, shape):
+        fill, stroke = PALETTE[kind]
+        for r in range(rows):
+            for c in range(cols):
+                s.add(
+                    f'<rect x="{x + c * u}" y="{y + r * u}" width="{u}" height="{u}" '
+                    f'fill="{fill}" stroke="{stroke}" stroke-width="1"/>'
+                )
+        s.text(x + cols * u / 2, y - 8, label, size=13, weight="bold")
+        s.text(
+            x + cols * u / 2, y + rows * u + 16, shape, size=12, mono=True, color=MUTED
+        )
+        return x + cols * u
+
+    y = 90
+    e = grid(mx, y + 10, 3, 2, "attn", "Q", "(3, 2)")
+    s.text(e + 14, y + 45, "×", size=16)
+    e = grid(e + 28, y, 2, 4, "attn", "Kᵀ", "(2, 4)")
+    s.text(e + 14, y + 45, "=", size=16)
+    grid(e + 28, y + 10, 3, 4, "ffn", "scores", "(3, 4)")
+    y = 250
+    s.text(mx, y + 35, "softmax(scores / √d_{k})", size=13, anchor="start")
+    s.text(mx, y + 55, "row by row: each row", size=12, anchor="start", color=MUTED)
+    s.text(mx, y + 71, "sums to 1", size=12, anchor="start", color=MUTED)
+    grid(mx + 170, y + 10, 3, 4, "out", "weights", "(3, 4)")
+    y = 390
+    e = grid(mx, y + 20, 3, 4, "out", "weights", "(3, 4)")
+    s.text(e + 14, y + 60, "×", size=16)
+    e = grid(e + 28, y + 10, 4, 3, "attn", "V", "(4, 3)")
+    s.text(e + 14, y + 60, "=", size=16)
+    grid(e + 28, y + 20, 3, 3, "data", "output", "(3, 3)")
+    s.text(
+        20,
+        548,
+        "Batches and heads add leading dimensions (B, H, …); every step "
+        "acts on the last two.",
+        size=12,
+        anchor="start",
+        color=MUTED,
+    )
     return s
 
 
