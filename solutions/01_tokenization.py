@@ -1,26 +1,21 @@
 """Solution of notebook 01's build-it (checked by tests/test_exercises.py)."""
 
-from collections import Counter
+from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
 
-def my_bpe_merges(ids: list[int], n_merges: int) -> list[tuple[int, int]]:
-    """The first n_merges merges of BPE on one sequence of byte ids: merge i replaces
-    the most frequent pair (on a tie, the smallest) by the new id 256 + i."""
-    merges = []
-    while len(merges) < n_merges and len(ids) > 1:
-        # 1) count the neighbouring pairs; the most frequent, the smallest on a tie
-        counts = Counter(zip(ids, ids[1:]))
-        best = max(counts.values())
-        pair = min(p for p, c in counts.items() if c == best)
-        # 2) replace each occurrence, left to right, by the new id
-        new_id, out, i = 256 + len(merges), [], 0
-        while i < len(ids):
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-                out.append(new_id)
-                i += 2
-            else:
-                out.append(ids[i])
-                i += 1
-        ids = out
-        merges.append(pair)
-    return merges
+def my_bpe_encode(text: str, merges: list[tuple[int, int]]) -> list[int]:
+    """The ids of `text` under the learnt `merges` (merge k made id 256 + k): split into
+    chunks, then in each chunk's UTF-8 bytes merge the known pair of lowest rank, again
+    and again, until no known pair is left."""
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}  # pair -> its new id
+    out = []
+    for chunk in CHUNK_PATTERN.findall(text):
+        ids = list(chunk.encode("utf-8"))
+        while len(ids) > 1:
+            known = [p for p in zip(ids, ids[1:]) if p in ranks]
+            if not known:
+                break
+            pair = min(known, key=ranks.get)  # learnt first = lowest rank
+            ids = merge(ids, pair, ranks[pair])
+        out.extend(ids)
+    return out

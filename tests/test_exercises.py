@@ -104,116 +104,82 @@ def test_sha256():
     )
 
 
-def test_bpe_merges():
-    from transformer_lib.tokenization import train_bpe
+def test_bpe_encode():
+    right = solution("01").my_bpe_encode
+    # the docstring's example, and the merges' order matters: "ow" before "lo"
+    merges = [(111, 119), (108, 111), (32, 108)]
+    assert right("low lower", merges) == [108, 256, 258, 256, 101, 114]
 
-    # the reference agrees with the library's train_bpe on a text of one chunk
-    assert ex.bpe_merges_reference(list(b"aaabdaaabac"), 3) == train_bpe(
-        "aaabdaaabac", 3
-    )
-    right = solution("01").my_bpe_merges
+    def wrong(text, merges, leftmost=False, chars=False):
+        from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
-    def first_seen(ids, n):  # Counter.most_common breaks ties by first occurrence
-        from collections import Counter
+        ranks, out = {p: 256 + k for k, p in enumerate(merges)}, []
+        for chunk in CHUNK_PATTERN.findall(text):
+            ids = [ord(c) for c in chunk] if chars else list(chunk.encode())
+            while known := [p for p in zip(ids, ids[1:]) if p in ranks]:
+                pair = known[0] if leftmost else min(known, key=ranks.get)
+                ids = merge(ids, pair, ranks[pair])
+            out += ids
+        return out
 
-        from transformer_lib.tokenization import merge
-
-        merges = []
-        while len(merges) < n and len(ids) > 1:
-            pair = Counter(zip(ids, ids[1:])).most_common(1)[0][0]
-            ids = merge(ids, pair, 256 + len(merges))
-            merges.append(pair)
-        return merges
-
-    fails(ex.check_bpe_merges, first_seen, r"on a tie take the smallest pair")
-
-    def never_merges(ids, n):  # picks the pair, forgets to replace it
-        from collections import Counter
-
-        return [Counter(zip(ids, ids[1:])).most_common(1)[0][0]] * min(n, len(ids) - 1)
-
-    fails(ex.check_bpe_merges, never_merges, r"was merged already")
+    # the first known pair met, not the one learnt first
     fails(
-        ex.check_bpe_merges,
-        lambda ids, n: right(ids, n) + [(0, 0)],
-        r"returned 4 merges, expected 3: stop when",
+        ex.check_bpe_encode,
+        lambda t, m: wrong(t, m, leftmost=True),
+        r"merges the leftmost known pair first",
     )
-    fails(ex.check_bpe_merges, lambda ids, n: right(ids, n - 1), "stopped after 2")
-
-    def no_stop(ids, n):  # the review's learner: n merges, pairs or not
-        from collections import Counter
-
-        from transformer_lib.tokenization import merge
-
-        merges = []
-        for i in range(n):
-            counts = Counter(zip(ids, ids[1:]))
-            pair = min(counts, key=lambda p: (-counts[p], p), default=(ids[0],) * 2)
-            ids = merge(ids, pair, 256 + i)
-            merges.append(pair)
-        return merges
-
+    # code points, not UTF-8 bytes
     fails(
-        ex.check_bpe_merges,
-        no_stop,
-        r"returned \d+ merges, expected \d+: stop when the sequence has no pair left",
+        ex.check_bpe_encode,
+        lambda t, m: wrong(t, m, chars=True),
+        r"starts from characters \(ord\), not UTF-8 bytes",
     )
 
+    def whole(text, merges):  # no chunks: merges run across chunk boundaries
+        from transformer_lib.tokenization import apply_merges
 
-def test_token_embedding():
-    Right = solution("02").MyTokenEmbedding
+        ranks = {p: 256 + k for k, p in enumerate(merges)}
+        return apply_merges(list(text.encode()), ranks)
 
-    class Unscaled(Right):
-        def forward(self, ids):
-            return self.weight[ids]
-
+    fails(ex.check_bpe_encode, whole, r"merges pairs across chunks: split the text")
     fails(
-        ex.check_token_embedding, Unscaled, r"not scaled: multiply by sqrt\(d_model\)"
+        ex.check_bpe_encode,
+        lambda text, merges: right(text, merges[:-1]),
+        r"id \d+ is \d+, expected",
     )
 
-    class StdOne(Right):
-        def __init__(self, V, C):
-            super().__init__(V, C)
-            self.weight = nn.Parameter(torch.randn(V, C))
 
-    fails(
-        ex.check_token_embedding,
-        StdOne,
-        r"starts with std 0\.99\d, expected 1/sqrt\(d_model\) = 0\.125",
-    )
+def test_tied_output():
+    Right = solution("02").MyTiedOutput
 
-    class PlainTensor(nn.Module):
-        def __init__(self, V, C):
-            super().__init__()
-            self.weight = torch.randn(V, C) * C**-0.5
+    class Copied(Right):  # a copy of the table: a second matrix, trained apart
+        def __init__(self, embedding):
+            super().__init__(embedding)
+            self.weight = nn.Parameter(embedding.weight.detach().clone())
 
-    fails(ex.check_token_embedding, PlainTensor, "a plain tensor is not trained")
+        def forward(self, h):
+            return h @ self.weight.T
+
+    fails(ex.check_tied_output, Copied, r"has 400 of its own, not 0")
+
+    class OwnLinear(Right):
+        def __init__(self, embedding):
+            super().__init__(embedding)
+            self.out = nn.Linear(embedding.d_model, embedding.vocab_size, bias=False)
+
+    fails(ex.check_tied_output, OwnLinear, r"has 400 of its own, not 0")
+
+    class Scaled(Right):
+        def forward(self, h):
+            return super().forward(h) * self.embedding.d_model**0.5
+
+    fails(ex.check_tied_output, Scaled, r"logits are scaled by sqrt\(d_model\)")
 
     class Detached(Right):
-        def forward(self, ids):
-            return self.weight.detach()[ids] * self.d_model**0.5
+        def forward(self, h):
+            return h @ self.embedding.weight.detach().T
 
-    fails(ex.check_token_embedding, Detached, "no gradient reached weight")
-
-
-def test_sinusoidal_positions():
-    def sc(C, N):  # cosines in the even columns, sines in the odd ones
-        pos = torch.arange(N, dtype=torch.float32)[:, None]
-        a = pos * 10000.0 ** (-torch.arange(0, C, 2).float() / C)
-        pe = torch.zeros(N, C)
-        pe[:, 0::2], pe[:, 1::2] = a.cos(), a[:, : C // 2].sin()
-        return pe
-
-    fails(ex.check_sinusoidal_positions, sc, "column 0 holds cos")
-
-    def exponent_i(C, N):  # w_i = 10000^(-i/C): the exponent forgets the 2
-        pos = torch.arange(N, dtype=torch.float32)[:, None]
-        a = pos * 10000.0 ** (-torch.arange(0, (C + 1) // 2).float() / C)
-        pe = torch.zeros(N, C)
-        pe[:, 0::2], pe[:, 1::2] = a.sin(), a[:, : C // 2].cos()
-        return pe
-
-    fails(ex.check_sinusoidal_positions, exponent_i, "frequency 10000")
+    fails(ex.check_tied_output, Detached, r"token 7 is never looked up")
 
 
 def test_rope():
@@ -848,11 +814,10 @@ def test_dpo_loss():
 
 def test_record_counts_what_passes(capsys):
     sol = solution("03")
-    assert (
-        ex.record("03", {"my_sinusoidal_positions": sol.my_sinusoidal_positions}) == 1
-    )
+    assert ex.record("03", {"my_apply_rope": sol.my_apply_rope}) == 1
+    assert ex.record("03", {}) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("\u2713 03 my_sinusoidal_positions passes")
+    assert out[0].startswith("\u2713 03 my_apply_rope passes")
     assert (
         out[1] == "\u00b7 03 my_apply_rope: my_apply_rope is not defined: run its cell"
     )

@@ -36,15 +36,13 @@ from transformer_lib.exercises.framework import (
     status_line,
 )
 from transformer_lib.exercises.part1 import (
-    bpe_merges_reference,
     check_attention,
-    check_bpe_merges,
+    check_bpe_encode,
     check_masks,
     check_multi_head_attention,
     check_rope,
     check_sha256,
-    check_sinusoidal_positions,
-    check_token_embedding,
+    check_tied_output,
     rope_reference,
 )
 from transformer_lib.exercises.part2 import (
@@ -76,14 +74,12 @@ __all__ = [
     "ExerciseError",
     "compare",
     "outcome",
-    "bpe_merges_reference",
     "rope_reference",
     "train_step_reference",
     "beam_search_reference",
     "check_sha256",
-    "check_bpe_merges",
-    "check_token_embedding",
-    "check_sinusoidal_positions",
+    "check_bpe_encode",
+    "check_tied_output",
     "check_rope",
     "check_attention",
     "check_multi_head_attention",
@@ -115,12 +111,9 @@ __all__ = [
 # notebook -> (the name the learner defines, its checker), in the notebook's order
 BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "00": [("sha256_file", check_sha256)],
-    "01": [("my_bpe_merges", check_bpe_merges)],
-    "02": [("MyTokenEmbedding", check_token_embedding)],
-    "03": [
-        ("my_sinusoidal_positions", check_sinusoidal_positions),
-        ("my_apply_rope", check_rope),
-    ],
+    "01": [("my_bpe_encode", check_bpe_encode)],
+    "02": [("MyTiedOutput", check_tied_output)],
+    "03": [("my_apply_rope", check_rope)],
     "04": [("my_attention", check_attention)],
     "05": [("MyMultiHeadAttention", check_multi_head_attention)],
     "06": [("my_masks", check_masks)],

@@ -1,6 +1,6 @@
-"""The checkers of Part I's build-its (notebooks 00-06): a file's checksum, the BPE
-merge loop, the token embedding, positions (sinusoidal and RoPE), attention, multi-head
-attention and the masks of a batch. Written by hand."""
+"""The checkers of Part I's build-its (notebooks 00-06): a file's checksum, BPE
+encoding with learnt merges, an output layer tied to the embedding, RoPE, attention,
+multi-head attention and the masks of a batch. Written by hand."""
 
 from __future__ import annotations
 
@@ -47,154 +47,139 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
     return f"files of {', '.join(map(str, sizes))} bytes"
 
 
-# 01 · the BPE merge loop --------------------------------------------------------------
+# 01 · BPE encoding with learnt merges ------------------------------------------------
 
-
-def bpe_merges_reference(ids: list[int], n_merges: int) -> list[tuple[int, int]]:
-    """The merge loop on one sequence of byte ids: count the pairs, merge the most
-    frequent (on a tie the smallest) into id 256 + i, until n_merges or no pair."""
-    from transformer_lib.tokenization import merge, most_frequent_pair, pair_counts
-
-    ids, merges = list(ids), []
-    while len(merges) < n_merges and len(ids) > 1:
-        pair = most_frequent_pair(pair_counts(ids))
-        ids = merge(ids, pair, 256 + len(merges))
-        merges.append(pair)
-    return merges
-
-
-_BPE_CASES = [
-    (b"aaabdaaabac", 3),  # Wikipedia's example
-    (b"cdabcdab", 2),  # cd, da and ab tie: the smallest pair, (97, 98), wins
-    (b"ab", 5),  # one pair, then nothing left to merge
-    (b"", 3),
-    (b"to be, or not to be: that is the question", 12),
+_BPE_TRAIN = (
+    "the lowest lower newer newest widest wider low low lower, the newest\n" * 3
+)
+_BPE_TEXTS = [
+    "the lowest, the widest",
+    "thou know'st the newest",  # a contraction is a chunk of its own
+    "slower and newer: the lowlands",  # words never seen whole
+    "caf\u00e9 na\u00efve \u6c49\u5b57",  # several bytes per character
+    "low  low\n\nlow",  # runs of spaces and newlines
+    "",
 ]
 
 
-def _bpe_hint(ids: list[int], want: list, got: list, i: int) -> str:
-    """Why merge i differs: a tie broken the other way, a pair merged twice, ..."""
-    from transformer_lib.tokenization import merge, pair_counts
+def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
+    """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
+    first), `chars` (ord, not bytes)."""
+    from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
-    for j, pair in enumerate(want[:i]):
-        ids = merge(ids, pair, 256 + j)
-    counts = pair_counts(ids)
-    if got[i] in want[:i]:
-        return (
-            f"; {got[i]} was merged already: replace it by its new id in the sequence "
-            "before counting again"
-        )
-    if counts.get(got[i], 0) == counts[want[i]]:
-        return (
-            f"; both occur {counts[want[i]]} times: on a tie take the smallest pair "
-            "(min), as most_frequent_pair does"
-        )
-    return f"; {want[i]} occurs {counts[want[i]]} times, {got[i]} {counts[got[i]]}"
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+    chunks = [text] if how == "whole" else CHUNK_PATTERN.findall(text)
+    out = []
+    for chunk in chunks:
+        ids = [ord(c) for c in chunk] if how == "chars" else list(chunk.encode())
+        while len(ids) > 1:
+            known = [p for p in zip(ids, ids[1:]) if p in ranks]
+            if not known:
+                break
+            if how == "leftmost":
+                pair = known[0]
+            else:
+                pair = min(known, key=ranks.get)
+            ids = merge(ids, pair, ranks[pair])
+        out += ids
+    return out
 
 
-@checker("BPE merge loop")
-def check_bpe_merges(fn: Callable[[list, int], list]) -> str:
-    """fn(ids, n_merges) -> the merges [(a, b), ...] learned on byte ids `ids`, merge i
-    making id 256 + i."""
-    for text, n in _BPE_CASES:
-        ids = list(text)
-        want = bpe_merges_reference(ids, n)
-        got = [tuple(p) for p in fn(list(ids), n)]
+_BPE_MISTAKES = {
+    "whole": "merges pairs across chunks: split the text with CHUNK_PATTERN first, "
+    "then merge inside each chunk",
+    "leftmost": "merges the leftmost known pair first: take the pair of lowest rank "
+    "(learnt first) wherever it is in the chunk",
+    "chars": "starts from characters (ord), not UTF-8 bytes: ids 0-255 are bytes, "
+    "use chunk.encode()",
+}
+
+
+@checker("BPE encoding")
+def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
+    """fn(text, merges) -> the ids of `text` under the learnt `merges`, as
+    BPETokenizer(merges).encode(text) gives them."""
+    from transformer_lib.tokenization import BPETokenizer
+
+    tok = BPETokenizer().train(_BPE_TRAIN, 256 + 30)
+    merges = list(tok.merges)
+    for text in _BPE_TEXTS:
+        want = tok.encode(text)
+        got = fn(text, list(merges))
+        got = [int(i) for i in got] if isinstance(got, (list, tuple)) else got
         if got == want:
             continue
-        call = f"my_bpe_merges(list({text!r}), {n})"
-        if got[: len(want)] == want:
-            raise ExerciseError(
-                f"{call} returned {len(got)} merges, expected {len(want)}: stop when "
-                "the sequence has no pair left"
-            )
-        if want[: len(got)] == got:
-            raise ExerciseError(
-                f"{call} stopped after {len(got)} merges, expected {len(want)}"
-            )
-        i = next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)
+        call = f"my_bpe_encode({text!r}, merges)"
+        for how, mistake in _BPE_MISTAKES.items():
+            if got == _bpe_encode_variant(text, merges, how):
+                raise ExerciseError(f"{call} {mistake}")
+        if not isinstance(got, list):
+            raise ExerciseError(f"{call}: expected a list of ids, got {got!r}")
+        i = next((j for j, (x, y) in enumerate(zip(got, want)) if x != y), None)
+        if i is None:
+            raise ExerciseError(f"{call} gave {len(got)} ids, expected {len(want)}")
         raise ExerciseError(
-            f"{call}: merge {i} is {got[i]}, expected {want[i]}"
-            + _bpe_hint(ids, want, got, i)
+            f"{call}: id {i} is {got[i]}, expected {want[i]} "
+            f"({tok.vocab[want[i]]!r}); got {got}, expected {want}"
         )
-    return f"{len(_BPE_CASES)} texts, ties and running out of pairs included"
-
-
-# 02 · the token embedding -------------------------------------------------------------
-
-
-@checker("token embedding")
-def check_token_embedding(cls: type) -> str:
-    """cls(vocab_size, d_model): a (n_vocab, C) parameter `weight`, std 1/sqrt(C) at the
-    start; (B, T) ids -> weight[ids] * sqrt(C)."""
-    torch.manual_seed(0)
-    n_vocab, C = 500, 64
-    emb = cls(n_vocab, C)
-    w = getattr(emb, "weight", None)
-    if not isinstance(w, nn.Parameter):
-        raise ExerciseError(
-            f"MyTokenEmbedding needs a parameter `weight` (nn.Parameter), got "
-            f"{type(w).__name__}: a plain tensor is not trained"
-        )
-    if tuple(w.shape) != (n_vocab, C):
-        raise ExerciseError(
-            f"weight has shape {tuple(w.shape)}, expected ({n_vocab}, {C})"
-        )
-    std = w.detach().std().item()
-    if not 0.9 < std * math.sqrt(C) < 1.1:
-        raise ExerciseError(
-            f"the table starts with std {std:.3f}, expected 1/sqrt(d_model) = "
-            f"{C**-0.5:.3f}"
-        )
-    ids = torch.tensor([[5, 1, 7, 5], [0, 499, 5, 2]])
-    out = emb(ids)
-    if is_close(out, w[ids]):
-        raise ExerciseError(
-            f"the vectors are not scaled: multiply by sqrt(d_model) = {C**0.5:g}"
-        )
-    compare("MyTokenEmbedding(ids)", out, w[ids] * math.sqrt(C))
-    if not out.requires_grad:
-        raise ExerciseError("no gradient reached weight: is the output made from it?")
-    out.sum().backward()
-    want = torch.zeros(n_vocab, C)
-    want.index_add_(0, ids.flatten(), torch.full((ids.numel(), C), math.sqrt(C)))
-    if w.grad is None:
-        raise ExerciseError("no gradient reached weight: is the output made from it?")
-    compare("the gradient of weight (id 5 is used 3 times)", w.grad, want)
     return (
-        f"(2, 4) ids -> (2, 4, {C}), scaled by sqrt({C}); std {std:.3f} at the start; "
-        "gradients only on the rows used"
+        f"{len(_BPE_TEXTS)} texts equal BPETokenizer.encode with {len(merges)} merges: "
+        "unseen words, multi-byte characters, whitespace runs, the empty text"
+    )
+
+
+# 02 · weight tying --------------------------------------------------------------------
+
+
+@checker("tied output layer")
+def check_tied_output(cls: type) -> str:
+    """cls(embedding) -> a module whose forward(h (B, T, C)) gives the logits h @ W^T,
+    W = embedding.weight, shared (not copied), so that both uses train W."""
+    from transformer_lib.embeddings import TokenEmbedding
+
+    torch.manual_seed(0)
+    V, C = 50, 8
+    emb = TokenEmbedding(V, C).double()
+    mix = nn.Linear(C, C).double()  # the checker's own model: embed, mix, score
+    head = cls(emb)
+    if not isinstance(head, nn.Module):
+        raise ExerciseError(f"expected an nn.Module, got {type(head).__name__}")
+    model = nn.ModuleList([emb, mix, head])
+    n, want_n = sum(p.numel() for p in model.parameters()), V * C + C * C + C
+    if n != want_n:
+        raise ExerciseError(
+            f"embedding, a ({C}, {C}) layer and the output layer hold {n} parameters, "
+            f"expected {want_n}: the output layer has {n - want_n} of its own, "
+            "not 0; use embedding.weight itself (no copy, no nn.Linear of its own)"
+        )
+    ids = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
+    h = torch.tanh(mix(emb(ids)))  # (2, 4, C)
+    logits = head(h)
+    want = h @ emb.weight.T  # (2, 4, V)
+    if is_close(logits, want * math.sqrt(C)) or is_close(logits, want / math.sqrt(C)):
+        raise ExerciseError(
+            "the logits are scaled by sqrt(d_model): that scale belongs to the lookup, "
+            "the logits are h @ W^T"
+        )
+    compare("MyTiedOutput(embedding)(h)", logits, want)
+    g = torch.randn_like(logits)
+    (grad_w,) = torch.autograd.grad((want * g).sum(), emb.weight, retain_graph=True)
+    (logits * g).sum().backward()
+    if emb.weight.grad is None:
+        raise ExerciseError("no gradient reached embedding.weight: is it detached?")
+    if torch.allclose(emb.weight.grad[7], torch.zeros(C, dtype=torch.float64)):
+        raise ExerciseError(
+            "token 7 is never looked up, yet the logits' gradient should reach its row "
+            "of embedding.weight: the output use sends none (detached, or a copy?)"
+        )
+    compare("the gradient of embedding.weight (both uses)", emb.weight.grad, grad_w)
+    return (
+        f"no parameters of its own ({want_n} in all, not {want_n + V * C}); logits "
+        "h @ W^T; W's gradient sums the lookup's and the output's"
     )
 
 
 # 03 · positions -----------------------------------------------------------------------
-
-
-@checker("sinusoidal positions")
-def check_sinusoidal_positions(fn: Callable[[int, int], Tensor]) -> str:
-    """fn(d_model, context_len) -> PE (N, C): PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1]
-    = cos(pos w_i), w_i = 10000^(-2i/C)."""
-    from transformer_lib.positional import sinusoidal_positional_encoding
-
-    for N, C in ((6, 8), (5, 7)):
-        got, want = fn(C, N), sinusoidal_positional_encoding(C, N)
-        name = f"my_sinusoidal_positions({C}, {N})"
-        if is_close(got, want, atol=1e-5):
-            continue
-        pos = torch.arange(N, dtype=torch.float32)
-        if isinstance(got, Tensor) and got.shape == want.shape:
-            if is_close(got[:, 0], pos.cos()):
-                raise ExerciseError(
-                    f"{name}: column 0 holds cos(pos); even columns hold the sines, "
-                    "odd columns the cosines"
-                )
-            if is_close(got[:, 2], (pos * 10000 ** (-1 / C)).sin(), atol=1e-5):
-                raise ExerciseError(
-                    f"{name}: column 2 has frequency 10000^(-1/C): the exponent is "
-                    "-2i/C, with 2i the column of the sine"
-                )
-        compare(name, got, want)
-    return "equals the paper's table for (8, 6) and an odd width, (7, 5)"
 
 
 def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
