@@ -144,6 +144,11 @@ def test_bpe_encode():
     fails(ex.check_bpe_encode, whole, r"merges pairs across chunks: split the text")
     fails(
         ex.check_bpe_encode,
+        lambda t, m: torch.tensor(right(t, m), dtype=torch.long),
+        "expected a list of ids, got Tensor",
+    )
+    fails(
+        ex.check_bpe_encode,
         lambda text, merges: right(text, merges[:-1]),
         r"id \d+ is \d+, expected",
     )

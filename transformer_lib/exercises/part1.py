@@ -105,16 +105,17 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
     merges = list(tok.merges)
     for text in _BPE_TEXTS:
         want = tok.encode(text)
-        got = fn(text, list(merges))
-        got = [int(i) for i in got] if isinstance(got, (list, tuple)) else got
+        got, call = fn(text, list(merges)), f"my_bpe_encode({text!r}, merges)"
+        if not isinstance(got, (list, tuple)):
+            raise ExerciseError(
+                f"{call}: expected a list of ids, got {type(got).__name__}"
+            )
+        got = [int(i) for i in got]
         if got == want:
             continue
-        call = f"my_bpe_encode({text!r}, merges)"
         for how, mistake in _BPE_MISTAKES.items():
             if got == _bpe_encode_variant(text, merges, how):
                 raise ExerciseError(f"{call} {mistake}")
-        if not isinstance(got, list):
-            raise ExerciseError(f"{call}: expected a list of ids, got {got!r}")
         i = next((j for j, (x, y) in enumerate(zip(got, want)) if x != y), None)
         if i is None:
             raise ExerciseError(f"{call} gave {len(got)} ids, expected {len(want)}")
