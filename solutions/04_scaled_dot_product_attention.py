@@ -5,16 +5,15 @@ import math
 import torch
 
 
-def my_attention(q, k, v, mask=None):
-    """softmax(q k^T / sqrt(d_k)) v -> (output (..., T_q, D_v), weights (..., T_q,
-    T_k)); mask True = may attend; a query that may see no key gets zero weights."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
-    empty = None
-    if mask is not None:
-        empty = ~mask.any(dim=-1, keepdim=True)  # queries that may see no key
-        # masked scores -inf before the softmax; an empty row attends everywhere...
-        scores = scores.masked_fill(~(mask | empty), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if empty is not None:
-        weights = weights.masked_fill(empty, 0.0)  # ...then gets weight 0
+def my_alibi_attention(q, k, v, slopes):
+    """Causal attention, q k (B, H, T, D), v (B, H, T, D_v), slopes (H,) -> (output
+    (B, H, T, D_v), weights (B, H, T, T)); score (i, j) of head h less slopes[h] * (i -
+    j)."""
+    T = q.size(-2)
+    pos = torch.arange(T, dtype=q.dtype)
+    distance = pos[:, None] - pos[None, :]  # (T, T): i - j, how far back key j is
+    bias = -slopes[:, None, None] * distance  # (H, T, T): a slope per head
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias  # (B, H, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # key j <= query i
+    weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
     return weights @ v, weights

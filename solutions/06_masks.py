@@ -3,11 +3,12 @@
 import torch
 
 
-def my_masks(src, tgt_in, pad_id):
-    """src (B, S), tgt_in (B, T) -> (src_mask (B, 1, 1, S), tgt_mask (B, 1, T, T)),
-    bool, True = may attend."""
-    src_mask = (src != pad_id)[:, None, None, :]  # (B, 1, 1, S): real source keys
-    T = tgt_in.size(1)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T): key j <= query i
-    tgt_pad = (tgt_in != pad_id)[:, None, None, :]  # (B, 1, 1, T): real target keys
-    return src_mask, causal & tgt_pad  # (B, 1, T, T) by broadcasting
+def my_sliding_window_mask(ids, pad_id, window):
+    """ids (B, T) -> (B, 1, T, T) bool, True = may attend: query t sees the non-<pad>
+    keys t - window + 1 .. t."""
+    T = ids.size(1)
+    pos = torch.arange(T)
+    back = pos[:, None] - pos[None, :]  # (T, T): t - s, how far back key s is
+    window_mask = (back >= 0) & (back < window)  # s <= t, and at most window - 1 back
+    keys = (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T): real keys
+    return window_mask & keys  # (B, 1, T, T) by broadcasting

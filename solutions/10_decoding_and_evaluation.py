@@ -3,14 +3,13 @@
 import torch
 
 
-def my_sample_top_p(logits, p, generator=None):
-    """logits (B, V) -> (B,) ids drawn from the smallest set of top tokens whose
-    probability reaches p, renormalised."""
-    probs, order = logits.softmax(-1).sort(dim=-1, descending=True)  # (B, V)
-    before = probs.cumsum(-1) - probs  # the mass of the tokens ranked above
-    probs = probs.masked_fill(before >= p, 0.0)  # p already reached without it
-    pick = torch.multinomial(probs, 1, generator=generator)  # (B, 1), renormalised
-    return order.gather(-1, pick).squeeze(-1)  # (B,): back to token ids
+def my_sample_min_p(logits, min_p, generator=None):
+    """logits (B, V) -> (B,) ids drawn from the tokens whose probability is at least
+    min_p times the top one, renormalised."""
+    probs = logits.softmax(-1)  # (B, V)
+    top = probs.max(dim=-1, keepdim=True).values  # (B, 1): each row's top probability
+    probs = probs.masked_fill(probs < min_p * top, 0.0)  # below the scaled threshold
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # renormalised
 
 
 def my_beam_search(step, beam: int, max_len: int, eos: int):

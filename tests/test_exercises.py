@@ -213,37 +213,37 @@ def test_rope():
     fails(ex.check_rope, lambda x: ex.rope_reference(x, base=100.0), "entries differ")
 
 
-def attention_with(scale=None, after=False, softmax_dim=-1, keep_nan=False):
-    """Attention with a usual mistake."""
+def alibi_with(sign=-1.0, scaled=False, causal=True, after=False, per_key=False):
+    """Attention with ALiBi, or with a usual mistake."""
 
-    def attention(q, k, v, mask=None):
-        s = (
-            q
-            @ k.transpose(-2, -1)
-            / (math.sqrt(q.size(-1)) if scale is None else scale)
-        )
-        if mask is not None and not after:
-            s = s.masked_fill(~mask, -math.inf)
-        w = s.softmax(softmax_dim)
-        if mask is not None and after:
-            w = w.masked_fill(~mask, 0.0)
-        if not keep_nan:
-            w = w.nan_to_num(0.0)
+    def attention(q, k, v, slopes):
+        T = q.size(-2)
+        pos = torch.arange(T, dtype=q.dtype)
+        dist = pos[:, None] - pos  # (T, T)
+        bias = sign * (slopes * dist if per_key else slopes[:, None, None] * dist)
+        s = q @ k.transpose(-2, -1)
+        root = math.sqrt(q.size(-1))
+        s = (s + bias) / root if scaled else s / root + (0.0 if after else bias)
+        if causal:
+            s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+        w = s.softmax(-1)
+        w = w + bias if after else w
         return w @ v, w
 
     return attention
 
 
-def test_attention():
-    fails(ex.check_attention, attention_with(after=True), r"row 0 of the weights sums")
-    fails(ex.check_attention, attention_with(scale=1.0), "without the 1/sqrt")
-    fails(ex.check_attention, attention_with(scale=8.0), r"divided by d_k, not sqrt")
-    fails(ex.check_attention, attention_with(scale=2.0), r"sqrt\(4\), v's width")
-    fails(ex.check_attention, attention_with(softmax_dim=-2), "over the keys")
-    fails(ex.check_attention, attention_with(keep_nan=True), "weights are NaN")
+def test_alibi_attention():
+    assert ex.outcome(ex.check_alibi_attention, alibi_with())[0] == "pass"
+    check = ex.check_alibi_attention
+    fails(check, alibi_with(sign=1.0), "the penalty has the wrong sign")
+    fails(check, alibi_with(scaled=True), r"divided by sqrt\(d_k\) too")
+    fails(check, alibi_with(causal=False), "query 0 gives weight to key 1, a later")
+    fails(check, alibi_with(after=True), "do not sum to 1: add the penalty to the sc")
+    fails(check, alibi_with(per_key=True), "slopes were spread over the keys")
     fails(
-        ex.check_attention,
-        lambda q, k, v, mask=None: attention_with()(q, k, v, mask)[0],
+        check,
+        lambda q, k, v, slopes: alibi_with()(q, k, v, slopes)[0],
         r"return a pair \(output, weights\)",
     )
 
@@ -298,31 +298,40 @@ def _attend(m, query, key, value, mask):
     return s.softmax(-1) @ v
 
 
-def test_masks():
-    right = solution("06").my_masks
+def window_with(low=0, high=0, both_sides=False, pad="keys"):
+    """A sliding-window mask, or one with a usual mistake: query t sees t - s in
+    [low, window - 1 + high], |t - s| < window if both_sides, padding on `pad`."""
 
-    def upper(src, tgt, pad):
-        s, t = right(src, tgt, pad)
-        return s, t.transpose(-1, -2) & (tgt != pad)[:, None, None, :]
+    def mask(ids, pad_id, window):
+        T = ids.size(1)
+        pos = torch.arange(T)
+        back = pos[:, None] - pos
+        if both_sides:
+            allowed = back.abs() < window
+        else:
+            allowed = (back >= low) & (back <= window - 1 + high)
+        real = ids != pad_id
+        if pad == "keys":
+            return allowed & real[:, None, None, :]
+        if pad == "rows":
+            return allowed & real[:, None, :, None]
+        return allowed.expand(ids.size(0), 1, T, T)
 
-    fails(ex.check_masks, upper, r"query 0 may see key 1, a later token")
+    return mask
 
-    def no_tgt_padding(src, tgt, pad):
-        T = tgt.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        return right(src, tgt, pad)[0], causal.expand(tgt.size(0), 1, T, T)
 
-    fails(ex.check_masks, no_tgt_padding, "the target's padding is missing")
-
-    def rows(src, tgt, pad):
-        T = tgt.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        return right(src, tgt, pad)[0], causal & (tgt != pad)[:, None, :, None]
-
-    fails(ex.check_masks, rows, "padding masks the query rows")
+def test_sliding_window_mask():
+    check = ex.check_sliding_window_mask
+    assert ex.outcome(check, window_with())[0] == "pass"
+    fails(check, window_with(both_sides=True), "query 0 may see key 1, a later token")
+    fails(check, window_with(low=-1), "query 0 may see key 1, a later token")
+    fails(check, window_with(high=1), "off by one: each query sees window \\+ 1")
+    fails(check, window_with(high=-1), "off by one: each query sees window - 1")
+    fails(check, window_with(pad="none"), "the padding is missing")
+    fails(check, window_with(pad="rows"), "padding masks the query rows")
     fails(
-        ex.check_masks,
-        lambda s, t, p: (right(s, t, p)[0].float(), right(s, t, p)[1]),
+        check,
+        lambda ids, pad, w: window_with()(ids, pad, w).float(),
         "dtype torch.float32, expected torch.bool",
     )
 
@@ -481,27 +490,31 @@ def test_training_loop():
     fails(ex.check_training_loop, no_nan_check, "NaN loss at step 2 went unnoticed")
 
 
-def test_top_p_sampling():
-    def crossing_dropped(logits, p, generator=None):  # keeps only while cum <= p
-        probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
-        drop = probs.cumsum(-1) > p
-        drop[:, 0] = False
-        pick = torch.multinomial(probs.masked_fill(drop, 0), 1, generator=generator)
-        return order.gather(-1, pick).squeeze(-1)
+def min_p_with(absolute=False, greedy=False, uniform=False, no_filter=False):
+    """Min-p sampling, or with a usual mistake."""
 
-    fails(ex.check_top_p_sampling, crossing_dropped, "never drawn: the token whose")
+    def sample(logits, min_p, generator=None):
+        probs = logits.softmax(-1)
+        threshold = min_p if absolute else min_p * probs.max(-1, keepdim=True).values
+        kept = probs.masked_fill(probs < threshold, 0.0)
+        if greedy:
+            return kept.argmax(-1)
+        if uniform:  # the kept tokens, each as likely as the others
+            kept = (kept > 0).double()
+        if no_filter:
+            kept = probs
+        return torch.multinomial(kept, 1, generator=generator).squeeze(-1)
 
-    def sorted_positions(logits, p, generator=None):  # forgets to map back to ids
-        probs, _ = logits.softmax(-1).sort(dim=-1, descending=True)
-        probs = probs.masked_fill(probs.cumsum(-1) - probs >= p, 0)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return sample
 
-    fails(ex.check_top_p_sampling, sorted_positions, r"p=0.45: drew token 0")
 
-    def no_filter(logits, p, generator=None):
-        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
-
-    fails(ex.check_top_p_sampling, no_filter, "outside the smallest set")
+def test_min_p_sampling():
+    check = ex.check_min_p_sampling
+    assert ex.outcome(check, min_p_with())[0] == "pass"
+    fails(check, min_p_with(absolute=True), "min_p=0.12: kept the tokens of probab")
+    fails(check, min_p_with(greedy=True), "min_p=0.12: only token 0 was drawn")
+    fails(check, min_p_with(no_filter=True), "min_p=0.45: drew token 1 .*, below")
+    fails(check, min_p_with(uniform=True), "renormalise the kept probabilities")
 
 
 def test_beam_search():
@@ -837,7 +850,7 @@ def test_check_command_reads_the_saved_notebook(tmp_path, capsys):
     nb = next((ROOT / "notebooks").glob("04_*.ipynb"))
     assert main(["check", "04", "--notebooks", str(nb.parent)]) == 1
     out = capsys.readouterr().out
-    assert f"\u00b7 04 my_attention: {ex.TODO}" in out
+    assert f"\u00b7 04 my_alibi_attention: {ex.TODO}" in out
     assert out.endswith("0 of 1 build-its pass\n")
     # the learner fills in the stub and saves: the command sees it
     import json

@@ -1,6 +1,7 @@
 """The checkers of Part I's build-its (notebooks 00-06): a file's checksum, BPE
-encoding with learnt merges, an output layer tied to the embedding, RoPE, attention,
-multi-head attention and the masks of a batch. Written by hand."""
+encoding with learnt merges, an output layer tied to the embedding, RoPE, attention
+with a distance penalty (ALiBi), multi-head attention and a sliding-window mask.
+Written by hand."""
 
 from __future__ import annotations
 
@@ -227,79 +228,83 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
     return "equals the reference on (2, 7, 8); scores depend only on the offset"
 
 
-# 04 · attention with a mask -----------------------------------------------------------
+# 04 · attention with a linear distance penalty (ALiBi) --------------------------------
 
 
-def _weights_hint(q: Tensor, k: Tensor, v: Tensor, w: Tensor) -> str | None:
-    """Recognise a wrongly scaled softmax of q k^T."""
-    s = q @ k.transpose(-2, -1)
-    for scale, what in (
-        (1.0, "without the 1/sqrt(d_k) scale"),
-        (q.size(-1), "divided by d_k, not sqrt(d_k)"),
-        (math.sqrt(v.size(-1)), f"divided by sqrt({v.size(-1)}), v's width, not d_k's"),
-    ):
-        if is_close(w, (s / scale).softmax(-1)):
-            return f"the weights are the softmax of q k^T {what}"
-    if is_close(w, (s / math.sqrt(q.size(-1))).softmax(-2)):
-        return "each column sums to 1: take the softmax over the keys (dim=-1)"
+def alibi_reference(
+    q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, sign=-1.0, scaled=False, scale=None
+) -> tuple[Tensor, Tensor]:
+    """Causal attention whose score (i, j) of head h has slopes[h] * (i - j) subtracted;
+    with sign, scaled or scale set, a usual mistake (to recognise it). slopes (H,), or
+    (T,) spread over the keys by mistake when given as (1, 1, T)."""
+    T = q.size(-2)
+    pos = torch.arange(T, dtype=q.dtype)
+    slopes = slopes[:, None, None] if slopes.dim() == 1 else slopes
+    bias = sign * slopes * (pos[:, None] - pos)  # (H, T, T): slopes[h] * (i - j)
+    root = math.sqrt(q.size(-1)) if scale is None else scale
+    scores = q @ k.transpose(-2, -1)
+    scores = (scores + bias) / root if scaled else scores / root + bias
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    w = scores.masked_fill(~causal, -math.inf).softmax(-1)  # (B, H, T, T)
+    return w @ v, w
+
+
+_ALIBI_MISTAKES = (
+    ({"sign": 1.0}, "the penalty has the wrong sign: far keys gain; subtract it"),
+    (
+        {"scaled": True},
+        "the penalty was divided by sqrt(d_k) too: add it after scaling",
+    ),
+    ({"scale": 1.0}, "the scores q k^T were not divided by sqrt(d_k)"),
+)
+
+
+def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | None:
+    """Name the usual mistake that gives the weights `w` (B, H, T, T), if any."""
+    if not (isinstance(w, Tensor) and w.shape == q.shape[:-1] + q.shape[-2:-1]):
+        return None
+    if not torch.allclose(w.detach().sum(-1), torch.ones_like(w[..., 0])):
+        return (
+            "the rows of the weights do not sum to 1: add the penalty to the scores, "
+            "before the softmax"
+        )
+    later = w.detach()[0, 0].triu(1) != 0  # (T, T)
+    if later.any():
+        i, j = later.nonzero()[0].tolist()
+        return f"query {i} gives weight to key {j}, a later one: keep the causal mask"
+    for kwargs, message in _ALIBI_MISTAKES:
+        if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1]):
+            return message
+    if is_close(w, alibi_reference(q, k, v, slopes[None, None, :])[1]):  # H == T
+        return (
+            "slopes[h] must multiply head h: the slopes were spread over the keys; use "
+            "slopes[:, None, None] against the (T, T) distances"
+        )
     return None
 
 
-@checker("attention with a mask")
-def check_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
-    """fn(q, k, v, mask=None) -> (out (..., T_q, D_v), weights (..., T_q, T_k)); mask
-    True = may attend; a query that may see no key gets zero weights."""
-    from transformer_lib.attention import scaled_dot_product_attention as sdpa
-
+@checker("attention with ALiBi")
+def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
+    """fn(q, k, v, slopes) -> (out (B, H, T, D_v), weights (B, H, T, T)): causal
+    attention whose score of query i and key j <= i in head h is q.k / sqrt(d_k) -
+    slopes[h] * (i - j)."""
     g = torch.Generator().manual_seed(0)
-    shapes = ((2, 3, 5, 8), (2, 3, 6, 8), (2, 3, 6, 4))
-    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64) for s in shapes)
-    mask = torch.ones(5, 6, dtype=torch.bool).tril(1)
-    mask[2] = False  # query 2 may see no key
-    for m, name in ((None, "without a mask"), (mask, "with a mask")):
-        got = fn(q, k, v) if m is None else fn(q, k, v, m)
+    for shape in ((2, 5, 5, 8), (1, 2, 7, 4)):  # H == T first: the slopes' axis shows
+        B, H, T, _ = shape
+        q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
+        v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
+        slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
+        got = fn(q, k, v, slopes)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("return a pair (output, weights)")
         out, w = got
-        want_out, want_w = sdpa(q, k, v, m)
-        if m is not None and isinstance(w, Tensor) and w.shape == want_w.shape:
-            if w[..., 2, :].isnan().any():
-                raise ExerciseError(
-                    "query 2 may see no key and its weights are NaN: give such a row "
-                    "zero weights (and so a zero output)"
-                )
-            sums = w.sum(-1)[0, 0]  # (T_q,)
-            for r in (0, 1, 3, 4):
-                if abs(sums[r] - 1) > 1e-6:
-                    raise ExerciseError(
-                        f"row {r} of the weights sums to {sums[r]:.2f}: the mask was "
-                        "applied after the softmax (set masked scores to -inf first)"
-                    )
-            if (w[..., ~mask] != 0).any():
-                raise ExerciseError(
-                    "keys the mask forbids get weight: True = may attend, so mask "
-                    "where the mask is False"
-                )
-        hint = _weights_hint(q, k, v, w) if m is None else None
-        if hint and not is_close(w, want_w):
-            raise ExerciseError(hint)
-        compare(f"weights {name}", w, want_w, atol=1e-9)
-        compare(f"output {name}", out, want_out, atol=1e-9)
-    q.requires_grad_()
-    out = fn(q, k, v, mask)[0]
-    out.sum().backward()
-    if q.grad is None or q.grad.isnan().any():
-        raise ExerciseError(
-            "q's gradient is missing or NaN: a softmax of all -inf breaks backward; "
-            "let an empty row attend everywhere, then zero its weights"
-        )
-    q2 = q.detach().clone().requires_grad_()
-    sdpa(q2, k, v, mask)[0].sum().backward()
-    compare("q's gradient", q.grad, q2.grad, atol=1e-9)
-    return (
-        "q (2, 3, 5, 8), k (2, 3, 6, 8), v (2, 3, 6, 4); a mask with an empty row; "
-        "gradients"
-    )
+        want_out, want_w = alibi_reference(q, k, v, slopes)
+        hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
+        if hint:
+            raise ExerciseError(f"{hint} (q {shape})")
+        compare(f"weights for q {shape}", w, want_w, atol=1e-9)
+        compare(f"output for q {shape}", out, want_out, atol=1e-9)
+    return "q (2, 5, 5, 8) and (1, 2, 7, 4), slopes 1/2, 1/4, ...: weights and outputs"
 
 
 # 05 · multi-head attention ------------------------------------------------------------
@@ -373,39 +378,54 @@ def check_multi_head_attention(cls: type) -> str:
     )
 
 
-# 06 · the masks of a batch ------------------------------------------------------------
+# 06 · a sliding-window mask with padding ----------------------------------------------
 
 
-@checker("masks")
-def check_masks(fn: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]) -> str:
-    """fn(src (B, S), tgt_in (B, T), pad_id) -> (src_mask (B, 1, 1, S), tgt_mask
-    (B, 1, T, T)), bool, True = may attend."""
-    from transformer_lib.masks import causal_mask, padding_mask
+def sliding_window_reference(ids: Tensor, pad_id: int, window: int) -> Tensor:
+    """The mask (B, 1, T, T) built entry by entry: query t may see key s when
+    t - window < s <= t and ids[b, s] is not pad_id."""
+    B, T = ids.shape
+    mask = torch.zeros(B, 1, T, T, dtype=torch.bool)
+    for b in range(B):
+        for t in range(T):
+            for s in range(T):
+                mask[b, 0, t, s] = t - window < s <= t and ids[b, s] != pad_id
+    return mask
 
-    src = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 3, 4, 2]])
-    tgt = torch.tensor([[1, 5, 6, 0], [1, 7, 0, 0]])
-    got = fn(src, tgt, 0)
-    if not (isinstance(got, tuple) and len(got) == 2):
-        raise ExerciseError("return a pair (src_mask, tgt_mask)")
-    src_mask, tgt_mask = got
-    compare("src_mask", src_mask, padding_mask(src, 0))
-    pad = padding_mask(tgt, 0)  # (B, 1, 1, T)
-    want = causal_mask(4) & pad  # (B, 1, T, T)
-    if isinstance(tgt_mask, Tensor) and tgt_mask.shape == want.shape:
-        if tgt_mask.dtype == torch.bool and tgt_mask[1, 0].triu(1).any():
-            i, j = tgt_mask[1, 0].triu(1).nonzero()[0].tolist()
-            raise ExerciseError(
-                f"tgt_mask: query {i} may see key {j}, a later token: the causal part "
-                "is the lower triangle (tril)"
+
+def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | None:
+    """Name the usual mistake that gives the mask `got`, if any."""
+    later = got[:, 0].triu(1)  # (B, T, T): keys after their query
+    if later.any():
+        b, t, s = later.nonzero()[0].tolist()
+        return f"query {t} may see key {s}, a later token (row {b}): keep it causal"
+    for w, size in ((window + 1, "window + 1"), (window - 1, "window - 1")):
+        if w > 0 and torch.equal(got, sliding_window_reference(ids, pad_id, w)):
+            return (
+                f"off by one: each query sees {size} positions; query t sees the "
+                f"{window} keys t - {window} + 1 .. t"
             )
-        if is_close(tgt_mask.float(), causal_mask(4).expand_as(want).float()):
-            raise ExerciseError(
-                "tgt_mask: the target's padding is missing: queries may see <pad> keys"
-            )
-        if is_close(tgt_mask.float(), (causal_mask(4) & pad.transpose(-1, -2)).float()):
-            raise ExerciseError(
-                "tgt_mask: padding masks the query rows; it must mask the key "
-                "columns (the last dimension)"
-            )
-    compare("tgt_mask", tgt_mask, want)
-    return "(2, 5) sources, (2, 4) targets with padding -> (2, 1, 1, 5), (2, 1, 4, 4)"
+    no_pad = sliding_window_reference(torch.ones_like(ids), 0, window)
+    if torch.equal(got, no_pad):
+        return "the padding is missing: queries may see <pad> keys"
+    rows = no_pad & (ids != pad_id)[:, None, :, None]
+    if torch.equal(got, rows):
+        return "padding masks the query rows; it must mask the key columns (last dim)"
+    return None
+
+
+@checker("sliding-window mask")
+def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
+    """fn(ids (B, T), pad_id, window) -> (B, 1, T, T) bool, True = may attend: query t
+    sees the non-<pad> keys t - window + 1 .. t."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 3, 0, 0], [0, 0, 6, 2, 2, 7, 1, 4]])
+    for window in (3, 1, 8):  # 8 = T: plain causal with padding
+        got = fn(ids, 0, window)
+        want = sliding_window_reference(ids, 0, window)
+        same_kind = isinstance(got, Tensor) and got.shape == want.shape
+        if same_kind and got.dtype == want.dtype and not torch.equal(got, want):
+            hint = _window_hint(got, ids, 0, window)
+            if hint:
+                raise ExerciseError(f"window={window}: {hint}")
+        compare(f"the mask for window={window}", got, want)
+    return "(2, 8) ids padded on the right and on the left; windows 3, 1 and 8"

@@ -1,5 +1,5 @@
 """The checkers of Part II's build-its (notebooks 07-10): an encoder layer, a decoder
-layer and the shifted targets, one training step and the training loop, top-p sampling
+layer and the shifted targets, one training step and the training loop, min-p sampling
 and beam search. Written by hand."""
 
 from __future__ import annotations
@@ -334,46 +334,67 @@ def check_training_loop(fn: Callable) -> str:
     return "6 steps of warm-up: rates, mode and losses match; a NaN loss stops it"
 
 
-# 10 · top-p sampling, and beam search -------------------------------------------------
+# 10 · min-p sampling, and beam search -------------------------------------------------
 
 
-@checker("top-p sampling")
-def check_top_p_sampling(fn: Callable) -> str:
-    """fn(logits (B, n_vocab), p, generator) -> (B,) token ids drawn from the smallest
-    set of top tokens whose probability reaches p, renormalised."""
-    from transformer_lib.sampling import filter_logits
+def _min_p_message(p: float, row: Tensor, drawn: Tensor, keep: Tensor) -> str | None:
+    """What is wrong with the set of tokens `drawn` (bool (n_vocab,)) of one row of
+    probabilities, where `keep` is the right set; None if it is right."""
+    threshold = p * row.max().item()
+    if drawn.sum() == 1 and keep.sum() > 1:
+        return (
+            f"min_p={p}: only token {int(drawn.nonzero())} was drawn: sample "
+            "(torch.multinomial) among all the kept tokens, not the most likely"
+        )
+    if torch.equal(drawn, row >= p) and not torch.equal(drawn, keep):
+        return (
+            f"min_p={p}: kept the tokens of probability >= {p}: the threshold is "
+            f"min_p times the top probability, {threshold:.3g} here"
+        )
+    for t in range(len(row)):
+        if drawn[t] and not keep[t]:
+            return (
+                f"min_p={p}: drew token {t} (probability {row[t]:g}), below min_p "
+                f"times the top probability, {threshold:.3g}"
+            )
+        if keep[t] and not drawn[t]:
+            return (
+                f"min_p={p}: token {t} (probability {row[t]:g}) was never drawn, yet "
+                f"it is at least min_p times the top probability, {threshold:.3g}"
+            )
+    return None
 
+
+@checker("min-p sampling")
+def check_min_p_sampling(fn: Callable) -> str:
+    """fn(logits (B, n_vocab), min_p, generator) -> (B,) token ids drawn from the tokens
+    whose probability is at least min_p times the top one, renormalised."""
     probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.05, 0.1, 0.6, 0.05, 0.2]])
     n = 4000
-    for p in (0.45, 0.65, 0.88, 1.0):  # no p on a boundary: rounding would decide
-        want = filter_logits(probs.log(), top_p=p).softmax(-1)  # (2, n_vocab)
+    for p in (0.45, 0.12, 0.28, 0.04):  # no threshold on a probability
+        keep = probs >= p * probs.max(-1, keepdim=True).values  # (2, n_vocab)
+        want = probs * keep / (probs * keep).sum(-1, keepdim=True)
         g = torch.Generator().manual_seed(0)
         got = fn(probs.log().repeat(n, 1), p, g)
         if not isinstance(got, Tensor) or got.numel() != 2 * n:
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
-            raise ExerciseError(f"p={p}: expected ({2 * n},) token ids, got {shape}")
+            raise ExerciseError(
+                f"min_p={p}: expected ({2 * n},) token ids, got {shape}"
+            )
         got = got.reshape(n, 2)
         for row in range(2):
             freq = torch.bincount(got[:, row], minlength=5).double() / n
-            for t in range(5):
-                pr, f, w = probs[row, t].item(), freq[t].item(), want[row, t].item()
-                if w == 0 and f > 0:
-                    raise ExerciseError(
-                        f"p={p}: drew token {t} (probability {pr:g}), outside the "
-                        "smallest set of top tokens reaching p"
-                    )
-                if w > 0 and f == 0:
-                    raise ExerciseError(
-                        f"p={p}: token {t} (probability {pr:g}) was never drawn: the "
-                        "token whose probability crosses p belongs to the set"
-                    )
+            message = _min_p_message(p, probs[row], freq > 0, keep[row])
+            if message:
+                raise ExerciseError(message)
             for t in range(5):
                 f, w = freq[t].item(), want[row, t].item()
                 if abs(f - w) > 0.03:
                     raise ExerciseError(
-                        f"p={p}: token {t} drawn {f:.0%} of the time, expected {w:.0%}"
+                        f"min_p={p}: token {t} drawn {f:.0%} of the time, expected "
+                        f"{w:.0%}: renormalise the kept probabilities"
                     )
-    return f"two distributions, p = 0.45, 0.65, 0.88, 1; {n} draws each"
+    return f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each"
 
 
 _BEAM_TABLE = {
