@@ -237,7 +237,7 @@ class RunSettings:
     """What a run needs besides what it trains: where it saves, the device, the logs;
     checked when made. The flags of both trainers; A2's TrainSettings extends it."""
 
-    out: str | None = setting(None, "checkpoint path, written atomically; none: no save")
+    out: str | None = setting(None, "checkpoint path, saved atomically; none: no save")
     existing: str = setting(
         "refuse", "a checkpoint already at out: refuse, resume or restart", EXISTING
     )
