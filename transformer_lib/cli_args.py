@@ -1,6 +1,6 @@
 """Support for the command line (`__main__`, `mt_cli`, `lm_cli`); written by hand.
 
-A command's knobs are the fields of a settings dataclass (`TrainConfig`,
+A command's knobs are the fields of a settings dataclass (`RunSettings`, `TrainConfig`,
 `TrainSettings`, `DecodeSettings`, `GenerateSettings`): `add_settings_flags` makes the
 flags from the fields, `settings_from_args` the settings from the flags, and a value
 the settings refuse ends as one line on stderr (`Parser`), so `--lr -1` and
@@ -31,7 +31,6 @@ __all__ = [
     "add_settings_flags",
     "settings_from_args",
     "add_existing_flags",
-    "add_run_flags",
     "read_texts",
     "read_text",
     "check_text",
@@ -145,11 +144,13 @@ def add_settings_flags(
 ) -> None:
     """One flag per field of the dataclass `cls` (not in `skip`; in `only` if given):
     `batch_size: int = 16` becomes `--batch-size N`, its help the field's (and its
-    default). A bool is a switch (`--compile`, `--no-progress`), a tuple takes one value
-    per element, a `one_of` check (or the class's CHOICES) gives the choices. A flag
-    only parses its text; the settings check the value. Every default is None: a flag
-    not given keeps the settings' own value."""
-    defaults = cls()
+    default, or its value in `cls` if that is an instance). A bool is a switch
+    (`--compile`, `--no-progress`), a tuple takes one value per element, a `one_of`
+    check (or the class's CHOICES) gives the choices. A flag only parses its text; the
+    settings check the value. Every default is None: a flag not given keeps the
+    settings' own value."""
+    defaults = cls() if isinstance(cls, type) else cls
+    cls = type(defaults)
     for f in dataclasses.fields(cls):
         if f.name in skip or (only is not None and f.name not in only):
             continue
@@ -204,21 +205,6 @@ def add_existing_flags(parser: argparse.ArgumentParser) -> None:
     new = "train a new run in place of the one at --out (kept until saved)"
     group.add_argument("--resume", const="resume", help=old, **kw)
     group.add_argument("--restart", const="restart", help=new, **kw)
-
-
-def add_run_flags(parser: argparse.ArgumentParser, out_default: str) -> None:
-    """A translator run's flags that are not its TrainConfig: the checkpoint and what
-    to do with one already there, the device, TensorBoard, the progress bar."""
-    out = f"checkpoint path, written atomically (default: {out_default})"
-    parser.add_argument("--out", "--checkpoint", default=out_default, help=out)
-    add_existing_flags(parser)
-    best = "cpu, cuda, mps (default: the best available)"
-    parser.add_argument("--device", type=device, help=best)
-    parser.add_argument("--log-dir", help="write TensorBoard curves to this folder")
-    no_bar = "no progress bar (for logs)"
-    parser.add_argument(
-        "--no-progress", dest="progress", action="store_false", help=no_bar
-    )
 
 
 def read_text(path: str) -> str:

@@ -31,7 +31,7 @@ from .tokenization import tokenizer_from_dict
 from .training import StopRequest, TrainingInterrupted, check_finite
 from .training import cosine_on_clock, make_adamw, mixed_precision
 from .training import tensorboard_writer, uses_bf16, warmup_cosine
-from .training import AT_LEAST_0, BETAS, COUNT, DTYPES, EXISTING
+from .training import AT_LEAST_0, BETAS, COUNT, DTYPES, RunSettings
 from .training import OPTIONAL, POSITIVE, SEED, check_settings
 from .training import one_of, setting
 
@@ -63,8 +63,9 @@ OVERRIDES = (
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000035
 @dataclass
-class TrainSettings:
-    """Everything a language-model run needs besides the data; checked when made."""
+class TrainSettings(RunSettings):
+    """Everything a language-model run needs besides the data; checked when made. The
+    run's own five (out, existing, device, log_dir, progress) are A1's RunSettings."""
 
     preset: str = setting("cpu", "the model's size", one_of(*PRESETS))
     model: dict = setting(
@@ -116,29 +117,19 @@ class TrainSettings:
     eval_windows: int = setting(
         64, "validation windows per estimate; the last reads all", COUNT
     )
-    out: str | None = setting(None, "checkpoint path; none saves nothing")
-    existing: str = setting(
-        "refuse", "a checkpoint already at out: refuse, resume or restart", EXISTING
-    )
-    device: str | None = setting(None, "cuda, mps or cpu (default: the best there is)")
     dtype: str = setting("auto", "bf16: autocast; auto: bf16 where native", DTYPES)
     compile: bool = setting(False, "torch.compile the model")
     seed: int = setting(0, "random seed of the weights and the batches", SEED)
-    log_dir: str | None = setting(None, "write TensorBoard curves to this folder")
-    progress: bool = setting(True, "show a progress bar")
     verbose: bool = setting(True, "print a line at each evaluation")
 
     def __post_init__(self):
-        check_settings(self)
+        super().__post_init__()  # each field's check, and --resume needs --out
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr must be <= lr ({self.lr:g}), got {self.min_lr:g}")
         if self.tokenizer == "bpe" and self.bpe_vocab <= 256:
             raise ValueError(
                 f"bpe_vocab must be above 256 (the single bytes), got {self.bpe_vocab}"
             )
-        if self.existing != "refuse" and not self.out:
-            which = self.existing
-            raise ValueError(f"--{which} needs --out, the checkpoint to {which}")
 
     def plain(self) -> dict:
         """The settings as a plain dict (stored in the checkpoint)."""

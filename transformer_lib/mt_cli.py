@@ -32,24 +32,26 @@ def train_mt(args: argparse.Namespace) -> int:
 
     from transformer_lib.mt_train import TrainConfig, fit_translator
     from transformer_lib.runtime import describe_machine
+    from transformer_lib.training import RunSettings
 
     base = TrainConfig.quick() if args.quick else TrainConfig()
     cfg = cli.settings_from_args(args.parser, args, base)
+    run = cli.settings_from_args(args.parser, args, RunSettings(out=DEFAULT_CHECKPOINT))
     try:
-        dev = torch.device(cli.device(args.device))
+        dev = torch.device(cli.device(run.device))
     except ValueError as e:
         args.parser.error(str(e))
-    print(f"training on {describe_machine(dev)}; checkpoint {args.out}", flush=True)
+    print(f"training on {describe_machine(dev)}; checkpoint {run.out}", flush=True)
     status, result = cli.run_reported(
         "train-mt",
         lambda: fit_translator(
             cfg,
-            args.out,
-            args.existing or "refuse",
-            progress=args.progress,
+            run.out,
+            run.existing,
+            progress=run.progress,
             device=dev,
             log=lambda m: print(m, flush=True),
-            log_dir=args.log_dir,
+            log_dir=run.log_dir,
         ),
         "use a smaller model or fewer tokens per batch",
     )
@@ -136,6 +138,7 @@ def register(commands) -> None:
     """Add `train-mt` and `translate` to the commands of `python -m transformer_lib`."""
     from transformer_lib.decoding import DecodeSettings
     from transformer_lib.mt_train import TrainConfig
+    from transformer_lib.training import RunSettings
 
     t = commands.add_parser(
         "train-mt",
@@ -143,7 +146,9 @@ def register(commands) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cli.add_run_flags(t, DEFAULT_CHECKPOINT)
+    cli.add_existing_flags(t)
+    cli.add_settings_flags(t, RunSettings(out=DEFAULT_CHECKPOINT), ("existing",))
+    t.add_argument("--checkpoint", dest="out", help="the older name of --out")
     t.add_argument(
         "--quick",
         action="store_true",

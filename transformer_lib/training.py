@@ -5,7 +5,7 @@ __all__ = ['COUNT', 'POSITIVE', 'AT_LEAST_0', 'SEED', 'FRACTION', 'OPTIONAL', 'P
            'EXISTING', 'setting', 'check_settings', 'one_of', 'warmup_cosine', 'warmup_inverse_sqrt', 'param_groups',
            'make_adamw', 'set_lr', 'clip_gradients', 'cosine_on_clock', 'bf16_supported', 'check_bf16', 'STOP_SIGNALS',
            'NonFiniteLossError', 'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer',
-           'uses_bf16', 'mixed_precision']
+           'RunSettings', 'uses_bf16', 'mixed_precision']
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b10
 # transformer_lib/training.py, the training kit (settings, schedules, AdamW groups,
@@ -150,6 +150,7 @@ import math
 import os
 import signal
 import threading
+from dataclasses import dataclass
 
 import torch
 
@@ -229,6 +230,26 @@ def tensorboard_writer(log_dir: str | os.PathLike | None):
             "install tensorboard"
         ) from None
     return SummaryWriter(str(log_dir))
+
+# %% ../notebooks/A1_translator_training_runs.ipynb #a1-runset
+@dataclass
+class RunSettings:
+    """What a run needs besides what it trains: where it saves, the device, the logs;
+    checked when made. The flags of both trainers; A2's TrainSettings extends it."""
+
+    out: str | None = setting(None, "checkpoint path, saved atomically; none: no save")
+    existing: str = setting(
+        "refuse", "a checkpoint already at out: refuse, resume or restart", EXISTING
+    )
+    device: str | None = setting(None, "cuda, mps or cpu; none: the best there is")
+    log_dir: str | None = setting(None, "write TensorBoard curves to this folder")
+    progress: bool = setting(True, "show a progress bar")
+
+    def __post_init__(self):
+        check_settings(self)
+        if self.existing != "refuse" and not self.out:
+            which = self.existing
+            raise ValueError(f"--{which} needs --out, the checkpoint to {which}")
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #9d0e0011
 def uses_bf16(dtype: str, device: torch.device) -> bool:
