@@ -804,42 +804,61 @@ def test_mask_targets():
     fails(ex.check_mask_targets, lambda ids, n: right(ids, n)[:-1], r"targets are ids")
 
 
-def test_lora_forward():
-    def lora(scale=None):
-        def forward(x, W, b, A, B, alpha):
-            s = alpha / A.size(0) if scale is None else scale(alpha)
-            return x @ W.T + b + s * (x @ A.T @ B.T)
+def test_lora_attention_only():
+    from transformer_lib.lora import LoRALinear, add_lora
 
-        return forward
+    def frozen_after(model, rank, alpha):  # wraps first, then freezes A and B too
+        names = solution("15").lora_attention_only(model, rank, alpha)
+        model.requires_grad_(False)
+        return names
 
-    assert ex.outcome(ex.check_lora_forward, lora())[0] == "pass"
-    fails(ex.check_lora_forward, lora(scale=lambda a: a), "scale by alpha / r, not")
-    fails(ex.check_lora_forward, lora(scale=lambda a: 1.0), "missing its scale")
+    def unfrozen(model, rank, alpha):  # the embeddings and norms still train
+        for block in model.blocks:
+            block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
+            block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+
+    check = ex.check_lora_attention_only
+    fails(
+        check,
+        lambda m, r, a: add_lora(m, r, a, targets=("qkv", "proj")),
+        r"blocks.0.mlp.proj is wrapped, but it is the MLP's proj",
+    )
+    fails(
+        check, lambda m, r, a: add_lora(m, r, a, targets=("qkv",)), "attn.proj is not"
+    )
+    fails(check, frozen_after, r"lora_A is frozen: freeze the model before wrapping")
+    fails(check, unfrozen, r"tok_emb.weight still trains: freeze every parameter")
+    fails(
+        check,
+        lambda m, r, a: solution("15").lora_attention_only(m, r, 1.0),
+        "rank 4 and alpha 1.0, expected 4 and 8.0",
+    )
 
 
-def test_dpo_loss():
-    def dpo(sign=1, beta=True, naive=False):
-        def loss(pc, pr, rc, rr, b):
+def test_cdpo_loss():
+    def cdpo(sign=1, beta=True, eps=True, one_minus=True, naive=False):
+        def loss(pc, pr, rc, rr, b, e):
             z = sign * (b if beta else 1.0) * ((pc - rc) - (pr - rr))
-            return (-torch.log(torch.sigmoid(z)) if naive else -F.logsigmoid(z)).mean()
+            e = e if eps else 0.0
+            w = 1 - e if one_minus else 1.0
+            if naive:
+                return (
+                    -w * torch.log(torch.sigmoid(z)) - e * torch.log(torch.sigmoid(-z))
+                ).mean()
+            return (-w * F.logsigmoid(z) - e * F.logsigmoid(-z)).mean()
 
         return loss
 
-    assert ex.outcome(ex.check_dpo_loss, dpo())[0] == "pass"
-    fails(ex.check_dpo_loss, dpo(sign=-1), "the sign is flipped")
-    fails(ex.check_dpo_loss, dpo(beta=False), "multiply the margin by beta")
-    # the review's blind spot: exact at +2000, infinite at -2000
+    assert ex.outcome(ex.check_cdpo_loss, cdpo())[0] == "pass"
+    fails(ex.check_cdpo_loss, cdpo(sign=-1), "the sign is flipped")
+    fails(ex.check_cdpo_loss, cdpo(beta=False), "multiply the margin by beta")
+    fails(ex.check_cdpo_loss, cdpo(eps=False), "this is plain DPO")
+    fails(ex.check_cdpo_loss, cdpo(one_minus=False), "weight the DPO term by 1 - eps")
+    # -log(sigmoid(z)) overflows on both sides once eps > 0
     fails(
-        ex.check_dpo_loss,
-        dpo(naive=True),
-        r"at a margin of -2000 is inf, expected 2000: .* -F.logsigmoid\(z\) is stable",
-    )
-    fails(
-        ex.check_dpo_loss,
-        lambda pc, pr, rc, rr, b: torch.log1p(
-            torch.exp(-b * (pc - rc - pr + rr))
-        ).mean(),
-        "at a margin of -2000 is inf",
+        ex.check_cdpo_loss,
+        cdpo(naive=True),
+        r"at a margin of 2000 is inf, expected 200: .* -F.logsigmoid\(z\) is stable",
     )
 
 

@@ -66,8 +66,8 @@ from transformer_lib.exercises.part3 import (
     check_tiled_attention,
 )
 from transformer_lib.exercises.part5 import (
-    check_dpo_loss,
-    check_lora_forward,
+    check_cdpo_loss,
+    check_lora_attention_only,
     check_mask_targets,
 )
 
@@ -101,8 +101,8 @@ __all__ = [
     "check_grouped_attention",
     "check_swiglu",
     "check_mask_targets",
-    "check_lora_forward",
-    "check_dpo_loss",
+    "check_lora_attention_only",
+    "check_cdpo_loss",
     "BUILD_ITS",
     "record",
     "build_it_cells",
@@ -141,8 +141,8 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("MySwiGLU", check_swiglu),
     ],
     "14": [("mask_targets", check_mask_targets)],
-    "15": [("lora_forward", check_lora_forward)],
-    "16": [("my_dpo_loss", check_dpo_loss)],
+    "15": [("lora_attention_only", check_lora_attention_only)],
+    "16": [("my_cdpo_loss", check_cdpo_loss)],
 }
 
 

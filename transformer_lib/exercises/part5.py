@@ -1,5 +1,5 @@
 """The checkers of Part V's build-its (notebooks 14-16): the prompt's masked targets,
-the LoRA forward pass and the DPO loss. Written by hand."""
+LoRA on the attention projections only and the conservative DPO loss. By hand."""
 
 from __future__ import annotations
 
@@ -48,59 +48,139 @@ def check_mask_targets(fn: Callable[[list[int], int], list[int]]) -> str:
     return "masks the prompt's targets and keeps the translation's"
 
 
-@checker("lora_forward")
-def check_lora_forward(fn: Callable[..., Tensor]) -> str:
-    """fn(x, W, b, A, B, alpha) -> x W^T + b + (alpha / r) x A^T B^T."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 6, generator=gen, dtype=torch.float64)  # (B, T, in)
-    W = torch.randn(5, 6, generator=gen, dtype=torch.float64)  # (out, in)
-    b = torch.randn(5, generator=gen, dtype=torch.float64)
-    A = torch.randn(2, 6, generator=gen, dtype=torch.float64)  # (r, in)
-    B = torch.randn(5, 2, generator=gen, dtype=torch.float64)  # (out, r)
-    got = fn(x, W, b, A, B, 8.0)
-    base = x @ W.T + b
-    if isinstance(got, Tensor) and got.shape == base.shape:
-        if torch.allclose(got, base + 8.0 * (x @ A.T @ B.T)):
-            raise ExerciseError("lora_forward: scale by alpha / r, not alpha")
-        if torch.allclose(got, base + x @ A.T @ B.T):
+def _is_lora(module) -> bool:
+    """A LoRALinear: the library's, or the one a notebook's kernel defined."""
+    return type(module).__name__ == "LoRALinear"
+
+
+def _lora_attention_reference(model, rank: int, alpha: float) -> list[str]:
+    """Freeze `model`, wrap each block's attention qkv and proj in a LoRALinear."""
+    from transformer_lib.lora import LoRALinear
+
+    model.requires_grad_(False)
+    for block in model.blocks:
+        block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
+        block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+    return [
+        f"blocks.{i}.attn.{n}"
+        for i in range(len(model.blocks))
+        for n in ("qkv", "proj")
+    ]
+
+
+@checker("lora_attention_only")
+def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
+    """fn(model, rank, alpha) -> the names wrapped: LoRA on the attention's qkv and proj
+    of every block, every other parameter frozen."""
+    from transformer_lib.gpt import GPT, GPTConfig
+    from transformer_lib.lora import trainable_parameters
+
+    def fresh():
+        torch.manual_seed(0)
+        return GPT(GPTConfig.tiny(vocab_size=17, n_layers=3))
+
+    mine, ref, plain = fresh(), fresh(), fresh()
+    names = fn(mine, 4, 8.0)
+    want = _lora_attention_reference(ref, 4, 8.0)
+    wrapped = [n for n, m in mine.named_modules() if _is_lora(m)]
+    for name in want:
+        if name not in wrapped:
             raise ExerciseError(
-                "lora_forward: the update is missing its scale alpha / r"
+                f"lora_attention_only: {name} is not wrapped: expected a LoRALinear "
+                "around every attention projection"
             )
-    compare("lora_forward", got, base + 4.0 * (x @ A.T @ B.T), atol=1e-9)
-    return "equals x W^T + b + (alpha / r) x A^T B^T"
+    for name in wrapped:
+        if name not in want:
+            what = "the MLP's proj" if ".mlp." in name else "not an attention layer"
+            raise ExerciseError(
+                f"lora_attention_only: {name} is wrapped, but it is {what}: match the "
+                "Linear layers inside the attention, not every layer named proj"
+            )
+    for name in want:
+        layer = mine.get_submodule(name)
+        if (layer.rank, layer.alpha) != (4, 8.0):
+            raise ExerciseError(
+                f"lora_attention_only: {name} has rank {layer.rank} and alpha "
+                f"{layer.alpha}, expected 4 and 8.0 (pass rank and alpha on)"
+            )
+    trains = [n for n, p in mine.named_parameters() if p.requires_grad]  # model order
+    lora = [n for n, _ in ref.named_parameters() if n.endswith(("lora_A", "lora_B"))]
+    if frozen := [n for n in lora if n not in trains]:
+        raise ExerciseError(
+            f"lora_attention_only: {frozen[0]} is frozen: freeze the model before "
+            "wrapping, or the LoRA's own parameters freeze with it"
+        )
+    if extra := [n for n in trains if n not in lora]:
+        raise ExerciseError(
+            f"lora_attention_only: {extra[0]} still trains: freeze every parameter but "
+            "the LoRA's (model.requires_grad_(False) first)"
+        )
+    got, expected = trainable_parameters(mine), trainable_parameters(ref)
+    if got != expected:
+        raise ExerciseError(
+            f"lora_attention_only: {got} trainable parameters, expected {expected}"
+        )
+    ids = torch.randint(0, 17, (2, 9))
+    compare(
+        "lora_attention_only: the wrapped model's logits", mine(ids)[0], plain(ids)[0]
+    )
+    if list(names or []) != want:
+        raise ExerciseError(
+            f"lora_attention_only: returned {names}, expected the names wrapped, in "
+            f"the model's order: {want}"
+        )
+    return (
+        f"wraps the {len(want)} attention projections only; {expected} parameters "
+        "train, all of them LoRA's; the model starts as it was"
+    )
 
 
-@checker("dpo_loss")
-def check_dpo_loss(fn: Callable[..., Tensor]) -> str:
-    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> the mean
-    of -log sigmoid(beta * (chosen log-ratio - rejected log-ratio))."""
+def _cdpo_reference(margin: Tensor, beta: float, eps: float) -> Tensor:
+    z = beta * margin
+    return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean()
+
+
+@checker("cdpo_loss")
+def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
+    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, eps) -> the
+    mean of -(1 - eps) log sigmoid(beta * margin) - eps log sigmoid(-beta * margin)."""
     gen = torch.Generator().manual_seed(0)
     pc, pr, rc, rr = (
         -10 * torch.rand(6, generator=gen, dtype=torch.float64) for _ in range(4)
     )
     margin = (pc - rc) - (pr - rr)
-    got = fn(pc, pr, rc, rr, 0.5)
+    got = fn(pc, pr, rc, rr, 0.5, 0.1)
+    mistakes = [
+        (
+            _cdpo_reference(-margin, 0.5, 0.1),
+            "the sign is flipped (or eps and 1 - eps swapped): the weight 1 - eps goes "
+            "with log sigmoid(+beta * margin), the chosen log-ratio first",
+        ),
+        (_cdpo_reference(margin, 1.0, 0.1), "multiply the margin by beta"),
+        (
+            _cdpo_reference(margin, 0.5, 0.0),
+            "this is plain DPO: add eps times the loss of the flipped label, "
+            "-log sigmoid(-beta * margin)",
+        ),
+        (
+            (-F.logsigmoid(0.5 * margin) - 0.1 * F.logsigmoid(-0.5 * margin)).mean(),
+            "weight the DPO term by 1 - eps: the two labels' weights sum to 1",
+        ),
+    ]
     if isinstance(got, Tensor) and got.shape == ():
-        if torch.allclose(got, -F.logsigmoid(-0.5 * margin).mean()):
-            raise ExerciseError(
-                "dpo_loss: the sign is flipped: the chosen log-ratio comes first"
-            )
-        if torch.allclose(got, -F.logsigmoid(margin).mean()):
-            raise ExerciseError("dpo_loss: multiply the margin by beta")
-    compare("dpo_loss", got, -F.logsigmoid(0.5 * margin).mean(), atol=1e-9)
-    for margin, want in ((2000.0, 0.0), (-2000.0, 2000.0)):
-        one = (torch.tensor([v], dtype=torch.float64) for v in (margin, 0.0, 0.0, 0.0))
-        big = fn(*one, 1.0)
+        for wrong, what in mistakes:
+            if torch.allclose(got, wrong):
+                raise ExerciseError(f"cdpo_loss: {what}")
+    compare("cdpo_loss", got, _cdpo_reference(margin, 0.5, 0.1), atol=1e-9)
+    for m in (2000.0, -2000.0):
+        one = (torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0))
+        big = fn(*one, 1.0, 0.1)
+        want = _cdpo_reference(torch.tensor([m], dtype=torch.float64), 1.0, 0.1)
         if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
             raise ExerciseError(
-                f"dpo_loss at a margin of {margin:g} is {big.item()}, expected "
-                f"{want:g}: sigmoid({margin:g}) rounds to 0 and its log to -inf; "
+                f"cdpo_loss at a margin of {m:g} is {big.item()}, expected "
+                f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
-        compare(
-            f"dpo_loss at a margin of {margin:g}",
-            big,
-            torch.tensor(want, dtype=torch.float64),
-            atol=1e-9,
-        )
-    return "equals the paper's formula, also at margins of 2000 and -2000"
+        compare(f"cdpo_loss at a margin of {m:g}", big, want, atol=1e-9)
+    return "equals conservative DPO's formula, also at margins of 2000 and -2000"
