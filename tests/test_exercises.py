@@ -766,27 +766,33 @@ def test_grouped_attention():
     )
 
 
-def test_swiglu():
-    Right = solution("13").MySwiGLU
+def test_geglu():
+    Right = solution("13").MyGeGLU
 
     def with_forward(forward):
         return type("Wrong", (Right,), {"forward": forward})
 
+    def with_width(width):
+        def init(m, d_model):
+            nn.Module.__init__(m)
+            m.gate = nn.Linear(d_model, width(d_model), bias=False)
+            m.up = nn.Linear(d_model, width(d_model), bias=False)
+            m.proj = nn.Linear(width(d_model), d_model, bias=False)
+
+        return type("Wrong", (Right,), {"__init__": init})
+
+    check = ex.check_geglu
+    fails(check, with_forward(lambda m, x: m.proj(F.silu(m.gate(x)) * m.up(x))), "SiLU")
     fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(m.gate(x) * F.silu(m.up(x)))),
-        "the SiLU went on up",
+        check,
+        with_forward(lambda m, x: m.proj(m.gate(x) * F.gelu(m.up(x)))),
+        "the GELU went on up",
     )
-    fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(F.gelu(m.gate(x)) * m.up(x))),
-        "uses GELU",
-    )
-    fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(F.silu(m.gate(x)))),
-        r"up\(x\) is missing",
-    )
+    fails(check, with_forward(lambda m, x: m.proj(F.gelu(m.gate(x)))), "is missing")
+    fails(check, with_width(lambda d: 4 * d), r"MyGeGLU\(24\): hidden width 96: 4 \*")
+    fails(check, with_width(lambda d: int(8 * d / 3)), "is not a multiple of 64")
+    fails(check, with_width(lambda d: 64 * (8 * d // 3 // 64)), "rounded down")
+    fails(check, with_width(lambda d: 8 * round(8 * d / 3 / 8)), "a multiple of 8")
 
 
 def test_mask_targets():

@@ -59,10 +59,10 @@ from transformer_lib.exercises.part2 import (
     train_step_reference,
 )
 from transformer_lib.exercises.part3 import (
+    check_geglu,
     check_gpt_block,
     check_grouped_attention,
     check_kv_cache,
-    check_swiglu,
     check_tiled_attention,
 )
 from transformer_lib.exercises.part5 import (
@@ -99,7 +99,7 @@ __all__ = [
     "check_kv_cache",
     "check_tiled_attention",
     "check_grouped_attention",
-    "check_swiglu",
+    "check_geglu",
     "check_mask_targets",
     "check_lora_attention_only",
     "check_cdpo_loss",
@@ -138,7 +138,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "12": [("my_tiled_attention", check_tiled_attention)],
     "13": [
         ("my_grouped_attention", check_grouped_attention),
-        ("MySwiGLU", check_swiglu),
+        ("MyGeGLU", check_geglu),
     ],
     "14": [("mask_targets", check_mask_targets)],
     "15": [("lora_attention_only", check_lora_attention_only)],
