@@ -795,19 +795,43 @@ def test_geglu():
     fails(check, with_width(lambda d: 8 * round(8 * d / 3 / 8)), "a multiple of 8")
 
 
-def test_mask_targets():
-    right = solution("14").mask_targets
+def test_pack_pairs():
+    right = solution("14").pack_pairs
+
+    def with_mask(mask):  # the right inputs and targets, another attention mask
+        def pack(pairs):
+            x, y, _ = right(pairs)
+            return x, y, mask(pairs, len(x))
+
+        return pack
+
+    def joined_then_shifted(pairs):
+        ids = [i for p, _ in pairs for i in p]
+        x, y, _ = right([(ids, pairs[0][1])])
+        return x, y, torch.ones(len(x), len(x), dtype=torch.bool).tril()
+
+    def first_prompt_only(pairs):  # masks the first pair's prompt, not the others'
+        x, y, mask = right(pairs)
+        ys = [i for p, _ in pairs for i in p[1:]]
+        ys[: pairs[0][1] - 1] = [-100] * (pairs[0][1] - 1)
+        return x, ys, mask
+
+    check = ex.check_pack_pairs
     fails(
-        ex.check_mask_targets,
-        lambda ids, n: [-100] * n + ids[n + 1 :],
-        "is masked, but it is part of the translation",
+        check,
+        with_mask(lambda p, T: torch.ones(T, T, dtype=torch.bool).tril()),
+        "the attention mask is plain causal: a query of the second pair",
     )
     fails(
-        ex.check_mask_targets,
-        lambda ids, n: [-100] * (n - 2) + ids[n - 1 :],
-        "is kept, but it lies inside the prompt",
+        check,
+        with_mask(lambda p, T: right(p)[2] | right(p)[2].T),
+        "is not causal inside a pair",
     )
-    fails(ex.check_mask_targets, lambda ids, n: right(ids, n)[:-1], r"targets are ids")
+    fails(check, with_mask(lambda p, T: right(p)[2].T), "is transposed")
+    fails(check, joined_then_shifted, "shift each pair on its own")
+    fails(
+        check, first_prompt_only, "target 6 is kept, but it lies inside pair 2's prompt"
+    )
 
 
 def test_lora_attention_only():

@@ -68,7 +68,7 @@ from transformer_lib.exercises.part3 import (
 from transformer_lib.exercises.part5 import (
     check_cdpo_loss,
     check_lora_attention_only,
-    check_mask_targets,
+    check_pack_pairs,
 )
 
 __all__ = [
@@ -100,7 +100,7 @@ __all__ = [
     "check_tiled_attention",
     "check_grouped_attention",
     "check_geglu",
-    "check_mask_targets",
+    "check_pack_pairs",
     "check_lora_attention_only",
     "check_cdpo_loss",
     "BUILD_ITS",
@@ -140,7 +140,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("my_grouped_attention", check_grouped_attention),
         ("MyGeGLU", check_geglu),
     ],
-    "14": [("mask_targets", check_mask_targets)],
+    "14": [("pack_pairs", check_pack_pairs)],
     "15": [("lora_attention_only", check_lora_attention_only)],
     "16": [("my_cdpo_loss", check_cdpo_loss)],
 }

@@ -1,4 +1,4 @@
-"""The checkers of Part V's build-its (notebooks 14-16): the prompt's masked targets,
+"""The checkers of Part V's build-its (notebooks 14-16): pairs packed into one row,
 LoRA on the attention projections only and the conservative DPO loss. By hand."""
 
 from __future__ import annotations
@@ -18,34 +18,93 @@ from transformer_lib.exercises.framework import (
 # 14-16 · Part V -----------------------------------------------------------------------
 
 
-@checker("mask_targets")
-def check_mask_targets(fn: Callable[[list[int], int], list[int]]) -> str:
-    """fn(ids, n_prompt) -> ids[1:] with the first n_prompt - 1 targets set to -100."""
+def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Tensor]:
+    """Each pair shifted and masked on its own, joined; a causal block per pair."""
+    from transformer_lib.decoder_only import shift_and_mask
+
+    xs, ys, blocks = [], [], []
+    for ids, n_prompt in pairs:
+        x, y = shift_and_mask(ids, n_prompt)
+        xs, ys = xs + x, ys + y
+        blocks.append(torch.ones(len(x), len(x)).tril())
+    return xs, ys, torch.block_diag(*blocks).bool()  # (T, T), True = may attend
+
+
+def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
+    """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
+    if not (isinstance(got, Tensor) and got.shape == want.shape):
+        return
+    got = got.bool()
+    causal = torch.ones_like(want).tril()
+    for wrong, what in (
+        (
+            causal,
+            "is plain causal: a query of the second pair may attend the first "
+            "pair's keys; allow only keys of the query's own pair",
+        ),
+        (
+            want | want.T,
+            "is not causal inside a pair: a query sees its pair's later "
+            "keys; each pair's block is lower triangular",
+        ),
+        (
+            want.T,
+            "is transposed: row t is query t, and its True columns are the "
+            "keys it may attend",
+        ),
+        (~want, "is inverted: True means may attend"),
+    ):
+        if torch.equal(got, wrong):
+            raise ExerciseError(f"{call}: the attention mask {what}")
+
+
+@checker("pack_pairs")
+def check_pack_pairs(fn: Callable[..., tuple]) -> str:
+    """fn([(ids, n_prompt), ...]) -> (inputs, targets, mask): each pair shifted and
+    its prompt's targets masked on its own, joined into one row, and a (T, T) bool
+    attention mask that is causal inside each pair and keeps the pairs apart."""
     cases = [
-        ([1, 10, 11, 2, 20, 21, 3], 4),
-        ([1, 2, 20, 3], 2),
-        ([1, 5, 6, 7, 2, 9], 5),
+        [([1, 10, 11, 2, 20, 21, 3], 4), ([1, 5, 2, 9, 3], 3)],
+        [([1, 5, 6, 7, 2, 9], 5), ([1, 2, 20, 3], 2), ([1, 8, 2, 30, 31, 3], 3)],
     ]
-    for ids, n_prompt in cases:
-        got = list(fn(list(ids), n_prompt))
-        want = [-100] * (n_prompt - 1) + ids[n_prompt:]
-        if len(got) != len(want):
+    for pairs in cases:
+        call = f"pack_pairs({pairs})"
+        want_x, want_y, want_mask = _pack_reference(pairs)
+        got = fn([(list(ids), n) for ids, n in pairs])
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
+        x, y, mask = list(got[0]), list(got[1]), got[2]
+        if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
             raise ExerciseError(
-                f"mask_targets({ids}, {n_prompt}): {len(got)} targets, expected "
-                f"{len(want)} (the targets are ids[1:])"
+                f"{call}: {len(x)} inputs and {len(y)} targets, expected "
+                f"{len(want_x)}: shift each pair on its own (its inputs are ids[:-1]), "
+                "or a pair's <eos> learns to predict the next pair's <bos>"
             )
-        for t, (g, w) in enumerate(zip(got, want)):
+        if x != want_x:
+            raise ExerciseError(
+                f"{call}: inputs {x}, expected {want_x} (each pair's ids[:-1], joined)"
+            )
+        if len(y) != len(want_y):
+            raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
+        starts = [0]
+        for ids, _ in pairs:
+            starts.append(starts[-1] + len(ids) - 1)
+        for t, (g, w) in enumerate(zip(y, want_y)):
             if g != w:
+                k = max(i for i, s in enumerate(starts) if s <= t) + 1
                 if g == -100:
-                    what = "masked, but it is part of the translation"
+                    what = f"masked, but it is part of pair {k}'s translation"
                 elif w == -100:
-                    what = "kept, but it lies inside the prompt"
+                    what = f"kept, but it lies inside pair {k}'s prompt"
                 else:
                     what = f"{g}, expected {w}"
-                raise ExerciseError(
-                    f"mask_targets({ids}, {n_prompt}): target {t} is {what}"
-                )
-    return "masks the prompt's targets and keeps the translation's"
+                raise ExerciseError(f"{call}: target {t} is {what}")
+        _wrong_pack_mask(call, mask, want_mask)
+        compare(f"{call}: the attention mask", mask, want_mask)
+    return (
+        "two and three pairs: each shifted and its prompt masked on its own; the "
+        "attention mask causal inside each pair, False across pairs"
+    )
 
 
 def _is_lora(module) -> bool:
