@@ -145,47 +145,43 @@ def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
     for name in want:
         if name not in wrapped:
             raise ExerciseError(
-                f"lora_attention_only: {name} is not wrapped: expected a LoRALinear "
+                f"{name} is not wrapped: expected a LoRALinear "
                 "around every attention projection"
             )
     for name in wrapped:
         if name not in want:
             what = "the MLP's proj" if ".mlp." in name else "not an attention layer"
             raise ExerciseError(
-                f"lora_attention_only: {name} is wrapped, but it is {what}: match the "
+                f"{name} is wrapped, but it is {what}: match the "
                 "Linear layers inside the attention, not every layer named proj"
             )
     for name in want:
         layer = mine.get_submodule(name)
         if (layer.rank, layer.alpha) != (4, 8.0):
             raise ExerciseError(
-                f"lora_attention_only: {name} has rank {layer.rank} and alpha "
+                f"{name} has rank {layer.rank} and alpha "
                 f"{layer.alpha}, expected 4 and 8.0 (pass rank and alpha on)"
             )
     trains = [n for n, p in mine.named_parameters() if p.requires_grad]  # model order
     lora = [n for n, _ in ref.named_parameters() if n.endswith(("lora_A", "lora_B"))]
     if frozen := [n for n in lora if n not in trains]:
         raise ExerciseError(
-            f"lora_attention_only: {frozen[0]} is frozen: freeze the model before "
+            f"{frozen[0]} is frozen: freeze the model before "
             "wrapping, or the LoRA's own parameters freeze with it"
         )
     if extra := [n for n in trains if n not in lora]:
         raise ExerciseError(
-            f"lora_attention_only: {extra[0]} still trains: freeze every parameter but "
+            f"{extra[0]} still trains: freeze every parameter but "
             "the LoRA's (model.requires_grad_(False) first)"
         )
     got, expected = trainable_parameters(mine), trainable_parameters(ref)
     if got != expected:
-        raise ExerciseError(
-            f"lora_attention_only: {got} trainable parameters, expected {expected}"
-        )
+        raise ExerciseError(f"{got} trainable parameters, expected {expected}")
     ids = torch.randint(0, 17, (2, 9))
-    compare(
-        "lora_attention_only: the wrapped model's logits", mine(ids)[0], plain(ids)[0]
-    )
+    compare("the wrapped model's logits", mine(ids)[0], plain(ids)[0])
     if list(names or []) != want:
         raise ExerciseError(
-            f"lora_attention_only: returned {names}, expected the names wrapped, in "
+            f"returned {names}, expected the names wrapped, in "
             f"the model's order: {want}"
         )
     return (
@@ -229,7 +225,7 @@ def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
     if isinstance(got, Tensor) and got.shape == ():
         for wrong, what in mistakes:
             if torch.allclose(got, wrong):
-                raise ExerciseError(f"cdpo_loss: {what}")
+                raise ExerciseError(what)
     compare("cdpo_loss", got, _cdpo_reference(margin, 0.5, 0.1), atol=1e-9)
     for m in (2000.0, -2000.0):
         one = (torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0))
@@ -237,7 +233,7 @@ def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
         want = _cdpo_reference(torch.tensor([m], dtype=torch.float64), 1.0, 0.1)
         if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
             raise ExerciseError(
-                f"cdpo_loss at a margin of {m:g} is {big.item()}, expected "
+                f"at a margin of {m:g} the loss is {big.item()}, expected "
                 f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
