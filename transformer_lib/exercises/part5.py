@@ -191,6 +191,7 @@ def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
 
 
 def _cdpo_reference(margin: Tensor, beta: float, eps: float) -> Tensor:
+    """Conservative DPO's mean loss at `margin` (B,), stable for any margin."""
     z = beta * margin
     return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean()
 
