@@ -69,20 +69,3 @@ def test_preference_pair_by_sentence_chrf():
     )
     assert chosen == "我在学西班牙语。" and rejected == "你好。" and high > low
     assert preference_pair(["你好。", "你好。"], refs) is None
-
-
-def test_dpo_loss_checker_passes_the_solution_and_names_mistakes(capsys):
-    from test_decoder_only import load_solution
-
-    from transformer_lib.exercises import check_dpo_loss
-
-    check_dpo_loss(load_solution("16_preference_tuning").my_dpo_loss)
-    assert capsys.readouterr().out.startswith("✓ dpo_loss passes")
-    check_dpo_loss(
-        lambda pc, pr, rc, rr, b: -F.logsigmoid(b * ((pr - rr) - (pc - rc))).mean()
-    )
-    assert "the sign is flipped" in capsys.readouterr().out
-    check_dpo_loss(
-        lambda pc, pr, rc, rr, b: -F.logsigmoid((pc - rc) - (pr - rr)).mean()
-    )
-    assert "multiply the margin by beta" in capsys.readouterr().out

@@ -750,80 +750,129 @@ def test_grouped_attention():
     )
 
 
-def test_swiglu():
-    Right = solution("13").MySwiGLU
+def test_geglu():
+    Right = solution("13").MyGeGLU
 
     def with_forward(forward):
         return type("Wrong", (Right,), {"forward": forward})
 
+    def with_width(width):
+        def init(m, d_model):
+            nn.Module.__init__(m)
+            m.gate = nn.Linear(d_model, width(d_model), bias=False)
+            m.up = nn.Linear(d_model, width(d_model), bias=False)
+            m.proj = nn.Linear(width(d_model), d_model, bias=False)
+
+        return type("Wrong", (Right,), {"__init__": init})
+
+    check = ex.check_geglu
+    fails(check, with_forward(lambda m, x: m.proj(F.silu(m.gate(x)) * m.up(x))), "SiLU")
     fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(m.gate(x) * F.silu(m.up(x)))),
-        "the SiLU went on up",
+        check,
+        with_forward(lambda m, x: m.proj(m.gate(x) * F.gelu(m.up(x)))),
+        "the GELU went on up",
+    )
+    fails(check, with_forward(lambda m, x: m.proj(F.gelu(m.gate(x)))), "is missing")
+    fails(check, with_width(lambda d: 4 * d), r"MyGeGLU\(24\): hidden width 96: 4 \*")
+    fails(check, with_width(lambda d: int(8 * d / 3)), "is not a multiple of 64")
+    fails(check, with_width(lambda d: 64 * (8 * d // 3 // 64)), "rounded down")
+    fails(check, with_width(lambda d: 8 * round(8 * d / 3 / 8)), "a multiple of 8")
+
+
+def test_pack_pairs():
+    right = solution("14").pack_pairs
+
+    def with_mask(mask):  # the right inputs and targets, another attention mask
+        def pack(pairs):
+            x, y, _ = right(pairs)
+            return x, y, mask(pairs, len(x))
+
+        return pack
+
+    def joined_then_shifted(pairs):
+        ids = [i for p, _ in pairs for i in p]
+        x, y, _ = right([(ids, pairs[0][1])])
+        return x, y, torch.ones(len(x), len(x), dtype=torch.bool).tril()
+
+    def first_prompt_only(pairs):  # masks the first pair's prompt, not the others'
+        x, y, mask = right(pairs)
+        ys = [i for p, _ in pairs for i in p[1:]]
+        ys[: pairs[0][1] - 1] = [-100] * (pairs[0][1] - 1)
+        return x, ys, mask
+
+    check = ex.check_pack_pairs
+    fails(
+        check,
+        with_mask(lambda p, T: torch.ones(T, T, dtype=torch.bool).tril()),
+        "the attention mask is plain causal: a query of the second pair",
     )
     fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(F.gelu(m.gate(x)) * m.up(x))),
-        "uses GELU",
+        check,
+        with_mask(lambda p, T: right(p)[2] | right(p)[2].T),
+        "is not causal inside a pair",
+    )
+    fails(check, with_mask(lambda p, T: right(p)[2].T), "is transposed")
+    fails(check, joined_then_shifted, "shift each pair on its own")
+    fails(
+        check, first_prompt_only, "target 6 is kept, but it lies inside pair 2's prompt"
+    )
+
+
+def test_lora_attention_only():
+    from transformer_lib.lora import LoRALinear, add_lora
+
+    def frozen_after(model, rank, alpha):  # wraps first, then freezes A and B too
+        names = solution("15").lora_attention_only(model, rank, alpha)
+        model.requires_grad_(False)
+        return names
+
+    def unfrozen(model, rank, alpha):  # the embeddings and norms still train
+        for block in model.blocks:
+            block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
+            block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+
+    check = ex.check_lora_attention_only
+    fails(
+        check,
+        lambda m, r, a: add_lora(m, r, a, targets=("qkv", "proj")),
+        r"blocks.0.mlp.proj is wrapped, but it is the MLP's proj",
     )
     fails(
-        ex.check_swiglu,
-        with_forward(lambda m, x: m.proj(F.silu(m.gate(x)))),
-        r"up\(x\) is missing",
+        check, lambda m, r, a: add_lora(m, r, a, targets=("qkv",)), "attn.proj is not"
     )
-
-
-def test_mask_targets():
-    right = solution("14").mask_targets
+    fails(check, frozen_after, r"lora_A is frozen: freeze the model before wrapping")
+    fails(check, unfrozen, r"tok_emb.weight still trains: freeze every parameter")
     fails(
-        ex.check_mask_targets,
-        lambda ids, n: [-100] * n + ids[n + 1 :],
-        "is masked, but it is part of the translation",
+        check,
+        lambda m, r, a: solution("15").lora_attention_only(m, r, 1.0),
+        "rank 4 and alpha 1.0, expected 4 and 8.0",
     )
-    fails(
-        ex.check_mask_targets,
-        lambda ids, n: [-100] * (n - 2) + ids[n - 1 :],
-        "is kept, but it lies inside the prompt",
-    )
-    fails(ex.check_mask_targets, lambda ids, n: right(ids, n)[:-1], r"targets are ids")
 
 
-def test_lora_forward():
-    def lora(scale=None):
-        def forward(x, W, b, A, B, alpha):
-            s = alpha / A.size(0) if scale is None else scale(alpha)
-            return x @ W.T + b + s * (x @ A.T @ B.T)
-
-        return forward
-
-    assert ex.outcome(ex.check_lora_forward, lora())[0] == "pass"
-    fails(ex.check_lora_forward, lora(scale=lambda a: a), "scale by alpha / r, not")
-    fails(ex.check_lora_forward, lora(scale=lambda a: 1.0), "missing its scale")
-
-
-def test_dpo_loss():
-    def dpo(sign=1, beta=True, naive=False):
-        def loss(pc, pr, rc, rr, b):
+def test_cdpo_loss():
+    def cdpo(sign=1, beta=True, eps=True, one_minus=True, naive=False):
+        def loss(pc, pr, rc, rr, b, e):
             z = sign * (b if beta else 1.0) * ((pc - rc) - (pr - rr))
-            return (-torch.log(torch.sigmoid(z)) if naive else -F.logsigmoid(z)).mean()
+            e = e if eps else 0.0
+            w = 1 - e if one_minus else 1.0
+            if naive:
+                return (
+                    -w * torch.log(torch.sigmoid(z)) - e * torch.log(torch.sigmoid(-z))
+                ).mean()
+            return (-w * F.logsigmoid(z) - e * F.logsigmoid(-z)).mean()
 
         return loss
 
-    assert ex.outcome(ex.check_dpo_loss, dpo())[0] == "pass"
-    fails(ex.check_dpo_loss, dpo(sign=-1), "the sign is flipped")
-    fails(ex.check_dpo_loss, dpo(beta=False), "multiply the margin by beta")
-    # the review's blind spot: exact at +2000, infinite at -2000
+    assert ex.outcome(ex.check_cdpo_loss, cdpo())[0] == "pass"
+    fails(ex.check_cdpo_loss, cdpo(sign=-1), "the sign is flipped")
+    fails(ex.check_cdpo_loss, cdpo(beta=False), "multiply the margin by beta")
+    fails(ex.check_cdpo_loss, cdpo(eps=False), "this is plain DPO")
+    fails(ex.check_cdpo_loss, cdpo(one_minus=False), "weight the DPO term by 1 - eps")
+    # -log(sigmoid(z)) overflows on both sides once eps > 0
     fails(
-        ex.check_dpo_loss,
-        dpo(naive=True),
-        r"at a margin of -2000 is inf, expected 2000: .* -F.logsigmoid\(z\) is stable",
-    )
-    fails(
-        ex.check_dpo_loss,
-        lambda pc, pr, rc, rr, b: torch.log1p(
-            torch.exp(-b * (pc - rc - pr + rr))
-        ).mean(),
-        "at a margin of -2000 is inf",
+        ex.check_cdpo_loss,
+        cdpo(naive=True),
+        r"margin of 2000 the loss is inf, expected 200: .*-F.logsigmoid\(z\) is stable",
     )
 
 

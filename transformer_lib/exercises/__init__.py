@@ -57,16 +57,16 @@ from transformer_lib.exercises.part2 import (
     train_step_reference,
 )
 from transformer_lib.exercises.part3 import (
+    check_geglu,
     check_gpt_block,
     check_grouped_attention,
     check_kv_cache,
-    check_swiglu,
     check_tiled_attention,
 )
 from transformer_lib.exercises.part5 import (
-    check_dpo_loss,
-    check_lora_forward,
-    check_mask_targets,
+    check_cdpo_loss,
+    check_lora_attention_only,
+    check_pack_pairs,
 )
 
 __all__ = [
@@ -95,10 +95,10 @@ __all__ = [
     "check_kv_cache",
     "check_tiled_attention",
     "check_grouped_attention",
-    "check_swiglu",
-    "check_mask_targets",
-    "check_lora_forward",
-    "check_dpo_loss",
+    "check_geglu",
+    "check_pack_pairs",
+    "check_lora_attention_only",
+    "check_cdpo_loss",
     "BUILD_ITS",
     "record",
     "build_it_cells",
@@ -131,11 +131,11 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "12": [("my_tiled_attention", check_tiled_attention)],
     "13": [
         ("my_grouped_attention", check_grouped_attention),
-        ("MySwiGLU", check_swiglu),
+        ("MyGeGLU", check_geglu),
     ],
-    "14": [("mask_targets", check_mask_targets)],
-    "15": [("lora_forward", check_lora_forward)],
-    "16": [("my_dpo_loss", check_dpo_loss)],
+    "14": [("pack_pairs", check_pack_pairs)],
+    "15": [("lora_attention_only", check_lora_attention_only)],
+    "16": [("my_cdpo_loss", check_cdpo_loss)],
 }
 
 

@@ -1,5 +1,5 @@
 """The checkers of Part III's and Part IV's build-its (notebooks 11-13): a GPT block,
-the KV cache, attention in tiles, grouped-query attention and SwiGLU. Written by
+the KV cache, attention in tiles, grouped-query attention and GeGLU. Written by
 hand."""
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
     )
 
 
-# 13 · grouped-query attention, and SwiGLU ---------------------------------------------
+# 13 · grouped-query attention, and GeGLU ----------------------------------------------
 
 
 def _grouped_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
@@ -318,35 +318,79 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
     return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
 
 
-@checker("SwiGLU")
-def check_swiglu(cls: type) -> str:
-    """cls(d_model, d_ff) with gate, up, proj (no biases); forward(x) =
-    proj(silu(gate(x)) * up(x))."""
+def _geglu_width(d_model: int, multiple_of: int = 64) -> int:
+    """LLaMA's rule: 2/3 of 4 * d_model, rounded up to a multiple of `multiple_of`."""
+    return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
+
+
+def _geglu_reference(d_model: int):
+    """The library's SwiGLU with GELU (exact) as its gate: GeGLU."""
     from transformer_lib.modern import SwiGLU
 
+    class GeGLU(SwiGLU):
+        def forward(self, x: Tensor) -> Tensor:
+            return self.proj(F.gelu(self.gate(x)) * self.up(x))
+
+    return GeGLU(d_model, _geglu_width(d_model)).double().eval()
+
+
+def _check_geglu_width(cls: type) -> None:
+    """Raise ExerciseError naming the rounding mistake, if the width is wrong."""
+    for d in (24, 40, 50):
+        mine, want = cls(d), _geglu_width(d)
+        width = getattr(getattr(mine, "gate", None), "out_features", None)
+        if width == want:
+            continue
+        third = 8 * d / 3
+        hint = {
+            4 * d: "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
+            "8 * d_model / 3, to keep its parameter count",
+            int(third): f"{int(third)} = 8 * d_model / 3 is not a multiple of 64: "
+            "round it up",
+            64 * math.floor(third / 64): "rounded down: round up to the next multiple "
+            "of 64, so the width never falls below 8 * d_model / 3",
+            8 * round(third / 8): "a multiple of 8, as the library's SwiGLU: this one "
+            "rounds up to a multiple of 64",
+        }.get(width, f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}")
+        raise ExerciseError(f"MyGeGLU({d}): hidden width {width}: {hint}")
+
+
+@checker("GeGLU")
+def check_geglu(cls: type) -> str:
+    """cls(d_model) with gate, up, proj (no biases) of hidden width 2/3 * 4 * d_model
+    rounded up to a multiple of 64; forward(x) = proj(gelu(gate(x)) * up(x))."""
+    _check_geglu_width(cls)
     torch.manual_seed(0)
-    ref = SwiGLU(16, 24).double().eval()
-    mine = cls(16, 24)
-    load_weights(mine, ref.state_dict(), "MySwiGLU")
+    ref = _geglu_reference(24)
+    mine = cls(24)
+    load_weights(mine, ref.state_dict(), "MyGeGLU")
     mine.double().eval()
-    x = torch.randn(2, 5, 16).double()
+    x = torch.randn(2, 5, 24).double()
     got, want = mine(x), ref(x)
     if not is_close(got, want):
         with torch.no_grad():
             g, u = ref.gate(x), ref.up(x)
             for h, hint in (
+                (F.silu(g) * u, "the gate uses SiLU: that is SwiGLU; GeGLU's is GELU"),
                 (
-                    g * F.silu(u),
-                    "the SiLU went on up(x): it gates, so it goes on "
+                    F.gelu(g, approximate="tanh") * u,
+                    "the gate uses GELU's tanh approximation: use the exact F.gelu",
+                ),
+                (
+                    g * F.gelu(u),
+                    "the GELU went on up(x): it gates, so it goes on "
                     "gate(x), and up(x) stays linear",
                 ),
-                (F.gelu(g) * u, "the gate uses GELU: SwiGLU's is SiLU, x * sigmoid(x)"),
                 (
-                    F.silu(g),
+                    F.gelu(g),
                     "up(x) is missing: the gate multiplies a second, linear branch",
                 ),
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
-    compare_module("MySwiGLU(x)", got, want, mine, ref)
-    return "equals the library's SwiGLU on (2, 5, 16); gradients"
+    compare_module("MyGeGLU(x)", got, want, mine, ref)
+    widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
+    return (
+        f"hidden widths {widths} for d_model 24, 40, 50; equals "
+        "proj(gelu(gate(x)) * up(x)) on (2, 5, 24); gradients"
+    )

@@ -1,5 +1,5 @@
-"""The checkers of Part V's build-its (notebooks 14-16): the prompt's masked targets,
-the LoRA forward pass and the DPO loss. Written by hand."""
+"""The checkers of Part V's build-its (notebooks 14-16): pairs packed into one row,
+LoRA on the attention projections only and the conservative DPO loss. By hand."""
 
 from __future__ import annotations
 
@@ -18,89 +18,225 @@ from transformer_lib.exercises.framework import (
 # 14-16 · Part V -----------------------------------------------------------------------
 
 
-@checker("mask_targets")
-def check_mask_targets(fn: Callable[[list[int], int], list[int]]) -> str:
-    """fn(ids, n_prompt) -> ids[1:] with the first n_prompt - 1 targets set to -100."""
+def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Tensor]:
+    """Each pair shifted and masked on its own, joined; a causal block per pair."""
+    from transformer_lib.decoder_only import shift_and_mask
+
+    xs, ys, blocks = [], [], []
+    for ids, n_prompt in pairs:
+        x, y = shift_and_mask(ids, n_prompt)
+        xs, ys = xs + x, ys + y
+        blocks.append(torch.ones(len(x), len(x)).tril())
+    return xs, ys, torch.block_diag(*blocks).bool()  # (T, T), True = may attend
+
+
+def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
+    """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
+    if not (isinstance(got, Tensor) and got.shape == want.shape):
+        return
+    got = got.bool()
+    causal = torch.ones_like(want).tril()
+    for wrong, what in (
+        (
+            causal,
+            "is plain causal: a query of the second pair may attend the first "
+            "pair's keys; allow only keys of the query's own pair",
+        ),
+        (
+            want | want.T,
+            "is not causal inside a pair: a query sees its pair's later "
+            "keys; each pair's block is lower triangular",
+        ),
+        (
+            want.T,
+            "is transposed: row t is query t, and its True columns are the "
+            "keys it may attend",
+        ),
+        (~want, "is inverted: True means may attend"),
+    ):
+        if torch.equal(got, wrong):
+            raise ExerciseError(f"{call}: the attention mask {what}")
+
+
+@checker("pack_pairs")
+def check_pack_pairs(fn: Callable[..., tuple]) -> str:
+    """fn([(ids, n_prompt), ...]) -> (inputs, targets, mask): each pair shifted and
+    its prompt's targets masked on its own, joined into one row, and a (T, T) bool
+    attention mask that is causal inside each pair and keeps the pairs apart."""
     cases = [
-        ([1, 10, 11, 2, 20, 21, 3], 4),
-        ([1, 2, 20, 3], 2),
-        ([1, 5, 6, 7, 2, 9], 5),
+        [([1, 10, 11, 2, 20, 21, 3], 4), ([1, 5, 2, 9, 3], 3)],
+        [([1, 5, 6, 7, 2, 9], 5), ([1, 2, 20, 3], 2), ([1, 8, 2, 30, 31, 3], 3)],
     ]
-    for ids, n_prompt in cases:
-        got = list(fn(list(ids), n_prompt))
-        want = [-100] * (n_prompt - 1) + ids[n_prompt:]
-        if len(got) != len(want):
+    for pairs in cases:
+        call = f"pack_pairs({pairs})"
+        want_x, want_y, want_mask = _pack_reference(pairs)
+        got = fn([(list(ids), n) for ids, n in pairs])
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
+        x, y, mask = list(got[0]), list(got[1]), got[2]
+        if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
             raise ExerciseError(
-                f"mask_targets({ids}, {n_prompt}): {len(got)} targets, expected "
-                f"{len(want)} (the targets are ids[1:])"
+                f"{call}: {len(x)} inputs and {len(y)} targets, expected "
+                f"{len(want_x)}: shift each pair on its own (its inputs are ids[:-1]), "
+                "or a pair's <eos> learns to predict the next pair's <bos>"
             )
-        for t, (g, w) in enumerate(zip(got, want)):
+        if x != want_x:
+            raise ExerciseError(
+                f"{call}: inputs {x}, expected {want_x} (each pair's ids[:-1], joined)"
+            )
+        if len(y) != len(want_y):
+            raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
+        starts = [0]
+        for ids, _ in pairs:
+            starts.append(starts[-1] + len(ids) - 1)
+        for t, (g, w) in enumerate(zip(y, want_y)):
             if g != w:
+                k = max(i for i, s in enumerate(starts) if s <= t) + 1
                 if g == -100:
-                    what = "masked, but it is part of the translation"
+                    what = f"masked, but it is part of pair {k}'s translation"
                 elif w == -100:
-                    what = "kept, but it lies inside the prompt"
+                    what = f"kept, but it lies inside pair {k}'s prompt"
                 else:
                     what = f"{g}, expected {w}"
-                raise ExerciseError(
-                    f"mask_targets({ids}, {n_prompt}): target {t} is {what}"
-                )
-    return "masks the prompt's targets and keeps the translation's"
+                raise ExerciseError(f"{call}: target {t} is {what}")
+        _wrong_pack_mask(call, mask, want_mask)
+        compare(f"{call}: the attention mask", mask, want_mask)
+    return (
+        "two and three pairs: each shifted and its prompt masked on its own; the "
+        "attention mask causal inside each pair, False across pairs"
+    )
 
 
-@checker("lora_forward")
-def check_lora_forward(fn: Callable[..., Tensor]) -> str:
-    """fn(x, W, b, A, B, alpha) -> x W^T + b + (alpha / r) x A^T B^T."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 6, generator=gen, dtype=torch.float64)  # (B, T, in)
-    W = torch.randn(5, 6, generator=gen, dtype=torch.float64)  # (out, in)
-    b = torch.randn(5, generator=gen, dtype=torch.float64)
-    A = torch.randn(2, 6, generator=gen, dtype=torch.float64)  # (r, in)
-    B = torch.randn(5, 2, generator=gen, dtype=torch.float64)  # (out, r)
-    got = fn(x, W, b, A, B, 8.0)
-    base = x @ W.T + b
-    if isinstance(got, Tensor) and got.shape == base.shape:
-        if torch.allclose(got, base + 8.0 * (x @ A.T @ B.T)):
-            raise ExerciseError("lora_forward: scale by alpha / r, not alpha")
-        if torch.allclose(got, base + x @ A.T @ B.T):
+def _is_lora(module) -> bool:
+    """A LoRALinear: the library's, or the one a notebook's kernel defined."""
+    return type(module).__name__ == "LoRALinear"
+
+
+def _lora_attention_reference(model, rank: int, alpha: float) -> list[str]:
+    """Freeze `model`, wrap each block's attention qkv and proj in a LoRALinear."""
+    from transformer_lib.lora import LoRALinear
+
+    model.requires_grad_(False)
+    for block in model.blocks:
+        block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
+        block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+    return [
+        f"blocks.{i}.attn.{n}"
+        for i in range(len(model.blocks))
+        for n in ("qkv", "proj")
+    ]
+
+
+@checker("lora_attention_only")
+def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
+    """fn(model, rank, alpha) -> the names wrapped: LoRA on the attention's qkv and proj
+    of every block, every other parameter frozen."""
+    from transformer_lib.gpt import GPT, GPTConfig
+    from transformer_lib.lora import trainable_parameters
+
+    def fresh():
+        torch.manual_seed(0)
+        return GPT(GPTConfig.tiny(vocab_size=17, n_layers=3))
+
+    mine, ref, plain = fresh(), fresh(), fresh()
+    names = fn(mine, 4, 8.0)
+    want = _lora_attention_reference(ref, 4, 8.0)
+    wrapped = [n for n, m in mine.named_modules() if _is_lora(m)]
+    for name in want:
+        if name not in wrapped:
             raise ExerciseError(
-                "lora_forward: the update is missing its scale alpha / r"
+                f"{name} is not wrapped: expected a LoRALinear "
+                "around every attention projection"
             )
-    compare("lora_forward", got, base + 4.0 * (x @ A.T @ B.T), atol=1e-9)
-    return "equals x W^T + b + (alpha / r) x A^T B^T"
+    for name in wrapped:
+        if name not in want:
+            what = "the MLP's proj" if ".mlp." in name else "not an attention layer"
+            raise ExerciseError(
+                f"{name} is wrapped, but it is {what}: match the "
+                "Linear layers inside the attention, not every layer named proj"
+            )
+    for name in want:
+        layer = mine.get_submodule(name)
+        if (layer.rank, layer.alpha) != (4, 8.0):
+            raise ExerciseError(
+                f"{name} has rank {layer.rank} and alpha "
+                f"{layer.alpha}, expected 4 and 8.0 (pass rank and alpha on)"
+            )
+    trains = [n for n, p in mine.named_parameters() if p.requires_grad]  # model order
+    lora = [n for n, _ in ref.named_parameters() if n.endswith(("lora_A", "lora_B"))]
+    if frozen := [n for n in lora if n not in trains]:
+        raise ExerciseError(
+            f"{frozen[0]} is frozen: freeze the model before "
+            "wrapping, or the LoRA's own parameters freeze with it"
+        )
+    if extra := [n for n in trains if n not in lora]:
+        raise ExerciseError(
+            f"{extra[0]} still trains: freeze every parameter but "
+            "the LoRA's (model.requires_grad_(False) first)"
+        )
+    got, expected = trainable_parameters(mine), trainable_parameters(ref)
+    if got != expected:
+        raise ExerciseError(f"{got} trainable parameters, expected {expected}")
+    ids = torch.randint(0, 17, (2, 9))
+    compare("the wrapped model's logits", mine(ids)[0], plain(ids)[0])
+    if list(names or []) != want:
+        raise ExerciseError(
+            f"returned {names}, expected the names wrapped, in "
+            f"the model's order: {want}"
+        )
+    return (
+        f"wraps the {len(want)} attention projections only; {expected} parameters "
+        "train, all of them LoRA's; the model starts as it was"
+    )
 
 
-@checker("dpo_loss")
-def check_dpo_loss(fn: Callable[..., Tensor]) -> str:
-    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> the mean
-    of -log sigmoid(beta * (chosen log-ratio - rejected log-ratio))."""
+def _cdpo_reference(margin: Tensor, beta: float, eps: float) -> Tensor:
+    """Conservative DPO's mean loss at `margin` (B,), stable for any margin."""
+    z = beta * margin
+    return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean()
+
+
+@checker("cdpo_loss")
+def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
+    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, eps) -> the
+    mean of -(1 - eps) log sigmoid(beta * margin) - eps log sigmoid(-beta * margin)."""
     gen = torch.Generator().manual_seed(0)
     pc, pr, rc, rr = (
         -10 * torch.rand(6, generator=gen, dtype=torch.float64) for _ in range(4)
     )
     margin = (pc - rc) - (pr - rr)
-    got = fn(pc, pr, rc, rr, 0.5)
+    got = fn(pc, pr, rc, rr, 0.5, 0.1)
+    mistakes = [
+        (
+            _cdpo_reference(-margin, 0.5, 0.1),
+            "the sign is flipped (or eps and 1 - eps swapped): the weight 1 - eps goes "
+            "with log sigmoid(+beta * margin), the chosen log-ratio first",
+        ),
+        (_cdpo_reference(margin, 1.0, 0.1), "multiply the margin by beta"),
+        (
+            _cdpo_reference(margin, 0.5, 0.0),
+            "this is plain DPO: add eps times the loss of the flipped label, "
+            "-log sigmoid(-beta * margin)",
+        ),
+        (
+            (-F.logsigmoid(0.5 * margin) - 0.1 * F.logsigmoid(-0.5 * margin)).mean(),
+            "weight the DPO term by 1 - eps: the two labels' weights sum to 1",
+        ),
+    ]
     if isinstance(got, Tensor) and got.shape == ():
-        if torch.allclose(got, -F.logsigmoid(-0.5 * margin).mean()):
-            raise ExerciseError(
-                "dpo_loss: the sign is flipped: the chosen log-ratio comes first"
-            )
-        if torch.allclose(got, -F.logsigmoid(margin).mean()):
-            raise ExerciseError("dpo_loss: multiply the margin by beta")
-    compare("dpo_loss", got, -F.logsigmoid(0.5 * margin).mean(), atol=1e-9)
-    for margin, want in ((2000.0, 0.0), (-2000.0, 2000.0)):
-        one = (torch.tensor([v], dtype=torch.float64) for v in (margin, 0.0, 0.0, 0.0))
-        big = fn(*one, 1.0)
+        for wrong, what in mistakes:
+            if torch.allclose(got, wrong):
+                raise ExerciseError(what)
+    compare("cdpo_loss", got, _cdpo_reference(margin, 0.5, 0.1), atol=1e-9)
+    for m in (2000.0, -2000.0):
+        one = (torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0))
+        big = fn(*one, 1.0, 0.1)
+        want = _cdpo_reference(torch.tensor([m], dtype=torch.float64), 1.0, 0.1)
         if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
             raise ExerciseError(
-                f"dpo_loss at a margin of {margin:g} is {big.item()}, expected "
-                f"{want:g}: sigmoid({margin:g}) rounds to 0 and its log to -inf; "
+                f"at a margin of {m:g} the loss is {big.item()}, expected "
+                f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
-        compare(
-            f"dpo_loss at a margin of {margin:g}",
-            big,
-            torch.tensor(want, dtype=torch.float64),
-            atol=1e-9,
-        )
-    return "equals the paper's formula, also at margins of 2000 and -2000"
+        compare(f"cdpo_loss at a margin of {m:g}", big, want, atol=1e-9)
+    return "equals conservative DPO's formula, also at margins of 2000 and -2000"
