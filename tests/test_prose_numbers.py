@@ -314,6 +314,8 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "4.4": "= 4415040 / 1e6",
     },
     "10": {
+        "0.09": "the min-p build-it's example: min_p 0.1 times a top probability 0.9",
+        "0.02": "the min-p build-it's example: min_p 0.1 times a top probability 0.2",
         "0.93": "a score in the beam tree figure (tools/beam_tree.py)",
         "1.76": "greedy's score in the beam tree figure (tools/beam_tree.py)",
         "1.59": "a score in the beam tree figure (tools/beam_tree.py)",
