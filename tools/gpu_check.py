@@ -339,7 +339,7 @@ def nanogpt_model(folder: Path, device):
     ckpt = torch.load(
         folder / "out-shakespeare-char" / "ckpt.pt",
         map_location=device,
-        weights_only=False,
+        weights_only=True,  # tensors, dicts and numbers: no code in it runs
     )
     model = NanoGPT(NanoConfig(**ckpt["model_args"]))
     state = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
