@@ -67,7 +67,7 @@ colab-check: $(STAMP)
 	$(BIN)/python tools/colab_check.py
 
 # On a CUDA machine: device tests, quick notebooks, the LM beside nanoGPT, the translator,
-# notebook 12's ratios -> benchmarks/results/gpu_check.json (benchmarks/GPU.md). Stages:
+# notebook 14's ratios -> benchmarks/results/gpu_check.json (benchmarks/GPU.md). Stages:
 # make gpu-check GPU_CHECK="--stage lm,mt,speed"; on a CPU: GPU_CHECK="--device cpu --quick"
 gpu-check: $(STAMP)
 	$(BIN)/python tools/gpu_check.py $(GPU_CHECK)

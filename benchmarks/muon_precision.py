@@ -1,5 +1,5 @@
 """What the precision of Muon's Newton-Schulz iteration costs a training step: the CPU
-preset of notebook 11 (batch 16, context 128) with AdamW, and with Muon iterating in
+preset of notebook 12 (batch 16, context 128) with AdamW, and with Muon iterating in
 bf16 (torch.optim.Muon's choice) and in fp32, in milliseconds per step.
 
     python benchmarks/muon_precision.py         # this CPU, under a minute on 2 cores

@@ -1,11 +1,11 @@
-"""Part IV's ablation: each change of notebook 13 alone, then the changes that helped
+"""Part IV's ablation: each change of notebook 15 alone, then the changes that helped
 together, on character-level Tiny Shakespeare at equal wall-clock time, 3 seeds each.
 
     python benchmarks/part4_ablation.py                   # 8 rows x 3 seeds x 90 s
     python benchmarks/part4_ablation.py --budget 30 --seeds 1 --rows baseline rope
     python benchmarks/part4_ablation.py --quick           # a one-minute smoke test
 
-Every row starts from the course's CPU preset (notebook 11: 4 layers, width 128,
+Every row starts from the course's CPU preset (notebook 12: 4 layers, width 128,
 context 128, batch 16, AdamW at lr 5e-3, fp32) and changes one thing. Equal wall-clock
 time is turned into a step count per row: the script first times each row's training
 step (the fastest of three interleaved rounds, so another process on the machine slows
@@ -52,7 +52,7 @@ ROWS = {
 
 
 def settings(model: dict, optimizer: str, steps: int, seed: int) -> TrainSettings:
-    """The CPU recipe of notebook 11 with one change, for a fixed number of steps."""
+    """The CPU recipe of notebook 12 with one change, for a fixed number of steps."""
     return TrainSettings(
         preset="cpu",
         model=dict(model),

@@ -1,5 +1,5 @@
 """What each speed lever gives the course's CPU model here: milliseconds per training
-step of the CPU preset (notebook 11) under each lever, alone and together.
+step of the CPU preset (notebook 12) under each lever, alone and together.
 
     python benchmarks/part4_speed_levers.py            # about 5 minutes on 2 cores
     python benchmarks/part4_speed_levers.py --steps 5  # a quick look

@@ -5,7 +5,7 @@ Shakespeare in 10 minutes of training on this machine, everything combined.
     python benchmarks/part4_speedrun.py --budget 60       # a one-minute look
     python benchmarks/part4_speedrun.py --recipe preset   # the course's CPU preset
 
-The recipe is notebook 13's: the changes that helped in the ablation
+The recipe is notebook 15's: the changes that helped in the ablation
 (`benchmarks/part4_ablation.py`) and the speed levers that paid here
 (`benchmarks/part4_speed_levers.py`). The cosine is planned on the clock, so it reaches
 its floor when the budget runs out however fast the machine is. The loss is over every
@@ -24,7 +24,7 @@ from transformer_lib.lm_train import TrainSettings, train_lm
 from transformer_lib.runtime import describe_machine
 
 RECIPES = {
-    # notebook 11's CPU preset and schedule, with the cosine on the clock
+    # notebook 12's CPU preset and schedule, with the cosine on the clock
     "preset": dict(preset="cpu", dtype="fp32"),
     # Part IV: the ablation's combination (Muon, RoPE, SwiGLU, 2 key/value heads),
     # with dropout: without it the same run overfits (1.47 at 8 minutes, 1.57 at 10)

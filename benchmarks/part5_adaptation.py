@@ -1,4 +1,4 @@
-"""Part V's measurements (notebooks 14-16), on the Tatoeba Challenge's public
+"""Part V's measurements (notebooks 17-19), on the Tatoeba Challenge's public
 English-Mandarin test, with budgets in process CPU time (`time.process_time()`, one
 thread), so that other programs on a shared machine slow a run down without changing
 what it computes.

@@ -57,7 +57,7 @@ KEY_PAGES = [
     "book/intro",
     "notebooks/05_multi_head_attention",
     "notebooks/10_decoding_and_evaluation",
-    "notebooks/11_gpt_language_model",
+    "notebooks/12_gpt_language_model",
     "zh/book/intro",
     "zh/notebooks/05_multi_head_attention",
 ]

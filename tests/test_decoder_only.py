@@ -1,4 +1,4 @@
-"""The decoder-only translator's prompt, loss mask and generation (notebook 14)."""
+"""The decoder-only translator's prompt, loss mask and generation (notebook 17)."""
 
 import pytest
 import torch

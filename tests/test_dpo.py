@@ -1,4 +1,4 @@
-"""The DPO loss, sequence log-probabilities and preference pairs (notebook 16), against
+"""The DPO loss, sequence log-probabilities and preference pairs (notebook 19), against
 hand-computed cases of the paper's formula (trl keeps its loss inside DPOTrainer)."""
 
 import math

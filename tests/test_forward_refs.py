@@ -4,7 +4,7 @@ or an earlier notebook exported, and the modules import one another without a ci
 The generated modules say, above each cell, which notebook the cell came from
 (`# %% ../notebooks/NB.ipynb #id`). Each import of a `transformer_lib` name, at the top
 of a module or inside a function, is checked against the notebook that defines the
-name. Notebooks are read in book order: 00-16, then the appendices A1, A2, ... So a
+name. Notebooks are read in book order: 00-19, then the appendices A1, A2, ... So a
 core or Part V notebook never imports an appendix, and appendices import anything
 before them. Hand-written modules are the data loader and the durable files (usable
 from the first notebook on) and the command line, the exercise checkers and the

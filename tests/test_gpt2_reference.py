@@ -1,4 +1,4 @@
-"""Our GPT (notebook 11) against Hugging Face's GPT-2: with GPT-2's weights loaded by
+"""Our GPT (notebook 12) against Hugging Face's GPT-2: with GPT-2's weights loaded by
 transformer_lib.gpt2_weights, the logits must be GPT-2's (small random GPT2Configs,
 nothing downloaded)."""
 

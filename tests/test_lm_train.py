@@ -1,4 +1,4 @@
-"""The language model's trainer (notebook 11): batches, evaluation, exact resume, and
+"""The language model's trainer (notebook 12): batches, evaluation, exact resume, and
 never losing work."""
 
 import math
@@ -133,7 +133,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(
                 p.grad.fill_(float("nan"))
         return real(model, max_norm)
 
-    # the trainer's steps are notebook 11's `train_step`, which clips in lm_loop
+    # the trainer's steps are notebook 12's `train_step`, which clips in lm_loop
     monkeypatch.setattr(lm_loop, "clip_gradients", poisoning)
     with pytest.raises(
         NonFiniteLossError, match="the loss is nan at step 8 \\(learning rate"
@@ -249,7 +249,7 @@ def test_tensorboard_curves_while_training(tmp_path):
 
 
 def test_notebook_11s_loop_and_the_library_trainer_give_the_same_losses():
-    """train_lm is notebook 11's loop with run management around it: same seed, same
+    """train_lm is notebook 12's loop with run management around it: same seed, same
     steps, the same losses and the same weights (in fp32, on the CPU)."""
     from transformer_lib.lm_loop import train as core_train
     from transformer_lib.runtime import set_seed

@@ -1,4 +1,4 @@
-"""LoRALinear and add_lora (notebook 15), checked against peft on the same weights."""
+"""LoRALinear and add_lora (notebook 18), checked against peft on the same weights."""
 
 import copy
 

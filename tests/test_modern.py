@@ -1,4 +1,4 @@
-"""Notebook 13's parts against references: RoPE against the complex-number form, GQA
+"""Notebook 15's parts against references: RoPE against the complex-number form, GQA
 against PyTorch's attention, SwiGLU against its formula, Newton-Schulz against its
 polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention (the
 build-it's checker is tested in test_exercises.py)."""

@@ -1,4 +1,4 @@
-"""perf.py (notebook 12): the FLOP count of a GPT against its weights and PyTorch's FLOP
+"""perf.py (notebook 14): the FLOP count of a GPT against its weights and PyTorch's FLOP
 counter, MFU arithmetic, and the timers with a stub clock (fast and deterministic:
 nothing here times real work)."""
 

@@ -1,5 +1,5 @@
 """Linux-only paths, checked on Linux: the tests that need POSIX features skip on other
-systems with a reason, and notebook 12's memory probe has a portable path (macOS) or
+systems with a reason, and notebook 14's memory probe has a portable path (macOS) or
 says it measures nothing (Windows) instead of failing there."""
 
 import ast

@@ -164,42 +164,42 @@ QUOTES = [
         r"\ncombination:.*?\s+(1\.\d{4})\s+0\.\d{4}",
     ),
     (
-        "14_decoder_only_translation",
+        "17_decoder_only_translation",
         r"the encoder-decoder took (\d+) steps",
         r"\nencoder-decoder\s+\d+\s+(\d+)\s",
     ),
     (
-        "15_lora",
+        "18_lora",
         r"1\.12 MiB of AdamW state against ([\d.]+) MiB",
         r"full fine-tuning:\s+([\d.]+) MiB of optimizer state",
     ),
     (
-        "16_preference_tuning",
+        "19_preference_tuning",
         r"mean sentence chrF\s+of ([\d.]+)",
         r"mean chrF chosen ([\d.]+)",
     ),
     (
-        "11_gpt_language_model",
+        "12_gpt_language_model",
         r"from the bigram model's ([\d.]+) nats",
         r"bigram model: validation loss ([\d.]+)",
     ),
     (
-        "11_gpt_language_model",
+        "12_gpt_language_model",
         r"nats per character to ([\d.]+)\s+over every validation token",
         r"val loss ([\d.]+) over every validation token",
     ),
     (
-        "11_gpt_language_model",
+        "12_gpt_language_model",
         r"over every validation token \(([\d.]+) bits per character\)",
         r"\| ([\d.]+) bits/char\n",
     ),
     (
-        "11_gpt_language_model",
+        "12_gpt_language_model",
         r"The estimate on 64 windows \(([\d.]+) at step 700\)",
         r"step  700 \| train [\d.]+ \| val ([\d.]+)",
     ),
     (
-        "11_gpt_language_model",
+        "12_gpt_language_model",
         r"its loss of ([\d.]+) nats",
         r"val loss ([\d.]+) over every validation token",
     ),
@@ -329,12 +329,12 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "4,000": "the checker's sample size, a setting",
         "0.36": "the toy model's probability, worked in the text",
     },
-    "12": {
+    "14": {
         "1.65": "an earlier run on an AMD EPYC, cited",
         "1.41": "the translator's bf16 speed-up on the Xeon (results page)",
         "1.47": "nanoGPT's A100 result, cited",
     },
-    "11": {
+    "12": {
         "1,115,394": "the corpus's size, data/README.md",
         "0.02": "GPT-2's initialisation, a setting",
         "0.57": "read off the loss curves above",
@@ -343,7 +343,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.8": "nanoGPT's README, cited",
         "1.47": "nanoGPT's GPU result, cited",
     },
-    "13": {
+    "15": {
         "50,257": "GPT-2's vocabulary, cited",
         "0.7": "read off the plot above",
         "1.2": "read off the plot above",
@@ -374,14 +374,14 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.73": "the speedrun model's size in millions (730,368 parameters)",
         "1.5717": "benchmarks/results/part4_speedrun_no_dropout.json",
     },
-    "14": {
+    "17": {
         "1.54": "= 1536384 / 1e6",
         "0.2": "a bound on the two seeds' BLEU gap, from the table",
         "23.84": "in 10",
         "23.5": "in 09",
         "0.3": "= 5.12 - 4.84",
     },
-    "16": {"3.0": "= -0.547 - -3.536"},
+    "19": {"3.0": "= -0.547 - -3.536"},
 }
 
 

@@ -48,7 +48,7 @@ def page_id(path: Path) -> str:
 # ----------------------------------------------------------------------------------
 # 1. Exercises: "exercise 2", "Exercises 1 and 2", "练习 1 和 2" name numbered items of
 # the notebook's Exercises section (or of the notebook linked just before: "[notebook
-# 12](12_making_it_fast.ipynb)'s exercise 3").
+# 14](14_making_it_fast.ipynb)'s exercise 3").
 
 EXERCISE = re.compile(
     r"(?:(\[[^\]]*\]\((?P<nb>[0-9A][0-9]_[\w]+\.ipynb)[^)]*\)(?:'s|\s*的)\s*))?"

@@ -72,11 +72,11 @@ def course_map():
         "(06), encoder "
         "block (07), decoder block with cross-attention and the whole model "
         "(08), training "
-        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (11), "
+        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (12), "
         "KV cache, fused "
-        "attention and DDP (12), and today's variants: RoPE, grouped-query attention, "
-        "QK-norm, SwiGLU and the Muon optimizer (13); then the GPT adapted: "
-        "a translator with a prompt and a loss mask (14), LoRA (15) and DPO (16).",
+        "attention and DDP (14), and today's variants: RoPE, grouped-query attention, "
+        "QK-norm, SwiGLU and the Muon optimizer (15); then the GPT adapted: "
+        "a translator with a prompt and a loss mask (17), LoRA (18) and DPO (19).",
     )
     s.text(
         270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
@@ -173,7 +173,7 @@ def course_map():
         gap=12,
     )
     s.arrow(gx + 100, g_in[-1][1], gx + 100, g[0][1] + g[0][3])
-    s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="11")
+    s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="12")
     s.arrow(gx + 100, g[-1][1], gx + 100, 296)
     s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 11")
     s.arrow(gx + 100, 256, gx + 100, 212)
@@ -600,7 +600,7 @@ def post_pre_norm():
         ),
         (
             560,
-            "pre-norm (GPT, notebook 11)",
+            "pre-norm (GPT, notebook 12)",
             [
                 ("LayerNorm", "norm"),
                 ("sublayer", "attn", "attention or feed-forward"),
@@ -877,7 +877,7 @@ def ddp():
     s.text(
         450,
         364,
-        "launched with torchrun --nproc_per_node=3 (notebook 12)",
+        "launched with torchrun --nproc_per_node=3 (notebook 14)",
         size=12,
         color=MUTED,
     )
@@ -892,7 +892,7 @@ def ddp():
     return s
 
 
-# Part IV (notebook 13) --------------------------------------------------------------
+# Part IV (notebook 15) --------------------------------------------------------------
 
 
 @diagram
@@ -956,13 +956,13 @@ def swiglu():
         900,
         330,
         "The GELU MLP and the SwiGLU MLP",
-        "Left, notebook 11's MLP: a linear layer from d_model to 4 d_model, GELU, a "
+        "Left, notebook 12's MLP: a linear layer from d_model to 4 d_model, GELU, a "
         "linear layer back. Right, SwiGLU: two linear layers from d_model to d_ff, the "
         "gate passed through SiLU and multiplied element by element with the other "
         "(up); a third linear layer (proj) back to d_model. With d_ff = 8 d_model / 3 "
         "both hold 8 d_model squared weights.",
     )
-    s.frame(20, 40, 300, 275, "GELU MLP (notebook 11)")
+    s.frame(20, 40, 300, 275, "GELU MLP (notebook 12)")
     parts = [
         ("x  (B, T, C)", "data"),
         ("Linear C → 4C", "ffn"),

@@ -26,7 +26,7 @@ stages of two calls end in one record):
 - `mt`: notebook 09's translator trained with a GPU recipe (`train-mt`), then scored on
   the public test (the Tatoeba Challenge's English-Mandarin test) through `translate`:
   sacreBLEU (tokenize='zh') and chrF, greedy and beam.
-- `speed`: what notebook 12 measures on the CPU, as ratios against fp32 in one run:
+- `speed`: what notebook 14 measures on the CPU, as ratios against fp32 in one run:
   fused attention against the explicit softmax (time, and peak memory on a GPU),
   training throughput of fp32 SDPA, bf16 autocast and `torch.compile` against fp32
   with the explicit softmax (and MFU against the measured matmul peak), and the KV
@@ -527,7 +527,7 @@ def stage_speed(args, device: str, tmp: Path) -> dict:
         peak = perf.matmul_flops(dev, torch.bfloat16, n=n)
         result["matmul_peak_tflops"]["bf16"] = peak / 1e12
 
-    attention = []  # notebook 12's B = 16, H = 4, D = 32
+    attention = []  # notebook 14's B = 16, H = 4, D = 32
     for T in [64] if quick else [256, 1024, 4096]:
         q, k, v = (
             torch.randn(16, 4, T, 32, device=dev, requires_grad=True) for _ in "qkv"

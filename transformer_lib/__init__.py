@@ -16,13 +16,13 @@ them, then `make export`). One concept a module:
                    torch_reference (07, 08)               translator
                    translation_data, translator (09)
                    decoding (10, A1)
-    shared kit     training (09, 12, A1), sampling (10)   used by both Parts,
+    shared kit     training (09, 14, A1), sampling (10)   used by both Parts,
                    checkpoints (A1)                       importing neither
-    Part III       gpt, lm_loop (11), perf (12)           the GPT language model
-                   tiled_attention (12)                   and its speed
-    Part IV        modern, muon (13)                      a modern GPT
-    Part V         decoder_only (14), lora (15)           adapting a model
-                   dpo (16)
+    Part III       gpt, lm_loop (12), perf (14)           the GPT language model
+                   tiled_attention (14)                   and its speed
+    Part IV        modern, muon (15)                      a modern GPT
+    Part V         decoder_only (17), lora (18)           adapting a model
+                   dpo (19)
     appendices     mt_train (A1)                          the long training runs
                    lm_train, gpt2_weights (A2)
     exercises      exercises (by hand)                    the checkers of the build-its,

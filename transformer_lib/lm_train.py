@@ -52,7 +52,7 @@ PRESETS = {
 }
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0005
-# a model override names a field of notebook 13's ModernConfig; the preset sets the rest
+# a model override names a field of notebook 15's ModernConfig; the preset sets the rest
 MODEL_FIELDS = sorted(
     {f.name for f in dataclasses.fields(ModernConfig)} - {"vocab_size"}
 )
@@ -108,7 +108,7 @@ class TrainSettings(RunSettings):
         1.0, "clip the global gradient norm to this; 0: no clipping", AT_LEAST_0
     )
     optimizer: str = setting(
-        "adamw", "muon: notebook 13's, for the matrices", one_of("adamw", "muon")
+        "adamw", "muon: notebook 15's, for the matrices", one_of("adamw", "muon")
     )
     decay_embeddings: bool = setting(False, "decay the embeddings too, as nanoGPT does")
     eval_interval: int = setting(
@@ -166,7 +166,7 @@ def _rank_checksums(model: GPT, world: int, log=print) -> list:
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000034
 def config_from_dict(d: dict) -> ModernConfig:
-    """The config a checkpoint saved (notebook 11's fields, 13's switches optional);
+    """The config a checkpoint saved (notebook 12's fields, 15's switches optional);
     unknown keys are an error, not dropped."""
     unknown = set(d) - {f.name for f in dataclasses.fields(ModernConfig)}
     if unknown:
@@ -225,7 +225,7 @@ def model_config(s: TrainSettings, data: LMData) -> ModernConfig:
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #92d3a773
 def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.Optimizer:
-    """AdamW over notebook 09's parameter groups, or notebook 13's Muon for the blocks'
+    """AdamW over notebook 09's parameter groups, or notebook 15's Muon for the blocks'
     matrices with AdamW for the rest (the settings refused any other name)."""
     if s.optimizer == "adamw":
         return make_adamw(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)
@@ -265,7 +265,7 @@ RESUMABLE = (
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a9745515
 def learning_rate(s: TrainSettings, run: LMRun) -> float:
     """This step's rate: warm-up, then a cosine to min_lr planned on the step count,
-    or with a time budget on the clock (notebook 12's `cosine_on_clock`), so it reaches
+    or with a time budget on the clock (notebook 14's `cosine_on_clock`), so it reaches
     min_lr as the budget runs out on a fast machine or a slow one."""
     if s.time_budget_s is None or run.step < s.warmup_steps:
         return warmup_cosine(
@@ -343,7 +343,7 @@ def train_lm(s: TrainSettings, data: LMData | None = None) -> dict:
                 if _any_rank(over or stop.requested, world, device):
                     break
                 t0 = time.perf_counter()
-                # one step of notebook 11, at the schedule's rate, on this rank's batch
+                # one step of notebook 12, at the schedule's rate, on this rank's batch
                 lr = learning_rate(s, run)
                 batch = get_batch(data.train_ids, s.batch_size, N, batches)
                 x, y = (t.to(device) for t in batch)

@@ -19,5 +19,5 @@ def causal_mask(
     T: int, device: torch.device | str | None = None, past: int = 0
 ) -> Tensor:
     """(T, past + T) bool, True = may attend: query i sees keys j <= past + i (`past`
-    keys kept from earlier steps, as notebook 11 generates; 0: the square triangle)."""
+    keys kept from earlier steps, as notebook 12 generates; 0: the square triangle)."""
     return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)

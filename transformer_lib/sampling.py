@@ -5,7 +5,7 @@ __all__ = ['filter_logits', 'sample_next']
 
 # %% ../notebooks/10_decoding_and_evaluation.ipynb #839bfb06
 # transformer_lib/sampling.py: logits -> the next token. It imports only torch, so the
-# translator and the GPT of notebook 11 share it without depending on each other.
+# translator and the GPT of notebook 12 share it without depending on each other.
 import math
 
 import torch

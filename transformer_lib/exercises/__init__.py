@@ -127,15 +127,15 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("my_sample_min_p", check_min_p_sampling),
         ("my_beam_search", check_beam_search),
     ],
-    "11": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
-    "12": [("my_tiled_attention", check_tiled_attention)],
-    "13": [
+    "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
+    "14": [("my_tiled_attention", check_tiled_attention)],
+    "15": [
         ("my_grouped_attention", check_grouped_attention),
         ("MyGeGLU", check_geglu),
     ],
-    "14": [("pack_pairs", check_pack_pairs)],
-    "15": [("lora_attention_only", check_lora_attention_only)],
-    "16": [("my_cdpo_loss", check_cdpo_loss)],
+    "17": [("pack_pairs", check_pack_pairs)],
+    "18": [("lora_attention_only", check_lora_attention_only)],
+    "19": [("my_cdpo_loss", check_cdpo_loss)],
 }
 
 

@@ -1,4 +1,4 @@
-"""The checkers of Part III's and Part IV's build-its (notebooks 11-13): a GPT block,
+"""The checkers of Part III's and Part IV's build-its (notebooks 12-15): a GPT block,
 the KV cache, attention in tiles, grouped-query attention and GeGLU. Written by
 hand."""
 
@@ -25,7 +25,7 @@ from transformer_lib.exercises.framework import (
     load_weights,
 )
 
-# 11 · a GPT block, and the KV cache ---------------------------------------------------
+# 12 · a GPT block, and the KV cache ---------------------------------------------------
 
 _BLOCK_NAMES = {
     "qkv": "attn.qkv",
@@ -140,7 +140,7 @@ def check_kv_cache(cls: type) -> str:
     return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
 
 
-# 12 · attention in tiles with an online softmax ---------------------------------------
+# 14 · attention in tiles with an online softmax ---------------------------------------
 
 # what may touch all the keys at once: views, shapes, conversions (they read no score)
 _KEY_VIEWS = {
@@ -263,7 +263,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
     )
 
 
-# 13 · grouped-query attention, and GeGLU ----------------------------------------------
+# 15 · grouped-query attention, and GeGLU ----------------------------------------------
 
 
 def _grouped_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:

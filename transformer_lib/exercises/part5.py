@@ -1,4 +1,4 @@
-"""The checkers of Part V's build-its (notebooks 14-16): pairs packed into one row,
+"""The checkers of Part V's build-its (notebooks 17-19): pairs packed into one row,
 LoRA on the attention projections only and the conservative DPO loss. By hand."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from transformer_lib.exercises.framework import (
     compare,
 )
 
-# 14-16 · Part V -----------------------------------------------------------------------
+# 17-19 · Part V -----------------------------------------------------------------------
 
 
 def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Tensor]:

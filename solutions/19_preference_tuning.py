@@ -1,4 +1,4 @@
-"""Solution of notebook 16's build-it (checked by tests/test_exercises.py)."""
+"""Solution of notebook 19's build-it (checked by tests/test_exercises.py)."""
 
 import torch.nn.functional as F
 

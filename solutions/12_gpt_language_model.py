@@ -1,4 +1,4 @@
-"""Solutions of notebook 11's build-its (checked by tests/test_exercises.py)."""
+"""Solutions of notebook 12's build-its (checked by tests/test_exercises.py)."""
 
 import torch
 import torch.nn.functional as F

@@ -1,4 +1,4 @@
-"""Solution of notebook 12's build-it (checked by tests/test_exercises.py)."""
+"""Solution of notebook 14's build-it (checked by tests/test_exercises.py)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Solution of notebook 15's build-it (checked by tests/test_exercises.py)."""
+"""Solution of notebook 18's build-it (checked by tests/test_exercises.py)."""
 
 from transformer_lib.lora import LoRALinear
 

@@ -1,4 +1,4 @@
-"""Solutions of notebook 13's build-its (checked by tests/test_exercises.py)."""
+"""Solutions of notebook 15's build-its (checked by tests/test_exercises.py)."""
 
 import math
 
