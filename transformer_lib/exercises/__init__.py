@@ -57,6 +57,7 @@ from transformer_lib.exercises.part2 import (
     train_step_reference,
 )
 from transformer_lib.exercises.part3 import (
+    check_cosine_by_distance,
     check_geglu,
     check_gpt_block,
     check_grouped_attention,
@@ -93,6 +94,7 @@ __all__ = [
     "check_beam_search",
     "check_gpt_block",
     "check_kv_cache",
+    "check_cosine_by_distance",
     "check_tiled_attention",
     "check_grouped_attention",
     "check_geglu",
@@ -128,6 +130,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("my_beam_search", check_beam_search),
     ],
     "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
+    "13": [("my_cosine_by_distance", check_cosine_by_distance)],
     "14": [("my_tiled_attention", check_tiled_attention)],
     "15": [
         ("my_grouped_attention", check_grouped_attention),

@@ -1,6 +1,6 @@
 """The checkers of Part III's and Part IV's build-its (notebooks 12-15): a GPT block,
-the KV cache, attention in tiles, grouped-query attention and GeGLU. Written by
-hand."""
+the KV cache, the similarity of position vectors by distance, attention in tiles,
+grouped-query attention and GeGLU. Written by hand."""
 
 from __future__ import annotations
 
@@ -261,6 +261,54 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys and "
         "scores above 1000, reading at most one block of keys at a time"
     )
+
+
+# 13 · the similarity of position vectors, by distance ------------------------------
+
+
+def _by_distance(table: Tensor, unit: bool = True, mean: bool = True, shift: int = 0):
+    """Mean (or summed) cosine (or dot product) of the rows k + shift apart, k < N."""
+    rows = F.normalize(table, dim=1) if unit else table
+    m = rows @ rows.T  # (N, N)
+    n = len(table)
+    pick = [m.diagonal(k + shift) for k in range(n - shift)]
+    return torch.stack([d.mean() if mean else d.sum() for d in pick])
+
+
+def _wrong_distance(table: Tensor, got: Tensor) -> None:
+    """Raise ExerciseError naming the mistake, if it is a usual one."""
+    for wrong, hint in (
+        (dict(unit=False), "dot products, not cosines: normalise each row first"),
+        (dict(mean=False), "a sum, not a mean: divide by the N - k pairs k apart"),
+        (
+            dict(unit=False, mean=False),
+            "summed dot products: normalise the rows, and divide by the N - k pairs",
+        ),
+        (dict(shift=1), "entry 0 is distance 0 (each row with itself), not 1"),
+    ):
+        want = _by_distance(table, **wrong)
+        if got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-9):
+            raise ExerciseError(hint)
+
+
+@checker("similarity by distance")
+def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
+    """fn(table (N, C)) -> (N,): the mean cosine similarity of the rows k apart."""
+    from transformer_lib.positional import sinusoidal_positional_encoding
+
+    gen = torch.Generator().manual_seed(0)
+    tables = {
+        "a random (7, 5) table": 3 * torch.randn(7, 5, generator=gen),
+        "a random (12, 16) table": torch.randn(12, 16, generator=gen) + 1,
+        "the (32, 16) sinusoids": sinusoidal_positional_encoding(16, 32),
+    }
+    for name, table in tables.items():
+        table = table.double()
+        got = fn(table.clone())
+        if isinstance(got, Tensor):
+            _wrong_distance(table, got)
+        compare(name, got, _by_distance(table), atol=1e-9)
+    return "equals the reference on two random tables and notebook 03's sinusoids"
 
 
 # 15 · grouped-query attention, and GeGLU ----------------------------------------------
