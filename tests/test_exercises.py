@@ -633,6 +633,31 @@ def online(q, k, v, block, sum_rescaled=True, out_rescaled=True, upside=False):
     return out / ell
 
 
+def test_cosine_by_distance():
+    def by_distance(table, unit=True, mean=True):
+        rows = F.normalize(table, dim=1) if unit else table
+        m = rows @ rows.T
+        diagonals = [m.diagonal(k) for k in range(len(table))]
+        return torch.stack([d.mean() if mean else d.sum() for d in diagonals])
+
+    assert ex.outcome(ex.check_cosine_by_distance, by_distance)[0] == "pass"
+    fails(
+        ex.check_cosine_by_distance,
+        lambda t: by_distance(t, unit=False),
+        "dot products, not cosines: normalise each row first",
+    )
+    fails(
+        ex.check_cosine_by_distance,
+        lambda t: by_distance(t, mean=False),
+        "a sum, not a mean: divide by the N - k pairs k apart",
+    )
+    fails(
+        ex.check_cosine_by_distance,
+        lambda t: by_distance(t)[1:],
+        r"entry 0 is distance 0 \(each row with itself\), not 1",
+    )
+
+
 def test_tiled_attention():
     from transformer_lib.tiled_attention import tiled_attention
 
