@@ -572,8 +572,8 @@ def term_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
     return out
 
 
-# A comparative with 倍 or ×: 「大 3 倍」, 「小 42×」, 「3 倍小」. A Chinese reader takes
-# 「大 3 倍」 as "3 times more", four times the size, whatever the English meant.
+# A comparative with 倍 or ×: 「大 3 倍」, 「小 42×」, 「3 倍小」. A Chinese reader
+# takes 「大 3 倍」 as "3 times more", four times the size, whatever the English meant.
 NUMERAL = r"(?:\d+(?:\.\d+)?|[一二两三四五六七八九十百千]+)"
 COMPARATIVE = re.compile(
     rf"(?<![至最差许不])(?:[多大小少快慢高低]|增加|增长|提升)[了出]?\s*{NUMERAL}\s*"
