@@ -524,3 +524,164 @@ def test_every_figure_on_the_results_pages_is_printed_or_declared(page):
         f"{page}: figures no notebook output or saved benchmark shows (quote one, or "
         "declare them in PAGES_NOT_PRINTED):\n" + "\n".join(missing)
     )
+
+
+# The setup pages (both editions, and the Chinese edition's page for mainland China)
+# quote run times, the data's size and the download limit. Every figure there with a
+# unit (s, 分钟, MB, 字节 ...) is bound below to where it comes from: the "executed in
+# N s" that a notebook's last cell printed, another stored output, or the value the
+# code pins, in the unit and digits the page writes. A figure that no entry binds
+# fails, so a page cannot quote a run time that no stored output shows, and a re-run
+# that moves one names it.
+SETUP_PAGES = ["book/setup.md", "zh/book/setup.md", "zh/book/setup_china.md"]
+WITH_UNIT = re.compile(
+    r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)\s*"
+    r"(?:s\b|秒|分钟|min\b|minutes?\b|小时|hours?\b|[KMG]B\b|字节|bytes?\b)"
+)
+
+
+def elapsed(name: str, per: float = 1.0) -> float:
+    """What notebooks/NAME.ipynb's last cell printed, "executed in N s", over `per`."""
+    return float(re.findall(r"executed in ([\d.]+) s", texts(name)[1])[-1]) / per
+
+
+def output_value(name: str, pattern: str) -> float:
+    return float(re.search(pattern, texts(name)[1]).group(1))
+
+
+def data_megabytes() -> float:
+    from transformer_lib.data import ALL_FILES
+
+    return sum(f.size for f in ALL_FILES) / 1e6
+
+
+def download_minutes() -> float:
+    from transformer_lib.downloads import DOWNLOAD_SECONDS
+
+    return DOWNLOAD_SECONDS / 60
+
+
+def trained_minutes() -> float:
+    return output_value("09_training_a_translator", r"([\d.]+) min of training")
+
+
+CHINA = "zh/book/setup_china.md"
+# (page, a regex with one group around the figure, what it equals or None for a cited
+# figure, where it comes from)
+SETUP_FIGURES = [
+    ("book/setup.md", r"trains one itself \(([\d.]+) minutes", trained_minutes, "09"),
+    ("zh/book/setup.md", r"需要 ([\d.]+) 分钟，在 GPU 上", trained_minutes, "09"),
+    ("book/setup.md", r"five files \(about ([\d.]+) MB\)", data_megabytes, "data.py"),
+    ("zh/book/setup.md", r"5 个文件（约 ([\d.]+) MB）", data_megabytes, "data.py"),
+    (CHINA, r"5 个文件，共约 ([\d.]+) MB", data_megabytes, "data.py"),
+    ("zh/book/setup.md", r"必须在 (\d+) 分钟内传完", download_minutes, "downloads.py"),
+    (CHINA, r"必须在 (\d+) 分钟内传完", download_minutes, "downloads.py"),
+    (CHINA, r"GPT-2 权重（约 (\d+) MB）", None, "cited: GPT-2's weights on the Hub"),
+    (CHINA, r"压缩包本身也要校验：([\d,]+) 字节", None, "cited: the zip as served"),
+    (
+        CHINA,
+        r"完整模型\]\([^)]*\)需要 ([\d.]+) 分钟",
+        lambda: elapsed("08_decoder_and_model", 60),
+        "08",
+    ),
+    (
+        CHINA,
+        r"翻译器\]\([^)]*\)需要 (\d+) 分钟",
+        lambda: elapsed("09_training_a_translator", 60),
+        "09",
+    ),
+    (CHINA, r"全花在训练上（训练 ([\d.]+) 分钟）", trained_minutes, "09"),
+    (
+        CHINA,
+        r"解码与评估\]\([^)]*\)需要 ([\d.]+) 分钟",
+        lambda: elapsed("10_decoding_and_evaluation", 60),
+        "10",
+    ),
+    (
+        CHINA,
+        r"语言模型\]\([^)]*\)需要 (\d+) s",
+        lambda: elapsed("12_gpt_language_model"),
+        "12",
+    ),
+    (CHINA, r"更快\]\([^)]*\)需要 (\d+) s", lambda: elapsed("14_making_it_fast"), "14"),
+    (
+        CHINA,
+        r"当今的语言模型\]\([^)]*\)需要 (\d+) s",
+        lambda: elapsed("15_modern_gpt"),
+        "15",
+    ),
+    (
+        CHINA,
+        r"训练语言模型\]\([^)]*\)需要 ([\d.]+) 分钟",
+        lambda: elapsed("A2_language_model_training_runs", 60),
+        "A2",
+    ),
+]
+# the China page's list of the data files: "- `path`：N 字节，sha256 `H`"
+DATA_LINE = re.compile(
+    r"^- `([^`]+)`[^：]*：([\d,]+) 字节，sha256 `([0-9a-f]{64})`", re.M
+)
+
+
+def page_text(page: str) -> str:
+    return (NOTEBOOKS.parent / page).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "page, pattern, value, source",
+    SETUP_FIGURES,
+    ids=[f"{p.split('/')[-1]}:{s}:{r[:20]}" for p, r, _, s in SETUP_FIGURES],
+)
+def test_a_figure_of_the_setup_pages_is_its_source(page, pattern, value, source):
+    quoted = re.search(pattern, page_text(page))
+    assert quoted, (
+        f"{page}: no sentence matches {pattern!r} (reworded? update SETUP_FIGURES)"
+    )
+    if value is None:
+        return
+    figure = quoted.group(1).replace(",", "")
+    digits = len(figure.split(".")[1]) if "." in figure else 0
+    assert f"{value():.{digits}f}" == figure, (
+        f"{page}: {quoted.group(0)!r}, but {source} gives {value():.{digits + 2}f}"
+    )
+
+
+@pytest.mark.parametrize("page", SETUP_PAGES)
+def test_every_figure_with_a_unit_on_the_setup_pages_is_bound(page):
+    text = page_text(page)
+    bound = [
+        m.span(1)
+        for p, pattern, _, _ in SETUP_FIGURES
+        if p == page
+        for m in re.finditer(pattern, text)
+    ] + [m.span(2) for m in DATA_LINE.finditer(text)]
+    near = lambda m: " ".join(text[max(m.start() - 40, 0) : m.end()].split())  # noqa: E731
+    loose = [
+        f"{m.group(0)!r} in {near(m)!r}"
+        for m in WITH_UNIT.finditer(text)
+        if not any(a <= m.start(1) < b for a, b in bound)
+    ]
+    assert not loose, (
+        f"{page}: figures bound to no stored output or pinned value (add them to "
+        "SETUP_FIGURES):\n" + "\n".join(loose)
+    )
+
+
+def test_the_china_page_lists_the_pinned_data_files():
+    from transformer_lib.data import ALL_FILES
+
+    listed = {
+        path: (int(size.replace(",", "")), sha)
+        for path, size, sha in DATA_LINE.findall(page_text(CHINA))
+    }
+    assert listed == {f.relpath: (f.size, f.sha256) for f in ALL_FILES}
+    zipped = [f.archive_sha256 for f in ALL_FILES if f.archive_sha256]
+    assert all(sha in page_text(CHINA) for sha in zipped)
+
+
+def test_the_first_notebooks_take_seconds_as_the_china_page_says():
+    """「……每一章只需几秒」: notebooks 00 to 07 take under 10 s each."""
+    assert "每一章只需几秒" in page_text(CHINA)
+    first = [n for n in NAMES if n[:2].isdigit() and int(n[:2]) <= 7]
+    assert len(first) == 8
+    assert all(elapsed(name) < 10 for name in first), {n: elapsed(n) for n in first}

@@ -239,6 +239,7 @@ NOT_IN_THE_CODE = {
     "non_blocking": "an argument of torch's Tensor.to",
     "profile_memory": "an argument of torch.profiler.profile",
     "the-loop": "a cell tag (tests/test_structure.py)",
+    "fonts-wqy-zenhei": "a Debian package (the setup pages)",
     "xcode-select": "macOS's command",
 }
 BARE = re.compile(r"`(?:--)?([a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)(?=[(`=\[ ])")

@@ -287,3 +287,51 @@ def test_a_link_to_a_heading_that_is_gone_is_reported(tmp_path):
         "which no heading of the Chinese 01_tokenization has: link to its English "
         "anchor or its new heading"
     ]
+
+
+@pytest.mark.parametrize(
+    "chinese, said",
+    [
+        ("翻译器大三倍", "大三倍"),
+        ("相同时间里步数多 1.8 倍", "多 1.8 倍"),
+        ("AdamW 状态小 42 倍和 10 倍", "小 42 倍"),
+        ("优化器状态小 42×", "小 42×"),
+        ("快了 1.41x", "快了 1.41x"),
+        ("嵌入表也大\n8 倍", "大8 倍"),
+        ("内存 42× 小", "42× 小"),
+        ("额外内存 18.4 倍少", "18.4 倍少"),
+        ("训练速度提升 3 倍", "提升 3 倍"),
+        ("字符多一倍", "多一倍"),
+    ],
+)
+def test_a_comparative_with_bei_is_reported(chinese, said):
+    """「大 3 倍」 reads as four times the size; the check names it and says what to
+    write instead."""
+    problems = zh_edition.comparative_problems([("zh/book/x.md", "line 3", chinese)])
+    assert problems == [
+        f"zh/book/x.md: line 3 writes {said!r}, which a Chinese reader takes as one "
+        f"time more than meant; {zh_edition.COMPARATIVE_RULE}"
+    ]
+    assert "是…的 N 倍" in problems[0] and "只有…的 1/N" in problems[0]
+
+
+@pytest.mark.parametrize(
+    "chinese",
+    [
+        "参数量约是它的三倍",
+        "相同时间里的步数是后者的 1.8 倍",
+        "AdamW 状态只有全量微调的 1/42 和 1/10",
+        "速度为 5.3 倍，融合注意力：1.24 倍",
+        "是它的三倍多，至多 3 倍，最多 2 倍，差不多 2 倍",
+        "快到 1.35 倍；内存增长到四倍；$T$ 翻倍",
+        "`speedup = 3x` 与 $3\\times$ 大",
+    ],
+)
+def test_the_right_forms_pass_the_comparative_check(chinese):
+    assert zh_edition.comparative_problems([("zh/book/x.md", "line 1", chinese)]) == []
+
+
+def test_no_comparative_with_bei_in_the_edition():
+    """Translations, book pages, README.zh-CN.md, zh/README.md and diagram labels."""
+    problems = zh_edition.comparative_problems()
+    assert not problems, "\n".join(problems)

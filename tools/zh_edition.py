@@ -26,7 +26,8 @@ differs from its English source. `--update` adds the entries of new markdown cel
 that no longer exist.
 
 `term_problems()` (run by tests/test_zh_edition.py) finds a variant of a term that
-zh/terms.yml forbids, a parenthesis inside a parenthesis and two back to back.
+zh/terms.yml forbids, a parenthesis inside a parenthesis and two back to back;
+`comparative_problems()` a comparative with 倍 or × (「大 3 倍」, read as four times).
 """
 
 from __future__ import annotations
@@ -568,6 +569,55 @@ def term_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
                 inner = match.end() - 1  # the second "（"
                 near = text[max(inner - 12, 0) : inner + 18].replace("\n", "")
                 out.append(f"{file}: {place} has {what}: …{near}…")
+    return out
+
+
+# A comparative with 倍 or ×: 「大 3 倍」, 「小 42×」, 「3 倍小」. A Chinese reader
+# takes 「大 3 倍」 as "3 times more", four times the size, whatever the English meant.
+NUMERAL = r"(?:\d+(?:\.\d+)?|[一二两三四五六七八九十百千]+)"
+COMPARATIVE = re.compile(
+    rf"(?<![至最差许不])(?:[多大小少快慢高低]|增加|增长|提升)[了出]?\s*{NUMERAL}\s*"
+    rf"(?:倍|×|[xX](?!\w))|{NUMERAL}\s*(?:倍|×|[xX])\s*[大小少快慢高低](?!于)"
+)
+COMPARATIVE_RULE = (
+    "write 「是…的 N 倍」 for larger, more or faster, 「只有…的 1/N」 for smaller, "
+    "fewer or slower"
+)
+README_ZH = [ROOT / "README.zh-CN.md", ZH / "README.md"]
+
+
+def paragraphs(path: Path) -> list[tuple[str, str]]:
+    """("line N", text) of each paragraph of a page, code blocks blanked, so that a
+    phrase broken over two lines is still read whole."""
+    text = FENCE.sub(lambda m: "\n" * m[0].count("\n"), read_text(path))
+    out, start, lines = [], 1, []
+    for number, line in enumerate(text.split("\n") + [""], 1):
+        if line.strip():
+            start = start if lines else number
+            lines.append(line)
+        elif lines:
+            out.append((f"line {start}", "\n".join(lines)))
+            lines = []
+    return out
+
+
+def comparative_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """One line per comparative with 倍 or × (「大 3 倍」, 「小 42×」) in the edition's
+    Chinese: translations, book pages (the glossary too), README.zh-CN.md and
+    zh/README.md, diagram labels."""
+    if texts is None:
+        texts = [t for t in chinese_texts() if not t[0].startswith("zh/book/")]
+        for path in sorted((ZH / "book").glob("*.md")) + README_ZH:
+            name = path.relative_to(ROOT).as_posix()
+            texts += [(name, place, text) for place, text in paragraphs(path)]
+    out = []
+    for file, place, text in texts:
+        for match in COMPARATIVE.finditer(prose(text)):
+            said = re.sub(r"\s*\n\s*", "", match[0])
+            out.append(
+                f"{file}: {place} writes {said!r}, which a Chinese reader takes as "
+                f"one time more than meant; {COMPARATIVE_RULE}"
+            )
     return out
 
 
