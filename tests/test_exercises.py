@@ -73,7 +73,9 @@ def test_a_checker_leaves_the_random_stream_alone(nb, name, check, capsys):
 
 
 def test_every_notebook_has_a_build_it():
-    numbered = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    numbered = sorted(
+        p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    )
     assert sorted(ex.BUILD_ITS) == numbered
 
 
@@ -752,7 +754,7 @@ def test_grouped_attention():
 
 
 def test_geglu():
-    Right = solution("15").MyGeGLU
+    Right = solution("16").MyGeGLU
 
     def with_forward(forward):
         return type("Wrong", (Right,), {"forward": forward})
