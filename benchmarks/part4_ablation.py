@@ -1,5 +1,6 @@
-"""Part IV's ablation: each change of notebook 15 alone, then the changes that helped
-together, on character-level Tiny Shakespeare at equal wall-clock time, 3 seeds each.
+"""Part IV's ablation: each change of notebooks 15 and 16 alone, then the changes that
+helped together, on character-level Tiny Shakespeare at equal wall-clock time, 3 seeds
+each.
 
     python benchmarks/part4_ablation.py                   # 8 rows x 3 seeds x 90 s
     python benchmarks/part4_ablation.py --budget 30 --seeds 1 --rows baseline rope

@@ -5,7 +5,7 @@ Shakespeare in 10 minutes of training on this machine, everything combined.
     python benchmarks/part4_speedrun.py --budget 60       # a one-minute look
     python benchmarks/part4_speedrun.py --recipe preset   # the course's CPU preset
 
-The recipe is notebook 15's: the changes that helped in the ablation
+The recipe is notebooks 15 and 16's: the changes that helped in the ablation
 (`benchmarks/part4_ablation.py`) and the speed levers that paid here
 (`benchmarks/part4_speed_levers.py`). The cosine is planned on the clock, so it reaches
 its floor when the budget runs out however fast the machine is. The loss is over every

@@ -1,7 +1,7 @@
-"""Notebook 15's parts against references: RoPE against the complex-number form, GQA
-against PyTorch's attention, SwiGLU against its formula, Newton-Schulz against its
-polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention (the
-build-it's checker is tested in test_exercises.py)."""
+"""Notebooks 15 and 16's parts against references: RoPE against the complex-number
+form, GQA against PyTorch's attention, SwiGLU against its formula, Newton-Schulz against
+its polynomial and PyTorch's, tiled attention against F.scaled_dot_product_attention
+(the build-it's checker is tested in test_exercises.py)."""
 
 import math
 

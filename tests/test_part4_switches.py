@@ -1,4 +1,4 @@
-"""Part IV's switches in notebook 15's ModernGPT (notebook 12's GPT, extended): every
+"""Part IV's switches in notebook 16's ModernGPT (notebook 12's GPT, extended): every
 combination generates the same tokens with and without the KV cache and is causal; the
 trainer's Muon option, the clock-planned cosine and the `train-lm` flags."""
 

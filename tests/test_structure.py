@@ -33,7 +33,7 @@ PART_II = {
     "decoding",
 }
 PART_III = {"gpt", "lm_loop", "lm_train", "gpt2_weights", "perf", "tiled_attention"}
-PART_IV = {"modern", "muon"}  # notebook 15: builds on Part III
+PART_IV = {"modern", "muon"}  # notebooks 15-16: build on Part III
 PART_V = {"decoder_only", "lora", "dpo"}  # notebooks 17-19: build on Part III
 SHARED = {"training", "checkpoints", "files", "sampling"}
 # the build-its' checkers (written by hand): any Part as reference

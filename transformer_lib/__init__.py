@@ -20,7 +20,7 @@ them, then `make export`). One concept a module:
                    checkpoints (A1)                       importing neither
     Part III       gpt, lm_loop (12), perf (14)           the GPT language model
                    tiled_attention (14)                   and its speed
-    Part IV        modern, muon (15)                      a modern GPT
+    Part IV        modern (15, 16), muon (16)             a modern GPT
     Part V         decoder_only (17), lora (18)           adapting a model
                    dpo (19)
     appendices     mt_train (A1)                          the long training runs

@@ -28,7 +28,8 @@ from transformer_lib import cli_args as cli
 # TrainSettings' fields given by --resume/--restart, --model (and Part IV's switches),
 # or by no flag (verbose: the command line always prints)
 NOT_FLAGS = ("existing", "model", "verbose")
-PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")  # ModernConfig's, notebook 15
+# ModernConfig's switches, notebooks 15-16
+PART_IV = ("positions", "mlp", "n_kv_heads", "qk_norm")
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -103,7 +104,7 @@ def register(commands) -> None:
         help="override a ModernConfig field, e.g. --model dropout=0.1 (repeatable)",
     )
     cli.add_settings_flags(settings, TrainSettings, NOT_FLAGS)
-    iv = p.add_argument_group("Part IV switches (notebook 15)")
+    iv = p.add_argument_group("Part IV switches (notebooks 15-16)")
     cli.add_settings_flags(iv, ModernConfig, only=PART_IV)
     iv.add_argument("--untied", action="store_true", help="an output matrix of its own")
     p.set_defaults(run=train_command, parser=p)

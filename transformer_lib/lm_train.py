@@ -52,7 +52,7 @@ PRESETS = {
 }
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #3c0d0005
-# a model override names a field of notebook 15's ModernConfig; the preset sets the rest
+# a model override names a field of notebook 16's ModernConfig; the preset sets the rest
 MODEL_FIELDS = sorted(
     {f.name for f in dataclasses.fields(ModernConfig)} - {"vocab_size"}
 )
@@ -108,7 +108,7 @@ class TrainSettings(RunSettings):
         1.0, "clip the global gradient norm to this; 0: no clipping", AT_LEAST_0
     )
     optimizer: str = setting(
-        "adamw", "muon: notebook 15's, for the matrices", one_of("adamw", "muon")
+        "adamw", "muon: notebook 16's, for the matrices", one_of("adamw", "muon")
     )
     decay_embeddings: bool = setting(False, "decay the embeddings too, as nanoGPT does")
     eval_interval: int = setting(
@@ -166,7 +166,7 @@ def _rank_checksums(model: GPT, world: int, log=print) -> list:
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #a2000034
 def config_from_dict(d: dict) -> ModernConfig:
-    """The config a checkpoint saved (notebook 12's fields, 15's switches optional);
+    """The config a checkpoint saved (notebook 12's fields, Part IV's optional);
     unknown keys are an error, not dropped."""
     unknown = set(d) - {f.name for f in dataclasses.fields(ModernConfig)}
     if unknown:
@@ -225,7 +225,7 @@ def model_config(s: TrainSettings, data: LMData) -> ModernConfig:
 
 # %% ../notebooks/A2_language_model_training_runs.ipynb #92d3a773
 def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.Optimizer:
-    """AdamW over notebook 09's parameter groups, or notebook 15's Muon for the blocks'
+    """AdamW over notebook 09's parameter groups, or notebook 16's Muon for the blocks'
     matrices with AdamW for the rest (the settings refused any other name)."""
     if s.optimizer == "adamw":
         return make_adamw(model, s.lr, s.weight_decay, s.betas, s.decay_embeddings)

@@ -132,10 +132,8 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
     "13": [("my_cosine_by_distance", check_cosine_by_distance)],
     "14": [("my_tiled_attention", check_tiled_attention)],
-    "15": [
-        ("my_grouped_attention", check_grouped_attention),
-        ("MyGeGLU", check_geglu),
-    ],
+    "15": [("my_grouped_attention", check_grouped_attention)],
+    "16": [("MyGeGLU", check_geglu)],
     "17": [("pack_pairs", check_pack_pairs)],
     "18": [("lora_attention_only", check_lora_attention_only)],
     "19": [("my_cdpo_loss", check_cdpo_loss)],

@@ -1,4 +1,4 @@
-"""The checkers of Part III's and Part IV's build-its (notebooks 12-15): a GPT block,
+"""The checkers of Part III's and Part IV's build-its (notebooks 12-16): a GPT block,
 the KV cache, the similarity of position vectors by distance, attention in tiles,
 grouped-query attention and GeGLU. Written by hand."""
 
@@ -311,7 +311,7 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
     return "equals the reference on two random tables and notebook 03's sinusoids"
 
 
-# 15 · grouped-query attention, and GeGLU ----------------------------------------------
+# 15 · grouped-query attention ---------------------------------------------------------
 
 
 def _grouped_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
@@ -364,6 +364,9 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
                 _wrong_group(name, q, k, v, got.double())
         compare(name, got, want, atol=1e-9)
     return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
+
+
+# 16 · GeGLU ---------------------------------------------------------------------------
 
 
 def _geglu_width(d_model: int, multiple_of: int = 64) -> int:
