@@ -19,7 +19,7 @@
       dec_self: "decoder self (Chinese → Chinese)", self: "self (causal)",
       layerName: function (l) { return "layer " + l; },
       headName: function (h) { return "head " + h; },
-      temperature: "temperature ", tokens: " tokens",
+      temperature: "temperature ", tokens: " tokens", stop: ". ",
       hint: "Hover, tap or focus a token in the top row to see what it attends to.",
       attends: " attends to: ", loading: "Loading the attention weights…",
       failed: "The attention weights could not be loaded: ",
@@ -31,6 +31,10 @@
         return d.params.toLocaleString("en") + " parameters, " + d.config.n_layers +
           " layers × " + d.config.n_heads + " heads";
       },
+      run: function (d) {
+        return "Trained for " + Math.round(d.train_time_s / 60) + " minutes; " +
+          "validation loss " + d.val_loss.toFixed(3) + ".";
+      },
     },
     zh: {
       sentence: "句子", line: "文本", kind: "注意力", layer: "层", head: "头",
@@ -39,7 +43,7 @@
       dec_self: "解码器自注意力（中文 → 中文）", self: "自注意力（因果）",
       layerName: function (l) { return "第 " + l + " 层"; },
       headName: function (h) { return "第 " + h + " 个头"; },
-      temperature: "温度 ", tokens: " 个词元",
+      temperature: "温度 ", tokens: " 个词元", stop: "。",
       hint: "将鼠标移到上面一行的词元上（或轻触、用键盘聚焦），看它关注哪些词元。",
       attends: " 关注：", loading: "正在载入注意力权重……",
       failed: "无法载入注意力权重：",
@@ -49,6 +53,10 @@
       model: function (d) {
         return d.params.toLocaleString("en") + " 个参数，" + d.config.n_layers +
           " 层 × " + d.config.n_heads + " 个头";
+      },
+      run: function (d) {
+        return "训练 " + Math.round(d.train_time_s / 60) + " 分钟，验证损失 " +
+          d.val_loss.toFixed(3) + "。";
       },
     },
   };
@@ -165,10 +173,11 @@
     });
   }
 
-  function picker(label, options, value, onChange) {
+  function picker(pick, label, options, value, onChange) {
     var wrap = el("label", "ae-picker");
     wrap.appendChild(el("span", "ae-picker-label", label));
     var select = el("select");
+    select.setAttribute("data-pick", pick);
     options.forEach(function (o) {
       var opt = el("option", null, o[1]);
       opt.value = String(o[0]);
@@ -223,20 +232,20 @@
       var text = isGpt ? it.text : it.source;
       return [i, text.length > 48 ? text.slice(0, 46) + "…" : text];
     });
-    controls.appendChild(picker(isGpt ? W.line : W.sentence, itemOptions, state.item,
+    controls.appendChild(picker("item", isGpt ? W.line : W.sentence, itemOptions, state.item,
       function (v) { state.item = +v; state.query = null; draw(); }));
     if (!isGpt) {
       var kinds = ["cross", "enc_self", "dec_self"].map(function (k) { return [k, W[k]]; });
-      controls.appendChild(picker(W.kind, kinds, state.kind,
+      controls.appendChild(picker("kind", W.kind, kinds, state.kind,
         function (v) { state.kind = v; state.query = null; draw(); }));
     }
     var layers = [];
     for (var l = 0; l < L; l++) { layers.push([l, W.layerName(l)]); }
-    controls.appendChild(picker(W.layer, layers, state.layer,
+    controls.appendChild(picker("layer", W.layer, layers, state.layer,
       function (v) { state.layer = +v; draw(); }));
     var heads = [["mean", W.mean]];
     for (var h = 0; h < H; h++) { heads.push([h, W.headName(h)]); }
-    controls.appendChild(picker(W.head, heads, state.head,
+    controls.appendChild(picker("head", W.head, heads, state.head,
       function (v) { state.head = v === "mean" ? "mean" : +v; draw(); }));
     [controls, caption, hint, lines, readout, heat, note].forEach(function (e) {
       root.appendChild(e);
@@ -262,7 +271,7 @@
       current = { v: v, w: w };
       if (state.query === null || state.query >= v.queries.length) { state.query = 0; }
       var it = items[state.item];
-      caption.textContent = isGpt ? W.val + " " + W.model(data) :
+      caption.textContent = isGpt ? W.val + " " + W.model(data) + W.stop + W.run(data) :
         it.source + " → " + it.translation + "  (" + W.model(data) + ")";
       drawLines(lines, v, w);
       drawHeatmap(heat, v, w);

@@ -104,7 +104,8 @@ def translator_attention(model, src_tok, tgt_tok, sentence: str) -> dict:
     self-attention weights."""
     src_ids = encode_sources([sentence], src_tok, model.config.context_len)[0]
     src = torch.tensor([src_ids])  # (1, S)
-    out = greedy_decode(model, src, tgt_tok.bos_id, tgt_tok.eos_id)[0]
+    N = model.config.context_len  # <bos> + output must fit, to read every row again
+    out = greedy_decode(model, src, tgt_tok.bos_id, tgt_tok.eos_id, max_len=N - 1)[0]
     enc = [layer.self_attn for layer in model.encoder.layers]
     dec = [layer.self_attn for layer in model.decoder.layers]
     cross = [layer.cross_attn for layer in model.decoder.layers]
