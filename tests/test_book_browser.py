@@ -579,8 +579,9 @@ EXPLORER_PAGES = {
 }
 
 
-def explorer_report(book: Path, page: str, pick: dict) -> dict:
-    """What the explorer of `page` shows after the choices of `pick` and a hover."""
+def explorer_report(book: Path, page: str, pick: dict, server: str = "") -> dict:
+    """What the explorer of `page` shows after the choices of `pick` and a hover; the
+    page opened as a file, or from `server` (http://host:port/, serving `book`)."""
     source = book / f"{page}.html"
     copy = source.with_name(f"{source.stem}.explorer-probe.html")
     script = EXPLORER_JS % json.dumps(pick)
@@ -588,10 +589,10 @@ def explorer_report(book: Path, page: str, pick: dict) -> dict:
     try:  # no host resolves: the page must need no network
         dom = chromium(
             "--virtual-time-budget=20000",
-            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
             "--window-size=1280,900",
             "--dump-dom",
-            copy.as_uri(),
+            server + copy.relative_to(book).as_posix() if server else copy.as_uri(),
         )
     finally:
         copy.unlink()
@@ -630,3 +631,33 @@ def test_attention_explorer_shows_the_exported_weights(book, page, edition):
     assert report["width"][0] <= report["width"][1], (
         "the explorer is wider than its box"
     )
+
+
+def test_attention_explorer_fetches_its_data_over_http(book):
+    """Served over http (as by a web host) the explorer fetches NAME.json; from the
+    files it reads NAME.html (the test above)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(book), **kwargs)
+
+        def log_message(self, format, *args):
+            asked.append(self.path)
+
+    asked: list[str] = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        page = "zh/notebooks/10_decoding_and_evaluation"
+        pick = {"src": "translator", "item": 0, "kind": "enc_self", "layer": 0}
+        report = explorer_report(book, page, {**pick, "head": 0, "query": 0}, url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    data = json.loads((ROOT / "_static" / "explorer" / "translator.json").read_text())
+    assert report["ready"] == "1", "over http the explorer did not load its data"
+    assert report["row"] == data["sentences"][0]["enc_self"][0][0][0]
+    assert "/zh/_static/explorer/translator.json" in asked, asked
