@@ -137,6 +137,7 @@ def export_translator(checkpoint: str, command: str) -> dict:
         "checkpoint": checkpoint,
         "config": model.config.to_dict(),
         "params": model.num_params(),
+        "weights": "the best epoch's (load_checked_translator's default)",
         "decoding": "greedy",
         "epochs": len(payload["history"]),
         "about": "a target row t is the decoder position that writes tgt_tokens[t]; "
