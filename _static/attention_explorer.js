@@ -5,7 +5,7 @@
 // attends to: as lines between the two rows of tokens and as a row of the heatmap.
 // Optional attributes preselect: data-sentence (index), data-kind (cross, enc_self,
 // dec_self), data-layer (index; negative counts from the last), data-head (index or
-// "mean"). The weights are the trained models' own, exported by
+// "mean"), data-query (the index of the token of the upper row shown first). The weights are the trained models' own, exported by
 // tools/export_attention.py into _static/explorer/NAME.json (fetched over http) and
 // NAME.html (a page that posts the same data, for a book opened as files). No library,
 // no network. Every cell and token shows its weight as data-weight (the tests read it).
@@ -217,11 +217,12 @@
         d.kind : "cross",
       layer: Math.min(Math.max(layer < 0 ? L + layer : layer, 0), L - 1),
       head: head === "mean" || (head >= 0 && head < H) ? head : "mean",
-      query: null,
+      query: d.query === undefined ? null : parseInt(d.query, 10) || 0,
     };
     root.textContent = "";
     var controls = el("div", "ae-controls");
     var caption = el("p", "ae-caption");
+    var about = el("p", "ae-note");
     var hint = el("p", "ae-note", W.hint);
     var lines = el("div", "ae-lines");
     var readout = el("p", "ae-readout");
@@ -247,7 +248,7 @@
     for (var h = 0; h < H; h++) { heads.push([h, W.headName(h)]); }
     controls.appendChild(picker("head", W.head, heads, state.head,
       function (v) { state.head = v === "mean" ? "mean" : +v; draw(); }));
-    [controls, caption, hint, lines, readout, heat, note].forEach(function (e) {
+    [controls, caption, about, hint, lines, readout, heat, note].forEach(function (e) {
       root.appendChild(e);
     });
     if (isGpt && data.samples && data.samples.length) {
@@ -271,8 +272,8 @@
       current = { v: v, w: w };
       if (state.query === null || state.query >= v.queries.length) { state.query = 0; }
       var it = items[state.item];
-      caption.textContent = isGpt ? W.val + " " + W.model(data) + W.stop + W.run(data) :
-        it.source + " → " + it.translation + "  (" + W.model(data) + ")";
+      caption.textContent = isGpt ? W.val : it.source + " → " + it.translation;
+      about.textContent = W.model(data) + W.stop + (isGpt ? W.run(data) : "");
       drawLines(lines, v, w);
       drawHeatmap(heat, v, w);
       ["item", "kind", "layer", "head"].forEach(function (k) {
@@ -318,7 +319,7 @@
   // Two rows of tokens, queries above and keys below, and a line from the chosen query
   // to every key, as thick and opaque as its weight.
   function drawLines(box, v, w) {
-    var size = 13, gap = 6;
+    var size = 15, gap = 6;
     var width = function (t) {
       return Math.max(16, Array.from(shown(t)).reduce(function (s, ch) {
         return s + (ch.charCodeAt(0) > 0x2e80 ? size : size * 0.62);
@@ -327,7 +328,7 @@
     var qw = v.queries.map(width), kw = v.keys.map(width);
     var sum = function (a) { return a.reduce(function (s, x) { return s + x; }, 0); };
     var total = Math.max(sum(qw), sum(kw)) + 8;
-    var height = 110, top = 4, bottom = height - 26;
+    var height = 120, top = 4, bottom = height - 28;
     var root = svg("svg", { viewBox: "0 0 " + total + " " + height, role: "img" });
     root.style.maxWidth = total + "px";
     root.style.minWidth = Math.min(total, Math.round(total * 0.7)) + "px";
@@ -337,8 +338,8 @@
       var x = (total - sum(widths)) / 2, centres = [];
       tokens.forEach(function (t, i) {
         var g = svg("g", { class: cls });
-        var rect = svg("rect", { x: x + 1, y: y, width: widths[i] - 2, height: 22, rx: 3 });
-        var text = svg("text", { x: x + widths[i] / 2, y: y + 16, "text-anchor": "middle" });
+        var rect = svg("rect", { x: x + 1, y: y, width: widths[i] - 2, height: 24, rx: 3 });
+        var text = svg("text", { x: x + widths[i] / 2, y: y + 17, "text-anchor": "middle" });
         text.textContent = shown(t);
         var title = svg("title");
         title.textContent = shown(t);
@@ -362,7 +363,7 @@
     var kx = row(v.keys, kw, bottom, "ae-k");
     kx.forEach(function (x, j) {
       links.appendChild(svg("line", {
-        class: "ae-link", "data-key": j, x1: qx[0], y1: top + 22, x2: x, y2: bottom,
+        class: "ae-link", "data-key": j, x1: qx[0], y1: top + 24, x2: x, y2: bottom,
       }));
     });
     box.textContent = "";
@@ -379,7 +380,11 @@
     grid.style.gridTemplateColumns = "max-content repeat(" + v.keys.length +
       ", minmax(0, " + most + "))";
     grid.appendChild(el("span", "ae-corner"));
-    v.keys.forEach(function (k) { grid.appendChild(el("span", "ae-col", shown(k))); });
+    v.keys.forEach(function (k) {  // a short token stands upright, a long one turns
+      var label = shown(k);
+      grid.appendChild(el("span", Array.from(label).length <= 2 ? "ae-col ae-upright" :
+        "ae-col", label));
+    });
     w.forEach(function (row, i) {
       var r = el("div", "ae-row");
       r.setAttribute("data-query", i);
