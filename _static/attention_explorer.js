@@ -32,8 +32,8 @@
           " layers × " + d.config.n_heads + " heads";
       },
       run: function (d) {
-        return "Trained for " + Math.round(d.train_time_s / 60) + " minutes; " +
-          "validation loss " + d.val_loss.toFixed(3) + ".";
+        return "Trained for " + Math.round(d.train_time_s / 60) + " minutes (" +
+          d.machine.split(" | ")[0] + "); validation loss " + d.val_loss.toFixed(3) + ".";
       },
     },
     zh: {
@@ -55,8 +55,8 @@
           " 层 × " + d.config.n_heads + " 个头";
       },
       run: function (d) {
-        return "训练 " + Math.round(d.train_time_s / 60) + " 分钟，验证损失 " +
-          d.val_loss.toFixed(3) + "。";
+        return "训练 " + Math.round(d.train_time_s / 60) + " 分钟（" +
+          d.machine.split(" | ")[0] + "），验证损失 " + d.val_loss.toFixed(3) + "。";
       },
     },
   };
@@ -270,7 +270,9 @@
       var v = view(data, isGpt, state.item, state.kind);
       var w = matrix(v.layers[state.layer], state.head);
       current = { v: v, w: w };
-      if (state.query === null || state.query >= v.queries.length) { state.query = 0; }
+      if (state.query === null || state.query >= v.queries.length) {
+        state.query = isGpt ? v.queries.length - 1 : 0;  // the last character sees all
+      }
       var it = items[state.item];
       caption.textContent = isGpt ? W.val : it.source + " → " + it.translation;
       about.textContent = W.model(data) + W.stop + (isGpt ? W.run(data) : "");
@@ -331,7 +333,7 @@
     var height = 120, top = 4, bottom = height - 28;
     var root = svg("svg", { viewBox: "0 0 " + total + " " + height, role: "img" });
     root.style.maxWidth = total + "px";
-    root.style.minWidth = Math.min(total, Math.round(total * 0.7)) + "px";
+    root.style.minWidth = Math.min(total, Math.round(total * 0.6)) + "px";
     var links = svg("g", { class: "ae-links" });
     root.appendChild(links);
     var row = function (tokens, widths, y, cls) {
