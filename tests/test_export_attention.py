@@ -175,3 +175,18 @@ def test_committed_translator_is_what_its_checkpoint_gives():
         for key in ("cross", "enc_self", "dec_self"):
             diff = torch.tensor(old[key]) - torch.tensor(new[key])
             assert diff.abs().max() <= 0.0011
+
+
+def test_committed_gpt_is_what_its_checkpoint_gives():
+    """The same for gpt.json, where the speedrun's checkpoint and record are on disk."""
+    committed = json.loads((EXPLORER / "gpt.json").read_text(encoding="utf-8"))
+    record = re.search(r"--gpt-record (\S+)", committed["command"])[1]
+    if not (ROOT / committed["checkpoint"]).is_file() or not (ROOT / record).is_file():
+        pytest.skip(f"{committed['checkpoint']} is not here (the speedrun makes it)")
+    again = ea.export_gpt(committed["checkpoint"], record, committed["command"])
+    assert again["samples"] == committed["samples"]
+    assert again["val_loss"] == committed["val_loss"]
+    for old, new in zip(committed["lines"], again["lines"], strict=True):
+        assert old["tokens"] == new["tokens"]
+        diff = torch.tensor(old["self"]) - torch.tensor(new["self"])
+        assert diff.abs().max() <= 0.0011
