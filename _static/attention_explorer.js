@@ -408,6 +408,7 @@
 
   function samplesBlock(data, W) {
     var box = el("details", "ae-samples");
+    box.open = true;  // the best model's own text, shown at once
     box.appendChild(el("summary", null, W.samples));
     data.samples.forEach(function (s) {
       var st = s.settings;
