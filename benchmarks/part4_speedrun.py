@@ -4,6 +4,7 @@ Shakespeare in 10 minutes of training on this machine, everything combined.
     python benchmarks/part4_speedrun.py                   # 10 minutes of training
     python benchmarks/part4_speedrun.py --budget 60       # a one-minute look
     python benchmarks/part4_speedrun.py --recipe preset   # the course's CPU preset
+    python benchmarks/part4_speedrun.py --out notebooks/runs/lm/speedrun.pt  # keep it
 
 The recipe is notebooks 15 and 16's: the changes that helped in the ablation
 (`benchmarks/part4_ablation.py`) and the speed levers that paid here
@@ -46,7 +47,7 @@ FLAGS = {  # TrainSettings field -> train-lm flag
 }
 
 
-def command(recipe: dict, budget: float) -> str:
+def command(recipe: dict, budget: float, out: str | None = None) -> str:
     """The `train-lm` command line that runs this recipe."""
     words = ["python", "-m", "transformer_lib", "train-lm"]
     for key, value in recipe.items():
@@ -60,9 +61,8 @@ def command(recipe: dict, budget: float) -> str:
                     words += ["--model", f"{k}={v}"]
         elif key == "compile" and value:
             words.append("--compile")
-    return shlex.join(
-        [*words, "--time-budget", f"{budget:g}", "--eval-interval", "500"]
-    )
+    words += ["--time-budget", f"{budget:g}", "--eval-interval", "500"]
+    return shlex.join(words + (["--out", out] if out else []))
 
 
 def main() -> None:
@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--recipe", default="part4", choices=sorted(RECIPES))
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of training")
     ap.add_argument("--json", default=None, help="default: benchmarks/results/...")
+    ap.add_argument(
+        "--out", default=None, help="save the model there (a train-lm checkpoint)"
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -85,8 +88,9 @@ def main() -> None:
         time_budget_s=a.budget,
         eval_interval=500,
         progress=False,
+        out=a.out,
     )
-    cmd = command(recipe, a.budget)
+    cmd = command(recipe, a.budget, a.out)
     print(cmd, flush=True)
     sys.stdout.reconfigure(line_buffering=True)  # a log file keeps every line
     out = train_lm(settings)

@@ -510,3 +510,154 @@ def test_search_finds_pages_in_each_language(book, query, page):
     assert any(wanted in unquote(href) for href in found), (
         f"searching {query!r} did not find {page}: {found[:5]}"
     )
+
+
+# The attention explorer (_static/attention_explorer.js) of notebooks 10 and 11, in both
+# editions, opened from the files with no network: the script below (appended to a copy
+# of the page) picks a sentence, a kind, a layer and a head with the page's own selects,
+# hovers a token of the upper row, and reports what the page then shows: the weights of
+# the lines to every key and of the heatmap's row, each cell's data-weight.
+EXPLORER_JS = """<script>
+window.addEventListener("load", function () {
+  var pick = %s;
+  var tries = 0;
+  var timer = setInterval(function () {
+    var sel = ".attention-explorer[data-src='" + pick.src + "']";
+    var root = document.querySelector(sel);
+    if (!root || root.getAttribute("data-ready") !== "1") {
+      if (++tries < 100) { return; }
+    }
+    clearInterval(timer);
+    var report = {ready: root && root.getAttribute("data-ready")};
+    if (report.ready === "1") {
+      ["item", "kind", "layer", "head"].forEach(function (k) {
+        var select = root.querySelector("select[data-pick='" + k + "']");
+        if (select && pick[k] !== undefined) {
+          select.value = String(pick[k]);
+          select.dispatchEvent(new Event("change", {bubbles: true}));
+        }
+      });
+      var token = root.querySelector(".ae-q[data-query='" + pick.query + "']");
+      token.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+      var weights = function (sel) {
+        return Array.from(root.querySelectorAll(sel)).map(function (e) {
+          return Number(e.getAttribute("data-weight"));
+        });
+      };
+      report.state = ["item", "kind", "layer", "head", "query"].map(function (k) {
+        return root.getAttribute("data-" + k);
+      });
+      report.lines = weights(".ae-k");
+      report.row = weights(".ae-row[data-query='" + pick.query + "'] .ae-cell");
+      report.active = root.querySelector(".ae-q.ae-active").getAttribute("data-query");
+      report.readout = root.querySelector(".ae-readout").textContent;
+      report.width = [root.scrollWidth, root.clientWidth];
+    }
+    var out = document.createElement("pre");
+    out.id = "explorer-report";
+    out.textContent = JSON.stringify(report);
+    document.body.appendChild(out);
+  }, 100);
+});
+</script>"""
+EXPLORER_PAGES = {
+    "notebooks/10_decoding_and_evaluation": {
+        "src": "translator",
+        "item": 1,
+        "kind": "cross",
+        "layer": 0,
+        "head": 1,
+        "query": 1,
+    },
+    "notebooks/12_gpt_language_model": {
+        "src": "gpt",
+        "item": 0,
+        "layer": 1,
+        "head": 2,
+        "query": 5,
+    },
+}
+
+
+def explorer_report(book: Path, page: str, pick: dict, server: str = "") -> dict:
+    """What the explorer of `page` shows after the choices of `pick` and a hover; the
+    page opened as a file, or from `server` (http://host:port/, serving `book`)."""
+    source = book / f"{page}.html"
+    copy = source.with_name(f"{source.stem}.explorer-probe.html")
+    script = EXPLORER_JS % json.dumps(pick)
+    copy.write_text(source.read_text().replace("</body>", script + "</body>"))
+    try:  # no host resolves: the page must need no network
+        dom = chromium(
+            "--virtual-time-budget=20000",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--window-size=1280,900",
+            "--dump-dom",
+            server + copy.relative_to(book).as_posix() if server else copy.as_uri(),
+        )
+    finally:
+        copy.unlink()
+    report = BeautifulSoup(dom, "html.parser").select_one("#explorer-report")
+    assert report is not None, f"{page}: the explorer probe did not run"
+    return json.loads(report.get_text())
+
+
+@pytest.mark.parametrize("edition", ["", "zh/"])
+@pytest.mark.parametrize("page", sorted(EXPLORER_PAGES))
+def test_attention_explorer_shows_the_exported_weights(book, page, edition):
+    pick = dict(EXPLORER_PAGES[page])
+    data = json.loads(
+        (ROOT / "_static" / "explorer" / f"{pick['src']}.json").read_text()
+    )
+    kind = pick.get("kind", "self")
+    item = (data["lines"] if pick["src"] == "gpt" else data["sentences"])[pick["item"]]
+    heads = item[kind][pick["layer"]]  # (H, T_q, T_k)
+    q = pick["query"] = min(pick["query"], len(heads[0]) - 1)  # a short translation
+    want = heads[pick["head"]][q]
+    report = explorer_report(book, edition + page, pick)
+    assert report["ready"] == "1", (
+        f"{edition}{page}: the explorer did not load its data"
+    )
+    assert report["state"] == [
+        str(pick["item"]),
+        kind,
+        str(pick["layer"]),
+        str(pick["head"]),
+        str(q),
+    ]
+    assert report["active"] == str(q)
+    assert report["lines"] == want, f"{edition}{page}: the lines show other weights"
+    assert report["row"] == want, f"{edition}{page}: the heatmap shows other weights"
+    assert f"{max(want):.3f}" in report["readout"]
+    assert report["width"][0] <= report["width"][1], (
+        "the explorer is wider than its box"
+    )
+
+
+def test_attention_explorer_fetches_its_data_over_http(book):
+    """Served over http (as by a web host) the explorer fetches NAME.json; from the
+    files it reads NAME.html (the test above)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(book), **kwargs)
+
+        def log_message(self, format, *args):
+            asked.append(self.path)
+
+    asked: list[str] = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        page = "zh/notebooks/10_decoding_and_evaluation"
+        pick = {"src": "translator", "item": 0, "kind": "enc_self", "layer": 0}
+        report = explorer_report(book, page, {**pick, "head": 0, "query": 0}, url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    data = json.loads((ROOT / "_static" / "explorer" / "translator.json").read_text())
+    assert report["ready"] == "1", "over http the explorer did not load its data"
+    assert report["row"] == data["sentences"][0]["enc_self"][0][0][0]
+    assert "/zh/_static/explorer/translator.json" in asked, asked
