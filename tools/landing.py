@@ -1,0 +1,293 @@
+"""The landing page's figures, written from the course's stored outputs (both editions).
+
+`book/intro.md` and `zh/book/intro.md` hold blocks between `<!-- landing:NAME -->`
+and `<!-- /landing:NAME -->` that this script writes; the prose around them is
+written by hand.
+
+- `translation`: the car sentence and its translation, for readers without JavaScript
+  (the explorer above it shows the same sentence with its attention), from
+  `_static/explorer/translator.json`, which `tools/export_attention.py` exports from the
+  trained translator.
+- `sample`: a sample of the Part IV speedrun's GPT, from `_static/explorer/gpt.json`.
+- `scoreboard`: the measured results, each read from the stored output that prints it
+  (a notebook's outputs or a benchmark's `benchmarks/results/*.json`), linked to it.
+- `parts`: the path through the notebooks, from `_toc.yml` (`zh/_toc.yml`), with each
+  notebook's reading time and its stored run time (`tools/reading_time.py`).
+
+    python tools/landing.py          # rewrite the blocks (and the zh page's hash)
+    python tools/landing.py --check  # exit 1 if a block is not what outputs say
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reading_time import measure, run_time  # noqa: E402
+from zh_edition import digest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPLORER = ROOT / "_static" / "explorer"
+PAGES = {"en": ROOT / "book" / "intro.md", "zh": ROOT / "zh" / "book" / "intro.md"}
+BLOCK = re.compile(r"(<!-- landing:(\w+) -->\n).*?(<!-- /landing:\2 -->)", re.S)
+SAMPLE_LINES = 8  # of the GPT's sample: enough for a few speeches, short for a phone
+
+
+def outputs(number: str) -> str:
+    """All stored text outputs of notebooks/NUMBER_*.ipynb."""
+    path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return "\n".join(
+        "".join(o.get("text", "")) or "".join(o.get("data", {}).get("text/plain", ""))
+        for c in cells
+        for o in c.get("outputs", [])
+    )
+
+
+def printed(number: str, pattern: str) -> str:
+    """The group of `pattern` in notebook NUMBER's stored outputs, as printed."""
+    found = re.search(pattern, outputs(number))
+    if not found:
+        raise SystemExit(f"notebook {number}'s outputs print nothing like {pattern!r}")
+    return found.group(1)
+
+
+def explorer(name: str) -> dict:
+    """_static/explorer/NAME.json, exported by tools/export_attention.py."""
+    path = EXPLORER / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(
+            f"{path.relative_to(ROOT)} is missing: tools/export_attention.py"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- the blocks
+
+
+def translation(lang: str) -> str:
+    """The car sentence and the translator's output, for readers without JavaScript."""
+    car = explorer("translator")["sentences"][0]
+    return f"<noscript><p>{car['source']} → {car['translation']}</p></noscript>\n"
+
+
+def sample(lang: str) -> str:
+    """The first lines of the speedrun GPT's first sample, and where it comes from."""
+    gpt = explorer("gpt")
+    first = gpt["samples"][0]
+    text = "\n".join(first["text"].strip("\n").splitlines()[:SAMPLE_LINES])
+    minutes = gpt["train_time_s"] / 60
+    settings = ", ".join(f"{k} {v}" for k, v in first.get("settings", {}).items())
+    if lang == "en":
+        caption = (
+            f"Sampled by the Part IV speedrun's model ({gpt['params']:,} parameters, "
+            f"{minutes:.0f} minutes of training on a CPU, validation loss "
+            f"{gpt['val_loss']:.3f}); seed {first['seed']}, {settings}."
+        )
+    else:
+        caption = (
+            f"由第四部分速通训练出的模型生成（{gpt['params']:,} 个参数，在 CPU 上训练 "
+            f"{minutes:.0f} 分钟，验证损失 {gpt['val_loss']:.3f}）；随机种子 "
+            f"{first['seed']}，{settings}。"
+        )
+    return f"```text\n{text}\n```\n\n*{caption}*\n"
+
+
+def scores() -> dict[str, str]:
+    """Each measured figure the scoreboard quotes, read from its stored output."""
+    return {
+        "bleu_public": printed("10", r"Challenge test\s+beam\s+[\d,]+\s+([\d.]+)"),
+        "bleu_ours": printed("10", r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
+        "mt_minutes": printed("09", r"([\d.]+) min of training"),
+        "mt_params": printed("09", r"([\d,]+) parameters \|"),
+        "lm_loss": printed("11", r"val loss ([\d.]+) over every validation token"),
+        "kv_speedup": printed("12", r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
+        "speedrun_loss": printed(
+            "A2", r"validation loss ([\d.]+) after [\d,]+ steps in"
+        ),
+        "speedrun_minutes": printed(
+            "A2",
+            r"validation loss [\d.]+ after [\d,]+ steps in"
+            r" ([\d.]+) min of training",
+        ),
+        "encdec_bleu": printed(
+            "14", r"\nencoder-decoder\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+        ),
+        "deconly_bleu": printed(
+            "14", r"\ndecoder-only\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+        ),
+        "lora_mib": printed("15", r"LoRA r=16:\s+([\d.]+) MiB"),
+        "full_mib": printed("15", r"full fine-tuning:\s+([\d.]+) MiB"),
+    }
+
+
+# (en, zh, where it is printed) per row; {name} is a figure of scores().
+SCOREBOARD = [
+    (
+        "**Part II**, an English → Chinese translator: {mt_params} parameters,"
+        " trained in {mt_minutes} minutes on 2 CPU threads",
+        "**第二部分**，英译中翻译器：{mt_params} 个参数，在 2 个 CPU 线程上训练了"
+        " {mt_minutes} 分钟",
+        "09_training_a_translator",
+    ),
+    (
+        "its BLEU-zh on the public Tatoeba test (beam 4): **{bleu_public}**, against"
+        " 31.4 for OPUS-MT, trained on tens of millions of pairs; on our own test"
+        " split: {bleu_ours}",
+        "它在公开的 Tatoeba 测试集上的 BLEU-zh（束宽 4）：**{bleu_public}**；用数千万"
+        "句对训练的 OPUS-MT 是 31.4。在我们自己的测试集上：{bleu_ours}",
+        "10_decoding_and_evaluation",
+    ),
+    (
+        "**Part III**, a character-level GPT on Tiny Shakespeare, 700 steps: validation"
+        " loss {lm_loss}",
+        "**第三部分**，Tiny Shakespeare 上的字符级 GPT，训练 700 步：验证损失"
+        " {lm_loss}",
+        "11_gpt_language_model",
+    ),
+    (
+        "500 tokens generated with a KV cache: **{kv_speedup}×** faster, the same"
+        " tokens",
+        "用 KV 缓存生成 500 个词元：快 **{kv_speedup}** 倍，生成的词元完全相同",
+        "12_making_it_fast",
+    ),
+    (
+        "**Part IV**, today's GPT (RoPE, SwiGLU, GQA, Muon) trained for"
+        " {speedrun_minutes} minutes on 2 CPU threads: validation loss"
+        " **{speedrun_loss}**, against 1.4697 for nanoGPT's larger model on an A100"
+        " GPU",
+        "**第四部分**，当今的 GPT（RoPE、SwiGLU、GQA、Muon）在 2 个 CPU 线程上训练"
+        " {speedrun_minutes} 分钟：验证损失 **{speedrun_loss}**；nanoGPT 更大的模型在"
+        " A100 GPU 上是 1.4697",
+        "A2_language_model_training_runs",
+    ),
+    (
+        "**Part V**, a GPT trained as a translator against Part II's encoder-decoder,"
+        " 120 CPU seconds each: BLEU {deconly_bleu} against {encdec_bleu}",
+        "**第五部分**，把 GPT 训练成翻译器，与第二部分的编码器-解码器相比，各用 120 个"
+        " CPU 秒：BLEU {deconly_bleu} 对 {encdec_bleu}",
+        "14_decoder_only_translation",
+    ),
+    (
+        "LoRA (r = 16): {lora_mib} MiB of optimizer state, against {full_mib} MiB for"
+        " full fine-tuning",
+        "LoRA（r = 16）：优化器状态 {lora_mib} MiB，全量微调要 {full_mib} MiB",
+        "15_lora",
+    ),
+]
+HEAD = {
+    "en": "| what was measured | shown in |\n| --- | --- |\n",
+    "zh": "| 测得的结果 | 出处 |\n| --- | --- |\n",
+}
+
+
+def title(lang: str, stem: str) -> str:
+    """'09 · Training a translator': the notebook's own first heading."""
+    folder = ROOT / ("zh/notebooks" if lang == "zh" else "notebooks")
+    cells = json.loads((folder / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    return "".join(cells[0]["source"]).splitlines()[0].lstrip("# ").strip()
+
+
+def scoreboard(lang: str) -> str:
+    """The table of measured results, each row linked to the notebook that prints it."""
+    figures = scores()
+    rows = []
+    for en, zh, stem in SCOREBOARD:
+        what = (en if lang == "en" else zh).format(**figures)
+        rows.append(f"| {what} | [{title(lang, stem)}](../notebooks/{stem}.ipynb) |")
+    return HEAD[lang] + "\n".join(rows) + "\n"
+
+
+def minutes(total: float, lang: str) -> str:
+    """'40 min', '2.9 h' (zh: '40 分钟', '2.9 小时')."""
+    if total < 90:
+        return f"{total:.0f} min" if lang == "en" else f"{total:.0f} 分钟"
+    return f"{total / 60:.1f} h" if lang == "en" else f"{total / 60:.1f} 小时"
+
+
+def parts(lang: str) -> str:
+    """The notebooks by part (from the table of contents), with reading and run
+    times."""
+    toc = yaml.safe_load(
+        (ROOT / ("zh/_toc.yml" if lang == "zh" else "_toc.yml")).read_text("utf-8")
+    )
+    head = {
+        "en": "| part and notebook | reading | run (full mode, CPU) |\n",
+        "zh": "| 部分与笔记本 | 阅读 | 运行（完整模式，CPU） |\n",
+    }[lang] + "| --- | --- | --- |\n"
+    rows = []
+    for part in toc["parts"]:
+        stems = [
+            Path(c["file"]).name
+            for c in part["chapters"]
+            if c["file"].startswith("notebooks/")
+        ]
+        if not stems:
+            continue
+        times = [measure(ROOT / "notebooks" / f"{s}.ipynb") for s in stems]
+        read = sum(t["read_min"] for t in times)
+        run = sum(t["run_s"] or 0 for t in times)
+        rows.append(
+            f"| **{part['caption']}** | **{minutes(read, lang)}** "
+            f"| **{run_time(run) if lang == 'en' else run_time_zh(run)}** |"
+        )
+        for stem, t in zip(stems, times):
+            run_s = run_time(t["run_s"]) if lang == "en" else run_time_zh(t["run_s"])
+            link = f"[{title(lang, stem)}](../notebooks/{stem}.ipynb)"
+            read_s = f"{t['read_min']} min" if lang == "en" else f"{t['read_min']} 分钟"
+            rows.append(f"| {link} | {read_s} | {run_s} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def run_time_zh(seconds: float | None) -> str:
+    """run_time() in Chinese: '12 秒', '4.4 分钟'."""
+    return run_time(seconds).replace(" s", " 秒").replace(" min", " 分钟")
+
+
+BLOCKS = {
+    "translation": translation,
+    "sample": sample,
+    "scoreboard": scoreboard,
+    "parts": parts,
+}
+
+
+def render(text: str, lang: str) -> str:
+    """`text` with each landing block rewritten."""
+    return BLOCK.sub(lambda m: m[1] + BLOCKS[m[2]](lang) + m[3], text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if stale"
+    )
+    args = parser.parse_args()
+    texts = {lang: path.read_text(encoding="utf-8") for lang, path in PAGES.items()}
+    new = {lang: render(text, lang) for lang, text in texts.items()}
+    # the zh page names the English text it translates by hash: when only the blocks
+    # changed (the zh page was current), it stays current
+    source = f"<!-- source book/intro.md en {digest(texts['en'])} -->"
+    if new["zh"].startswith(source):
+        fresh = f"<!-- source book/intro.md en {digest(new['en'])} -->"
+        new["zh"] = new["zh"].replace(source, fresh, 1)
+    stale = [lang for lang in PAGES if new[lang] != texts[lang]]
+    if args.check:
+        for lang in stale:
+            print(
+                f"{PAGES[lang].relative_to(ROOT)}: stale; run python tools/landing.py"
+            )
+        sys.exit(1 if stale else 0)
+    for lang in stale:
+        PAGES[lang].write_text(new[lang], encoding="utf-8")
+        print(f"wrote {PAGES[lang].relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
