@@ -16,6 +16,7 @@ written by hand.
 
     python tools/landing.py          # rewrite the blocks (and the zh page's hash)
     python tools/landing.py --check  # exit 1 if a block is not what outputs say
+    python tools/landing.py --image  # also draw the link-preview image
 """
 
 from __future__ import annotations
@@ -250,6 +251,40 @@ def run_time_zh(seconds: float | None) -> str:
     return run_time(seconds).replace(" s", " 秒").replace(" min", " 分钟")
 
 
+def preview(out: Path) -> None:
+    """The link-preview image (1200 x 630 px): the car sentence's cross-attention, the
+    last layer's heads averaged, beside the book's title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from transformer_lib.viz import plot_attention
+
+    car = explorer("translator")["sentences"][0]
+    weights = np.array(car["cross"])[-1].mean(axis=0)  # (T_tgt, T_src)
+    fig = plt.figure(figsize=(12, 6.3), dpi=100)
+    fig.text(
+        0.04, 0.66, "Building a Transformer\nfrom Scratch", fontsize=30, weight="bold"
+    )
+    fig.text(0.04, 0.42, f"{car['source']}\n→ {car['translation']}", fontsize=18)
+    fig.text(0.04, 0.12, "从零构建 Transformer", fontsize=22)
+    ax = fig.add_axes((0.6, 0.2, 0.37, 0.74))
+    plot_attention(
+        weights,
+        car["tgt_tokens"],
+        car["src_tokens"],
+        ax=ax,
+        title="",
+        fontsize=15,
+        colorbar=False,
+    )
+    ax.set(xlabel="", ylabel="")
+    fig.savefig(out)
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
 BLOCKS = {
     "translation": translation,
     "sample": sample,
@@ -268,6 +303,9 @@ def main() -> None:
     parser.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if stale"
     )
+    parser.add_argument(
+        "--image", action="store_true", help="also draw _static/preview.png"
+    )
     args = parser.parse_args()
     texts = {lang: path.read_text(encoding="utf-8") for lang, path in PAGES.items()}
     new = {lang: render(text, lang) for lang, text in texts.items()}
@@ -284,6 +322,8 @@ def main() -> None:
                 f"{PAGES[lang].relative_to(ROOT)}: stale; run python tools/landing.py"
             )
         sys.exit(1 if stale else 0)
+    if args.image:
+        preview(ROOT / "_static" / "preview.png")
     for lang in stale:
         PAGES[lang].write_text(new[lang], encoding="utf-8")
         print(f"wrote {PAGES[lang].relative_to(ROOT)}")
