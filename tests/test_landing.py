@@ -25,7 +25,7 @@ from test_prose_numbers import everything_printed, figures, printed, saved  # no
 
 PAGES = {"en": ROOT / "book" / "intro.md", "zh": ROOT / "zh" / "book" / "intro.md"}
 EXPLORED = ["translator", "gpt"]  # the blocks that read _static/explorer/
-NEEDS_EXPORT = {"translation": "translator", "sample": "gpt"}
+NEEDS_EXPORT = landing.NEEDS
 
 
 def exported(name: str) -> bool:

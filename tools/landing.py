@@ -293,9 +293,20 @@ BLOCKS = {
 }
 
 
+NEEDS = {"translation": "translator", "sample": "gpt"}  # block: its export
+
+
 def render(text: str, lang: str) -> str:
-    """`text` with each landing block rewritten."""
-    return BLOCK.sub(lambda m: m[1] + BLOCKS[m[2]](lang) + m[3], text)
+    """`text` with each landing block rewritten; a block whose export is missing is
+    left as it is (with a warning)."""
+
+    def block(m: re.Match) -> str:
+        if m[2] in NEEDS and not (EXPLORER / f"{NEEDS[m[2]]}.json").exists():
+            print(f"_static/explorer/{NEEDS[m[2]]}.json is missing: {m[2]} left as is")
+            return m[0]
+        return m[1] + BLOCKS[m[2]](lang) + m[3]
+
+    return BLOCK.sub(block, text)
 
 
 def main() -> None:
