@@ -222,7 +222,7 @@ def parts(lang: str) -> str:
         "en": "| part and notebook | reading | run (full mode, CPU) |\n",
         "zh": "| 部分与笔记本 | 阅读 | 运行（完整模式，CPU） |\n",
     }[lang] + "| --- | --- | --- |\n"
-    rows = []
+    rows, all_read, all_run = [], 0, 0.0
     for part in toc["parts"]:
         stems = [
             Path(c["file"]).name
@@ -234,6 +234,7 @@ def parts(lang: str) -> str:
         times = [measure(ROOT / "notebooks" / f"{s}.ipynb") for s in stems]
         read = sum(t["read_min"] for t in times)
         run = sum(t["run_s"] or 0 for t in times)
+        all_read, all_run = all_read + read, all_run + run
         rows.append(
             f"| **{part['caption']}** | **{minutes(read, lang)}** "
             f"| **{run_time(run) if lang == 'en' else run_time_zh(run)}** |"
@@ -243,6 +244,9 @@ def parts(lang: str) -> str:
             link = f"[{title(lang, stem)}](../notebooks/{stem}.ipynb)"
             read_s = f"{t['read_min']} min" if lang == "en" else f"{t['read_min']} 分钟"
             rows.append(f"| {link} | {read_s} | {run_s} |")
+    total = "the whole course" if lang == "en" else "整门课程"
+    run_all = run_time(all_run) if lang == "en" else run_time_zh(all_run)
+    rows.append(f"| **{total}** | **{minutes(all_read, lang)}** | **{run_all}** |")
     return head + "\n".join(rows) + "\n"
 
 
