@@ -84,18 +84,26 @@ def sample(lang: str) -> str:
     first = gpt["samples"][0]
     text = "\n".join(first["text"].strip("\n").splitlines()[:SAMPLE_LINES])
     minutes = gpt["train_time_s"] / 60
-    settings = ", ".join(f"{k} {v}" for k, v in first.get("settings", {}).items())
+    machine = gpt.get("machine", "").split(" | ")[0]
+    settings = ", ".join(
+        f"{k} = {v}" for k, v in first["settings"].items() if v is not None
+    )
+    cpu, threads = machine.split(",")[0], re.search(r"(\d+) CPU thread", machine)
+    threads = threads[1] if threads else "?"
     if lang == "en":
         caption = (
-            f"Sampled by the Part IV speedrun's model ({gpt['params']:,} parameters, "
-            f"{minutes:.0f} minutes of training on a CPU, validation loss "
-            f"{gpt['val_loss']:.3f}); seed {first['seed']}, {settings}."
+            f"Sampled (prompt `{first['prompt']}`, seed {first['seed']}, {settings}) by"
+            f" a rerun of Part IV's speedrun that kept its weights: {gpt['params']:,}"
+            f" parameters trained for {minutes:.1f} minutes ({gpt['steps']:,} steps) on"
+            f" {machine}, validation loss {gpt['val_loss']}."
         )
     else:
         caption = (
-            f"由第四部分速通训练出的模型生成（{gpt['params']:,} 个参数，在 CPU 上训练 "
-            f"{minutes:.0f} 分钟，验证损失 {gpt['val_loss']:.3f}）；随机种子 "
-            f"{first['seed']}，{settings}。"
+            "这段文字由第四部分速通的一次重跑生成，这次重跑保存了模型权重："
+            f"{gpt['params']:,} 个参数，在 {cpu} 上用 {threads} 个 CPU 线程训练了"
+            f" {minutes:.1f} 分钟"
+            f"（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}。提示为"
+            f" `{first['prompt']}`，随机种子 {first['seed']}，{settings}。"
         )
     return f"```text\n{text}\n```\n\n*{caption}*\n"
 
