@@ -95,7 +95,8 @@ def sample(lang: str) -> str:
             f"Sampled (prompt `{first['prompt']}`, seed {first['seed']}, {settings}) by"
             f" a rerun of Part IV's speedrun that kept its weights: {gpt['params']:,}"
             f" parameters trained for {minutes:.1f} minutes ({gpt['steps']:,} steps) on"
-            f" {machine}, validation loss {gpt['val_loss']}."
+            f" {cpu} with {threads} CPU thread{'' if threads == '1' else 's'},"
+            f" validation loss {gpt['val_loss']}."
         )
     else:
         caption = (
