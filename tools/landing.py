@@ -40,9 +40,8 @@ BLOCK = re.compile(r"(<!-- landing:(\w+) -->\n).*?(<!-- /landing:\2 -->)", re.S)
 SAMPLE_LINES = 8  # of the GPT's sample: enough for a few speeches, short for a phone
 
 
-def outputs(number: str) -> str:
-    """All stored text outputs of notebooks/NUMBER_*.ipynb."""
-    path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+def outputs(path: Path) -> str:
+    """All stored text outputs of a notebook."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     return "\n".join(
         "".join(o.get("text", "")) or "".join(o.get("data", {}).get("text/plain", ""))
@@ -51,12 +50,15 @@ def outputs(number: str) -> str:
     )
 
 
-def printed(number: str, pattern: str) -> str:
-    """The group of `pattern` in notebook NUMBER's stored outputs, as printed."""
-    found = re.search(pattern, outputs(number))
-    if not found:
-        raise SystemExit(f"notebook {number}'s outputs print nothing like {pattern!r}")
-    return found.group(1)
+def printed(pattern: str) -> tuple[str, str]:
+    """(the group of `pattern` as printed, the notebook that prints it): the first
+    notebook in file order whose stored outputs match, 00 left out (it shows the
+    exported runs again). Found by what it prints, so a renumbered notebook is found."""
+    for path in sorted((ROOT / "notebooks").glob("[0-9A][0-9]_*.ipynb"))[1:]:
+        found = re.search(pattern, outputs(path))
+        if found:
+            return found.group(1), path.stem
+    raise SystemExit(f"no notebook's stored outputs print anything like {pattern!r}")
 
 
 def explorer(name: str) -> dict:
@@ -109,42 +111,39 @@ def sample(lang: str) -> str:
     return f"```text\n{text}\n```\n\n*{caption}*\n"
 
 
-def scores() -> dict[str, str]:
-    """Each measured figure the scoreboard quotes, read from its stored output."""
+def scores() -> dict[str, tuple[str, str]]:
+    """{name: (figure, notebook)}: each figure the scoreboard quotes, as printed by a
+    stored output, and the notebook that prints it."""
     return {
-        "bleu_public": printed("10", r"Challenge test\s+beam\s+[\d,]+\s+([\d.]+)"),
-        "bleu_ours": printed("10", r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
-        "mt_minutes": printed("09", r"([\d.]+) min of training"),
-        "mt_params": printed("09", r"([\d,]+) parameters \|"),
-        "lm_loss": printed("11", r"val loss ([\d.]+) over every validation token"),
-        "kv_speedup": printed("12", r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
-        "speedrun_loss": printed(
-            "A2", r"validation loss ([\d.]+) after [\d,]+ steps in"
-        ),
+        "bleu_public": printed(r"Challenge test\s+beam\s+[\d,]+\s+([\d.]+)"),
+        "bleu_ours": printed(r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
+        "mt_minutes": printed(r"\d+ epochs, \d+ steps, ([\d.]+) min of training"),
+        "mt_params": printed(r"([\d,]+) parameters \| \d+ pairs"),
+        "lm_loss": printed(r"val loss ([\d.]+) over every validation token \|"),
+        "kv_speedup": printed(r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
+        "speedrun_loss": printed(r"validation loss ([\d.]+) after [\d,]+ steps in"),
         "speedrun_minutes": printed(
-            "A2",
-            r"validation loss [\d.]+ after [\d,]+ steps in"
-            r" ([\d.]+) min of training",
+            r"validation loss [\d.]+ after [\d,]+ steps in ([\d.]+) min of training"
         ),
         "encdec_bleu": printed(
-            "14", r"\nencoder-decoder\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+            r"\nencoder-decoder\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
         ),
         "deconly_bleu": printed(
-            "14", r"\ndecoder-only\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+            r"\ndecoder-only\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
         ),
-        "lora_mib": printed("15", r"LoRA r=16:\s+([\d.]+) MiB"),
-        "full_mib": printed("15", r"full fine-tuning:\s+([\d.]+) MiB"),
+        "lora_mib": printed(r"LoRA r=16:\s+([\d.]+) MiB"),
+        "full_mib": printed(r"full fine-tuning:\s+([\d.]+) MiB"),
     }
 
 
-# (en, zh, where it is printed) per row; {name} is a figure of scores().
+# (en, zh) per row; {name} is a figure of scores(); the row links to the notebook
+# that prints its first figure.
 SCOREBOARD = [
     (
         "**Part II**, an English → Chinese translator: {mt_params} parameters,"
         " trained in {mt_minutes} minutes on 2 CPU threads",
         "**第二部分**，英译中翻译器：{mt_params} 个参数，在 2 个 CPU 线程上训练了"
         " {mt_minutes} 分钟",
-        "09_training_a_translator",
     ),
     (
         "its BLEU-zh on the public Tatoeba test (beam 4): **{bleu_public}**, against"
@@ -152,20 +151,17 @@ SCOREBOARD = [
         " split: {bleu_ours}",
         "它在公开的 Tatoeba 测试集上的 BLEU-zh（束宽 4）：**{bleu_public}**；用数千万"
         "句对训练的 OPUS-MT 是 31.4。在我们自己的测试集上：{bleu_ours}",
-        "10_decoding_and_evaluation",
     ),
     (
         "**Part III**, a character-level GPT on Tiny Shakespeare, 700 steps: validation"
         " loss {lm_loss}",
         "**第三部分**，Tiny Shakespeare 上的字符级 GPT，训练 700 步：验证损失"
         " {lm_loss}",
-        "11_gpt_language_model",
     ),
     (
         "500 tokens generated with a KV cache: **{kv_speedup}×** faster, the same"
         " tokens",
         "用 KV 缓存生成 500 个词元：快 **{kv_speedup}** 倍，生成的词元完全相同",
-        "12_making_it_fast",
     ),
     (
         "**Part IV**, today's GPT (RoPE, SwiGLU, GQA, Muon) trained for"
@@ -175,20 +171,17 @@ SCOREBOARD = [
         "**第四部分**，当今的 GPT（RoPE、SwiGLU、GQA、Muon）在 2 个 CPU 线程上训练"
         " {speedrun_minutes} 分钟：验证损失 **{speedrun_loss}**；nanoGPT 更大的模型在"
         " A100 GPU 上是 1.4697",
-        "A2_language_model_training_runs",
     ),
     (
         "**Part V**, a GPT trained as a translator against Part II's encoder-decoder,"
         " 120 CPU seconds each: BLEU {deconly_bleu} against {encdec_bleu}",
         "**第五部分**，把 GPT 训练成翻译器，与第二部分的编码器-解码器相比，各用 120 个"
         " CPU 秒：BLEU {deconly_bleu} 对 {encdec_bleu}",
-        "14_decoder_only_translation",
     ),
     (
         "LoRA (r = 16): {lora_mib} MiB of optimizer state, against {full_mib} MiB for"
         " full fine-tuning",
         "LoRA（r = 16）：优化器状态 {lora_mib} MiB，全量微调要 {full_mib} MiB",
-        "15_lora",
     ),
 ]
 HEAD = {
@@ -208,8 +201,10 @@ def scoreboard(lang: str) -> str:
     """The table of measured results, each row linked to the notebook that prints it."""
     figures = scores()
     rows = []
-    for en, zh, stem in SCOREBOARD:
-        what = (en if lang == "en" else zh).format(**figures)
+    for en, zh in SCOREBOARD:
+        values = {name: value for name, (value, _) in figures.items()}
+        what = (en if lang == "en" else zh).format(**values)
+        stem = figures[re.search(r"\{(\w+)\}", en)[1]][1]
         rows.append(f"| {what} | [{title(lang, stem)}](../notebooks/{stem}.ipynb) |")
     return HEAD[lang] + "\n".join(rows) + "\n"
 
