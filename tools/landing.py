@@ -87,26 +87,31 @@ def sample(lang: str) -> str:
     text = "\n".join(first["text"].strip("\n").splitlines()[:SAMPLE_LINES])
     minutes = gpt["train_time_s"] / 60
     machine = gpt.get("machine", "").split(" | ")[0]
+    knobs = {"temperature": "temperature", "top_k": "top-k", "top_p": "top-p"}
     settings = ", ".join(
-        f"{k} = {v}" for k, v in first["settings"].items() if v is not None
+        f"{knobs[k]} {v}"
+        for k, v in first["settings"].items()
+        if k in knobs and v is not None
     )
     cpu, threads = machine.split(",")[0], re.search(r"(\d+) CPU thread", machine)
     threads = threads[1] if threads else "?"
     if lang == "en":
         caption = (
-            f"Sampled (prompt `{first['prompt']}`, seed {first['seed']}, {settings}) by"
-            f" a rerun of Part IV's speedrun that kept its weights: {gpt['params']:,}"
-            f" parameters trained for {minutes:.1f} minutes ({gpt['steps']:,} steps) on"
-            f" {cpu} with {threads} CPU thread{'' if threads == '1' else 's'},"
-            f" validation loss {gpt['val_loss']}."
+            f"A sample (prompt `{first['prompt']}`, seed {first['seed']}, {settings})"
+            f" of a rerun of Part IV's speedrun that kept its weights:"
+            f" {gpt['params']:,} parameters, {minutes:.1f} minutes"
+            f" ({gpt['steps']:,} steps) on {cpu} with {threads} CPU"
+            f" thread{'' if threads == '1' else 's'}, validation loss"
+            f" {gpt['val_loss']}."
         )
     else:
         caption = (
-            "这段文字由第四部分速通的一次重跑生成，这次重跑保存了模型权重："
+            "这段文字出自第四部分速通的一次重跑（这次重跑保存了模型权重）："
             f"{gpt['params']:,} 个参数，在 {cpu} 上用 {threads} 个 CPU 线程训练了"
-            f" {minutes:.1f} 分钟"
-            f"（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}。提示为"
-            f" `{first['prompt']}`，随机种子 {first['seed']}，{settings}。"
+            f" {minutes:.1f} 分钟（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}。"
+            f"提示为 `{first['prompt']}`，随机种子 {first['seed']}，"
+            + settings.replace("temperature", "温度").replace(", ", "，")
+            + "。"
         )
     return f"```text\n{text}\n```\n\n*{caption}*\n"
 
