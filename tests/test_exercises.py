@@ -256,10 +256,6 @@ def test_multi_head_attention():
             super().__init__(C, H)
             self.d_head = C  # divides by sqrt(d_model)
 
-        def split(self, x):
-            B, T, C = x.shape
-            return x.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
-
     fails(ex.check_multi_head_attention, WideScale, r"sqrt\(d_model\) = 4")
 
     class Reshaped(Right):  # splits and merges the heads with a plain reshape
@@ -285,6 +281,17 @@ def test_multi_head_attention():
             del self.out_proj
 
     fails(ex.check_multi_head_attention, Named, r"missing \['out_proj.weight'")
+
+    class DetachedLinear(nn.Linear):
+        def forward(self, x):
+            return super().forward(x).detach()
+
+    class Detached(Right):  # the keys' projection cut off from the gradient
+        def __init__(self, C, H):
+            super().__init__(C, H)
+            self.k_proj = DetachedLinear(C, C)
+
+    fails(ex.check_multi_head_attention, Detached, "no gradient reached k_proj.weight")
 
 
 def _attend(m, query, key, value, mask):
