@@ -5,6 +5,7 @@ random stream alone; `python -m transformer_lib check` reads a notebook's build-
 
 import hashlib
 import importlib.util
+import json
 import math
 import re
 from pathlib import Path
@@ -417,6 +418,26 @@ def test_shift_targets():
         return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
 
     fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
+
+
+# build before the reveal (issue 34): the stub of a component, its check and its
+# solution come before the notebook shows the course's own version of the component
+REVEALS = [
+    ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
+    ("07", "MyEncoderLayer", "class EncoderLayer("),
+    ("08", "MyDecoderLayer", "class DecoderLayer("),
+]
+
+
+@pytest.mark.parametrize("nb,name,reveal", REVEALS, ids=[r[1] for r in REVEALS])
+def test_a_component_is_built_before_the_course_shows_it(nb, name, reveal):
+    path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    stub = next(i for i, s in enumerate(cells) if f"class {name}(" in s)
+    shown = next(i for i, s in enumerate(cells) if reveal in s)
+    assert stub < shown, f"{path.name}: {name}'s stub (cell {stub}) after cell {shown}"
+    check, solution = cells[stub + 1 : stub + 3]
+    assert f"({name})" in check and f":pyobject: {name}" in solution
 
 
 def step_with(ignore=True, smoothing=True, zero=True, step=True, read_out=False):
