@@ -275,6 +275,13 @@ def test_multi_head_attention():
 
     fails(ex.check_multi_head_attention, NoMask, "the mask was ignored")
 
+    class NoMix(Right):  # the heads concatenated, never mixed by W_O
+        def forward(self, query, key=None, value=None, mask=None):
+            self.out_proj.forward = lambda y: y  # an identity in W_O's place
+            return super().forward(query, key, value, mask)
+
+    fails(ex.check_multi_head_attention, NoMix, r"not mixed by out_proj \(W_O\)")
+
     class Named(Right):
         def __init__(self, C, H):
             super().__init__(C, H)
@@ -367,6 +374,13 @@ def test_encoder_layer():
 
     fails(ex.check_encoder_layer, NoResidual, r"not added to its input \(the residual")
 
+    class NoAttnResidual(Right):
+        def forward(self, x, mask=None):
+            x = self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, NoAttnResidual, "the attention output is not added")
+
     class OneNorm(Right):
         def forward(self, x, mask=None):
             x = x + self.self_attn(self.norm1(x), mask=mask)[0]
@@ -386,6 +400,14 @@ def test_decoder_layer():
             return x + self.ff(self.norm3(x))
 
     fails(ex.check_decoder_layer, SelfCross, "cross-attention read x")
+
+    class PostNorm(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = self.norm1(x + self.self_attn(x, mask=tgt_mask)[0])
+            x = self.norm2(x + self.cross_attn(x, memory, mask=memory_mask)[0])
+            return self.norm3(x + self.ff(x))
+
+    fails(ex.check_decoder_layer, PostNorm, "this is post-norm")
 
     class NoCausal(Right):
         def forward(self, x, memory, tgt_mask=None, memory_mask=None):
