@@ -4,6 +4,8 @@ import math
 
 from torch import nn
 
+from transformer_lib.multi_head import merge_heads, split_heads
+
 
 class MyMultiHeadAttention(nn.Module):
     """H attentions of width D = d_model / H on projections of the inputs, concatenated
@@ -17,23 +19,17 @@ class MyMultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def split(self, x):
-        """(B, T, C) -> (B, H, T, D): head h holds columns h*D .. (h+1)*D - 1."""
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)
-
     def forward(self, query, key=None, value=None, mask=None):
         key = query if key is None else key
         value = key if value is None else value
         # 1) project and split into heads
-        q = self.split(self.q_proj(query))  # (B, H, T_q, D)
-        k = self.split(self.k_proj(key))  # (B, H, T_k, D)
-        v = self.split(self.v_proj(value))  # (B, H, T_k, D)
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, D)
+        k = split_heads(self.k_proj(key), self.n_heads)  # (B, H, T_k, D)
+        v = split_heads(self.v_proj(value), self.n_heads)  # (B, H, T_k, D)
         # 2) attend in every head, scaled by the head's width
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T_q, T_k)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         y = scores.softmax(-1) @ v  # (B, H, T_q, D)
         # 3) concatenate the heads and mix them
-        B, H, T, D = y.shape
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, H * D))  # (B, T_q, C)
+        return self.out_proj(merge_heads(y))  # (B, T_q, C)

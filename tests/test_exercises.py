@@ -5,6 +5,7 @@ random stream alone; `python -m transformer_lib check` reads a notebook's build-
 
 import hashlib
 import importlib.util
+import json
 import math
 import re
 from pathlib import Path
@@ -257,10 +258,6 @@ def test_multi_head_attention():
             super().__init__(C, H)
             self.d_head = C  # divides by sqrt(d_model)
 
-        def split(self, x):
-            B, T, C = x.shape
-            return x.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
-
     fails(ex.check_multi_head_attention, WideScale, r"sqrt\(d_model\) = 4")
 
     class Reshaped(Right):  # splits and merges the heads with a plain reshape
@@ -279,6 +276,13 @@ def test_multi_head_attention():
 
     fails(ex.check_multi_head_attention, NoMask, "the mask was ignored")
 
+    class NoMix(Right):  # the heads concatenated, never mixed by W_O
+        def forward(self, query, key=None, value=None, mask=None):
+            self.out_proj.forward = lambda y: y  # an identity in W_O's place
+            return super().forward(query, key, value, mask)
+
+    fails(ex.check_multi_head_attention, NoMix, r"not mixed by out_proj \(W_O\)")
+
     class Named(Right):
         def __init__(self, C, H):
             super().__init__(C, H)
@@ -286,6 +290,17 @@ def test_multi_head_attention():
             del self.out_proj
 
     fails(ex.check_multi_head_attention, Named, r"missing \['out_proj.weight'")
+
+    class DetachedLinear(nn.Linear):
+        def forward(self, x):
+            return super().forward(x).detach()
+
+    class Detached(Right):  # the keys' projection cut off from the gradient
+        def __init__(self, C, H):
+            super().__init__(C, H)
+            self.k_proj = DetachedLinear(C, C)
+
+    fails(ex.check_multi_head_attention, Detached, "no gradient reached k_proj.weight")
 
 
 def _attend(m, query, key, value, mask):
@@ -360,6 +375,13 @@ def test_encoder_layer():
 
     fails(ex.check_encoder_layer, NoResidual, r"not added to its input \(the residual")
 
+    class NoAttnResidual(Right):
+        def forward(self, x, mask=None):
+            x = self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, NoAttnResidual, "the attention output is not added")
+
     class OneNorm(Right):
         def forward(self, x, mask=None):
             x = x + self.self_attn(self.norm1(x), mask=mask)[0]
@@ -379,6 +401,14 @@ def test_decoder_layer():
             return x + self.ff(self.norm3(x))
 
     fails(ex.check_decoder_layer, SelfCross, "cross-attention read x")
+
+    class PostNorm(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = self.norm1(x + self.self_attn(x, mask=tgt_mask)[0])
+            x = self.norm2(x + self.cross_attn(x, memory, mask=memory_mask)[0])
+            return self.norm3(x + self.ff(x))
+
+    fails(ex.check_decoder_layer, PostNorm, "this is post-norm")
 
     class NoCausal(Right):
         def forward(self, x, memory, tgt_mask=None, memory_mask=None):
@@ -411,6 +441,26 @@ def test_shift_targets():
         return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
 
     fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
+
+
+# build before the reveal (issue 34): the stub of a component, its check and its
+# solution come before the notebook shows the course's own version of the component
+REVEALS = [
+    ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
+    ("07", "MyEncoderLayer", "class EncoderLayer("),
+    ("08", "MyDecoderLayer", "class DecoderLayer("),
+]
+
+
+@pytest.mark.parametrize("nb,name,reveal", REVEALS, ids=[r[1] for r in REVEALS])
+def test_a_component_is_built_before_the_course_shows_it(nb, name, reveal):
+    path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    stub = next(i for i, s in enumerate(cells) if f"class {name}(" in s)
+    shown = next(i for i, s in enumerate(cells) if reveal in s)
+    assert stub < shown, f"{path.name}: {name}'s stub (cell {stub}) after cell {shown}"
+    check, solution = cells[stub + 1 : stub + 3]
+    assert f"({name})" in check and f":pyobject: {name}" in solution
 
 
 def step_with(ignore=True, smoothing=True, zero=True, step=True, read_out=False):

@@ -310,7 +310,7 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
 # 05 · multi-head attention ------------------------------------------------------------
 
 
-def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False):
+def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False, mix=True):
     """MultiHeadAttention's forward with a usual mistake, to recognise it."""
     B, T, C = query.shape
     H = m.n_heads
@@ -327,7 +327,7 @@ def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False):
         s = s.masked_fill(~mask, -math.inf)
     y = s.softmax(-1) @ v  # (B, H, T, D)
     merged = y.reshape(B, T, C) if split_wrong else y.transpose(1, 2).reshape(B, T, C)
-    return m.out_proj(merged)
+    return m.out_proj(merged) if mix else merged
 
 
 @checker("multi-head attention")
@@ -365,6 +365,10 @@ def check_multi_head_attention(cls: type) -> str:
                 raise ExerciseError(
                     f"{name}: heads split with reshape(B, H, T, D), which mixes "
                     "positions: view(B, T, H, D), then transpose(1, 2)"
+                )
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, mix=False)):
+                raise ExerciseError(
+                    f"{name}: the merged heads were not mixed by out_proj (W_O)"
                 )
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")

@@ -46,7 +46,8 @@ def check_encoder_layer(cls: type) -> str:
             ref.norm_first = False
             post = ref(x, mask)
             ref.norm_first = True
-            attended = x + ref.self_attn(ref.norm1(x), mask=mask)[0]
+            a = ref.self_attn(ref.norm1(x), mask=mask)[0]  # the attention's write
+            attended = x + a
             hints = (
                 (
                     post,
@@ -54,6 +55,10 @@ def check_encoder_layer(cls: type) -> str:
                     "x + sublayer(LN(x))",
                 ),
                 (ref(x), "the mask was not passed to self-attention"),
+                (
+                    a + ref.ff(ref.norm2(a)),
+                    "the attention output is not added to its input (the residual)",
+                ),
                 (
                     ref.ff(ref.norm2(attended)),
                     "the feed-forward output is not added to its input (the residual)",
@@ -105,7 +110,15 @@ def check_decoder_layer(cls: type) -> str:
                 return h + ref.ff(ref.norm3(h))
 
             h = x + sa(x)
+            ref.norm_first = False
+            post = ref(x, mem, tgt_mask, mem_mask)
+            ref.norm_first = True
             hints = (
+                (
+                    post,
+                    "this is post-norm, LN(x + sublayer(x)); build pre-norm, "
+                    "x + sublayer(LN(x))",
+                ),
                 (
                     ref(x, mem, None, mem_mask),
                     "self-attention ignored tgt_mask: position t saw later targets",
