@@ -615,7 +615,61 @@ def test_gpt_block():
             x = self.norm1(x + self.attn(x))
             return self.norm2(x + self.fc_out(F.gelu(self.fc(x), approximate="tanh")))
 
-    fails(ex.check_gpt_block, PostNorm, r"MyBlock\(x\): .* entries differ")
+    fails(ex.check_gpt_block, PostNorm, "this is post-norm")
+
+    def mlp(block, h):
+        return block.fc_out(F.gelu(block.fc(h), approximate="tanh"))
+
+    class NoAttnResidual(Right):
+        def forward(self, x):
+            x = self.attn(self.norm1(x))
+            return x + mlp(self, self.norm2(x))
+
+    fails(ex.check_gpt_block, NoAttnResidual, "attention output is not added")
+
+    class NoMlpResidual(Right):
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return mlp(self, self.norm2(x))
+
+    fails(ex.check_gpt_block, NoMlpResidual, "MLP output is not added")
+
+    class Norm1Twice(Right):
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + mlp(self, self.norm1(x))
+
+    fails(ex.check_gpt_block, Norm1Twice, "norm1 is used twice")
+
+    class WideScale(Right):  # scores over sqrt(d_model), not sqrt(d_head)
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=1 / math.sqrt(C)
+            )
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(
+        ex.check_gpt_block,
+        WideScale,
+        r"sqrt\(d_model\) = 4, expected sqrt\(d_head\) = 2",
+    )
+
+    class OwnNames(Right):  # W_o instead of proj
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.W_o = self.proj
+            del self.proj
+
+        def attn(self, x):
+            self.proj = self.W_o
+            return super().attn(x)
+
+    fails(ex.check_gpt_block, OwnNames, r"named as the docstring says; missing \['proj")
 
 
 def test_kv_cache():

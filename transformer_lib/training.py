@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['COUNT', 'POSITIVE', 'AT_LEAST_0', 'SEED', 'FRACTION', 'OPTIONAL', 'PAIR', 'BETAS', 'SIZES', 'SCHEDULES', 'DTYPES',
-           'EXISTING', 'setting', 'check_settings', 'one_of', 'warmup_cosine', 'warmup_inverse_sqrt', 'param_groups',
-           'make_adamw', 'set_lr', 'clip_gradients', 'cosine_on_clock', 'bf16_supported', 'check_bf16', 'STOP_SIGNALS',
+           'setting', 'check_settings', 'one_of', 'warmup_cosine', 'warmup_inverse_sqrt', 'param_groups', 'make_adamw',
+           'set_lr', 'clip_gradients', 'cosine_on_clock', 'bf16_supported', 'check_bf16', 'STOP_SIGNALS',
            'NonFiniteLossError', 'TrainingInterrupted', 'check_finite', 'StopRequest', 'tensorboard_writer',
            'RunSettings', 'uses_bf16', 'mixed_precision']
 
@@ -57,7 +57,6 @@ def one_of(*names: str) -> tuple:
 
 SCHEDULES = one_of("cosine", "inverse_sqrt")
 DTYPES = one_of("fp32", "bf16", "auto")
-EXISTING = one_of("refuse", "resume", "restart")  # a checkpoint already at the path
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b11
 def warmup_cosine(
@@ -239,7 +238,9 @@ class RunSettings:
 
     out: str | None = setting(None, "checkpoint path, saved atomically; none: no save")
     existing: str = setting(
-        "refuse", "a checkpoint already at out: refuse, resume or restart", EXISTING
+        "refuse",
+        "a checkpoint already at out: refuse, resume or restart",
+        one_of("refuse", "resume", "restart"),
     )
     device: str | None = setting(None, "cuda, mps or cpu; none: the best there is")
     log_dir: str | None = setting(None, "write TensorBoard curves to this folder")

@@ -41,6 +41,39 @@ def _block_name(key: str) -> str:
     return f"{_BLOCK_NAMES.get(head, head)}.{rest}"
 
 
+def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """The usual wrong blocks, built from the reference's own parts: (output, hint)."""
+    attn, mlp = (lambda h: ref.attn(h)[0]), ref.mlp
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    q, k, v = (
+        t.view(B, T, H, C // H).transpose(1, 2)
+        for t in ref.attn.qkv(ref.norm1(x)).chunk(3, -1)
+    )
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(C))
+    wide = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+    post = ref.norm1(x + attn(x))
+    a = x + attn(ref.norm1(x))
+    return (
+        (
+            wide + mlp(ref.norm2(wide)),
+            f"scores divided by sqrt(d_model) = {math.sqrt(C):g}, expected "
+            f"sqrt(d_head) = {math.sqrt(C // H):g}: each head has width d_model / "
+            "n_heads",
+        ),
+        (
+            ref.norm2(post + mlp(post)),
+            "this is post-norm, norm(x + sublayer(x)); build "
+            "pre-norm, x + sublayer(norm(x))",
+        ),
+        (
+            attn(ref.norm1(x)) + mlp(ref.norm2(attn(ref.norm1(x)))),
+            "the attention output is not added to its input (the residual)",
+        ),
+        (mlp(ref.norm2(a)), "the MLP output is not added to its input (the residual)"),
+        (a + mlp(ref.norm1(a)), "norm1 is used twice: the MLP has its own norm, norm2"),
+    )
+
+
 @checker("GPT block")
 def check_gpt_block(cls: type) -> str:
     """cls(d_model, n_heads) with norm1, norm2, qkv, proj, fc, fc_out; forward(x) ->
@@ -90,6 +123,10 @@ def check_gpt_block(cls: type) -> str:
                 "the MLP uses the exact GELU: GPT-2 uses the tanh approximation, "
                 "F.gelu(h, approximate='tanh')"
             )
+        with torch.no_grad():
+            for variant, hint in _block_hints(ref, x):
+                if is_close(got, variant):
+                    raise ExerciseError(hint)
     compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
