@@ -16,7 +16,7 @@ LABELS: dict[str, str] = {}
 MISSING: list[str] = []
 CJK_FONT = "Noto Sans CJK SC, PingFang SC, Microsoft YaHei, " + FONT
 # The book's text column is 672 px wide, and a wider diagram is scaled down to it: a
-# text is drawn at least this many px tall at 1x there (subscripts at 70% of that).
+# text is drawn about this many px tall at 1x there (subscripts at 70% of that).
 COLUMN_PX, MIN_TEXT_PX = 672, 10
 
 
@@ -67,7 +67,9 @@ PALETTE = {
 class Svg:
     """An SVG canvas: add shapes, then `str(svg)`."""
 
-    def __init__(self, width, height, title, desc, min_text_px=MIN_TEXT_PX):
+    def __init__(
+        self, width: int, height: int, title: str, desc: str, min_text_px=MIN_TEXT_PX
+    ):
         self.w, self.h, self.items = width, height, []
         self.title, self.desc = title, desc
         # the smallest font size that shows at min_text_px once scaled into the column
