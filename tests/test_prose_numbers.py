@@ -166,7 +166,7 @@ QUOTES = [
     (
         "14_decoder_only_translation",
         r"the encoder-decoder took (\d+) steps",
-        r"\nencoder-decoder\s+\d+\s+(\d+)\s",
+        r"\nencoder-decoder\s+[\d,]+\s+(\d+)\s",
     ),
     (
         "15_lora",
