@@ -162,3 +162,30 @@ def test_every_chinese_notebook_page_has_the_same_frame(path):
     assert ":::{admonition} 你将学到" in cells[0], f"zh/notebooks/{path.name}"
     summary = next((c for c in cells if "\n## 小结" in "\n" + c), "")
     assert "**后续用到**" in summary, f"zh/notebooks/{path.name}: no 小结 with 后续用到"
+
+
+def test_the_inner_edition_loads_the_static_files_both_share(tmp_path, monkeypatch):
+    """tools/ship_book.py: the Chinese edition (zh/ inside the English one) points its
+    pages at the English copy of each static file the two have alike and drops its
+    own; a file of its own (its language's options) stays and is still loaded."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    from ship_book import share_static
+
+    outer, inner = tmp_path, tmp_path / "zh"
+    for edition, options in ((outer, "en"), (inner, "zh")):
+        (edition / "_static" / "scripts").mkdir(parents=True)
+        (edition / "_static" / "scripts" / "theme.js").write_text("same")
+        (edition / "_static" / "options.js").write_text(options)
+    (inner / "notebooks").mkdir()
+    page = inner / "notebooks" / "04.html"
+    page.write_text(
+        '<script src="../_static/scripts/theme.js?digest=1"></script>'
+        '<script src="../_static/options.js?v=2"></script><p>_static/options.js</p>'
+    )
+    share_static(outer, inner)
+    assert page.read_text() == (
+        '<script src="../../_static/scripts/theme.js?digest=1"></script>'
+        '<script src="../_static/options.js?v=2"></script><p>_static/options.js</p>'
+    )
+    assert not (inner / "_static" / "scripts").exists()
+    assert (inner / "_static" / "options.js").read_text() == "zh"

@@ -206,7 +206,7 @@ QUOTES = [
     (
         "17_decoder_only_translation",
         r"the encoder-decoder took (\d+) steps",
-        r"\nencoder-decoder\s+\d+\s+(\d+)\s",
+        r"\nencoder-decoder\s+[\d,]+\s+(\d+)\s",
     ),
     (
         "18_lora",

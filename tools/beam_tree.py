@@ -89,7 +89,10 @@ def draw(sentence, tgt_tok, steps, finished, greedy, greedy_logp, K, alpha, sour
     log-probability."""
     n = len(steps)
     col, row = 118, 58
-    width = max(760, 150 + (n + 1) * col)
+    # the rightmost column: of the beams, the finished ones, greedy's
+    last = max([n - 1, len(greedy_logp_steps) - 1] + [f[0] for f in finished])
+    # no wider than its nodes: the page scales it down less, its text stays legible
+    width = max(760, 110 + last * col + 96 + 24)
     per_step = [sum(f[0] == t for f in finished) for t in range(n + 1)]
     extra = max(per_step) if per_step else 1
     height = 120 + (K + extra - 1) * row + 170

@@ -72,11 +72,12 @@ def course_map():
         "(06), encoder "
         "block (07), decoder block with cross-attention and the whole model "
         "(08), training "
-        "(09), decoding and BLEU (10), GPT block with RMSNorm and GELU (12), "
-        "KV cache, fused "
-        "attention and DDP (14), and today's variants: RoPE, grouped-query attention, "
-        "QK-norm, SwiGLU and the Muon optimizer (15); then the GPT adapted: "
+        "(09), decoding (10) and evaluation with BLEU (11), GPT block with RMSNorm and "
+        "GELU (12) and what it learned (13), KV cache, fused attention and DDP (14), "
+        "and today's variants: RoPE, grouped-query attention and QK-norm (15), "
+        "SwiGLU and the Muon optimizer (16); then the GPT adapted: "
         "a translator with a prompt and a loss mask (17), LoRA (18) and DPO (19).",
+        min_text_px=7,  # the whole course in one figure: its notes are small print
     )
     s.text(
         270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
@@ -144,7 +145,7 @@ def course_map():
     s.line([(240, 279), (265, 279), (265, cy + ch / 2), (cx, cy + ch / 2)])
     s.box(dx, 164, w, 40, "linear + softmax", "out", size=13, sub="08 · trained in 09")
     s.arrow(dx + 100, dec[-1][1], dx + 100, 204)
-    s.box(dx, 80, w, 40, "greedy · beam search", "out", size=13, sub="BLEU, chrF · 10")
+    s.box(dx, 80, w, 40, "greedy · beam search", "out", size=13, sub="10 · BLEU, chrF · 11")
     s.arrow(dx + 100, 164, dx + 100, 120)
     # GPT
     gx = 690
@@ -158,7 +159,7 @@ def course_map():
             ("embedding + positions", "embed", "02, 03"),
         ],
     )
-    _block_frame(s, gx - 10, 310, w + 20, 226, "GPT block × L", "pre-norm · 11")
+    _block_frame(s, gx - 10, 310, w + 20, 226, "GPT block × L", "pre-norm · 12")
     g = _stack(
         s,
         gx,
@@ -166,16 +167,16 @@ def course_map():
         w,
         [
             ("RMSNorm", "norm"),
-            ("causal self-attention", "attn", "04-06 · 13: RoPE, GQA, QK-norm"),
+            ("causal self-attention", "attn", "04-06 · 15: RoPE, GQA, QK-norm"),
             ("RMSNorm", "norm"),
-            ("MLP with GELU", "ffn", "13: SwiGLU"),
+            ("MLP with GELU", "ffn", "16: SwiGLU"),
         ],
         gap=12,
     )
     s.arrow(gx + 100, g_in[-1][1], gx + 100, g[0][1] + g[0][3])
     s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="12")
     s.arrow(gx + 100, g[-1][1], gx + 100, 296)
-    s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 11")
+    s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 12")
     s.arrow(gx + 100, 256, gx + 100, 212)
     s.box(
         gx,
@@ -185,16 +186,16 @@ def course_map():
         "KV cache · fused attention",
         "data",
         size=13,
-        sub="bf16 · compile · DDP · 12",
+        sub="bf16 · compile · DDP · 14",
     )
     s.arrow(gx + 100, 172, gx + 100, 128)
     # Part V: the GPT adapted, between the two models
     s.frame(517, 70, 160, 192, "Part V · adapting it")
     for i, (label, sub) in enumerate(
         [
-            ("a translator", "14: prompt, loss mask"),
-            ("LoRA", "15: low-rank update"),
-            ("DPO", "16: preference pairs"),
+            ("a translator", "17: prompt, loss mask"),
+            ("LoRA", "18: low-rank update"),
+            ("DPO", "19: preference pairs"),
         ]
     ):
         s.box(525, 96 + 54 * i, 144, 44, label, "out", size=13, sub=sub)
@@ -467,7 +468,8 @@ def masks():
         for j in range(5):
             s.add(
                 f'<text transform="translate({x0 + j * cell + 22},{y0 + 5 * cell + 8}) '
-                f'rotate(-40)" font-family="DejaVu Sans, sans-serif" font-size="11" '
+                f'rotate(-40)" font-family="DejaVu Sans, sans-serif" '
+                f'font-size="{s.min_size}" '
                 'fill="#263238" '
                 "text-"
                 'anchor="end">'
@@ -497,7 +499,7 @@ def _sublayer_column(s, x, title, parts, residuals, bottom=400, w=190):
 @diagram
 def encoder_decoder_blocks():
     s = Svg(
-        1140,
+        900,
         480,
         "The encoder and decoder blocks: post-norm as in the paper, and the pre-norm "
         "block that notebook 09 trains",
@@ -514,7 +516,7 @@ def encoder_decoder_blocks():
     )
     _sublayer_column(
         s,
-        80,
+        36,
         "encoder block · 07",
         [
             ("self-attention", "attn", "Q, K, V from x; padding mask"),
@@ -527,10 +529,10 @@ def encoder_decoder_blocks():
         w=210,
     )
     # below the input arrows' tails, which start 30 px under the blocks
-    s.text(185, 468, "x: source tokens (B, S, d_model)", size=12, color=MUTED)
+    s.text(141, 468, "x: source tokens (B, S, d_model)", size=13, color=MUTED)
     dec = _sublayer_column(
         s,
-        560,
+        428,
         "decoder block · 08",
         [
             ("masked self-attention", "attn", "causal + padding mask"),
@@ -544,21 +546,21 @@ def encoder_decoder_blocks():
         bottom=420,
         w=210,
     )
-    s.text(665, 468, "y: target tokens so far (B, T, d_model)", size=12, color=MUTED)
+    s.text(533, 468, "y: target tokens so far (B, T, d_model)", size=13, color=MUTED)
     cx, cy, cw, ch = dec[2]
-    s.box(330, cy - 6, 150, 48, "memory", "data", size=14, sub="encoder output")
-    s.line([(185, 206), (185, 150), (405, 150), (405, cy - 6)], dash=True)
+    s.box(256, cy - 6, 120, 48, "memory", "data", size=14, sub="encoder output")
+    s.line([(141, 206), (141, 150), (316, 150), (316, cy - 6)], dash=True)
     s.text(
-        300, 140, "output of the last of L blocks", size=11, color=MUTED, anchor="start"
+        150, 140, "output of the last of L blocks", size=13, color=MUTED, anchor="start"
     )
-    s.arrow(480, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
-    s.text(520, cy + ch / 2 - 8, "K, V", size=12, color=PALETTE["attn"][1])
+    s.arrow(376, cy + ch / 2, cx, cy + ch / 2, width=2.5, color=PALETTE["attn"][1])
+    s.text(392, cy + ch / 2 - 8, "K, V", size=13, color=PALETTE["attn"][1])
     # the variant the course trains (Seq2SeqConfig(norm_first=True)): norm first
-    s.line([(835, 60), (835, 470)], arrow=False, color=MUTED, dash=True)
+    s.line([(662, 60), (662, 470)], arrow=False, color=MUTED, dash=True)
     _sublayer_column(
         s,
-        880,
-        "pre-norm encoder block · 09",
+        700,
+        "pre-norm encoder · 09",
         [
             ("LayerNorm", "norm"),
             ("self-attention", "attn"),
@@ -569,9 +571,9 @@ def encoder_decoder_blocks():
         ],
         [(-1, 2), (2, 5)],
         bottom=420,
-        w=200,
+        w=180,
     )
-    s.text(980, 468, "trained in 09; the decoder alike", size=12, color=MUTED)
+    s.text(790, 468, "trained in 09; the decoder alike", size=13, color=MUTED)
     return s
 
 
@@ -618,7 +620,7 @@ def post_pre_norm():
 @diagram
 def residual_stream():
     s = Svg(
-        1040,
+        900,
         300,
         "The residual stream",
         "The residual stream of a pre-norm stack, drawn left to right: the embedding "
@@ -628,26 +630,26 @@ def residual_stream():
         "LayerNorm, so the output is the embedding plus every sublayer's write.",
     )
     y = 210  # the stream
-    s.box(20, y - 22, 130, 44, "embedding", "embed", size=13, sub="x_{0}")
-    s.text(520, 30, "each sublayer reads a normalised copy and writes by adding", 13)
-    s.text(520, y + 36, "residual stream", size=13, weight="bold", color=MUTED)
-    left = 150
+    s.box(14, y - 22, 100, 44, "embedding", "embed", size=13, sub="x_{0}")
+    s.text(450, 30, "each sublayer reads a normalised copy and writes by adding", 13)
+    s.text(450, y + 36, "residual stream", size=13, weight="bold", color=MUTED)
+    left = 114
     parts = [("self-attention", "attn"), ("feed-forward", "ffn")] * 2
     for i, (label, kind) in enumerate(parts):
-        x0 = 185 + 160 * i
+        x0 = 148 + 140 * i
         s.arrow(x0 + 15, y, x0 + 15, 153)
-        s.box(x0 - 25, 125, 100, 28, "LayerNorm", "norm", size=12)
+        s.box(x0 - 23, 125, 96, 28, "LayerNorm", "norm", size=13)
         s.arrow(x0 + 25, 125, x0 + 25, 103)
-        s.box(x0 - 25, 65, 100, 38, label, kind, size=12, sub=f"layer {i // 2 + 1}")
-        s.line([(x0 + 75, 84), (x0 + 115, 84), (x0 + 115, y - 11)])
-        s.line([(left, y), (x0 + 104, y)], width=4, color=MUTED)
-        s.circle(x0 + 115, y)
-        left = x0 + 126
-    s.line([(left, y), (left + 28, y)], width=4, color=MUTED, arrow=False)
-    s.text(left + 45, y + 5, "⋯", size=18)
-    s.line([(left + 62, y), (left + 92, y)], width=4, color=MUTED)
-    s.box(left + 94, y - 22, 130, 44, "final LayerNorm", "norm", size=12, sub="x_{L}")
-    s.text(520, 285, "x_{L} = x_{0} + Σ_{l} Sublayer_{l}(LN(x_{l−1}))", 14, mono=True)
+        s.box(x0 - 23, 65, 96, 38, label, kind, size=13, sub=f"layer {i // 2 + 1}")
+        s.line([(x0 + 73, 84), (x0 + 108, 84), (x0 + 108, y - 11)])
+        s.line([(left, y), (x0 + 97, y)], width=4, color=MUTED)
+        s.circle(x0 + 108, y)
+        left = x0 + 119
+    s.line([(left, y), (left + 16, y)], width=4, color=MUTED, arrow=False)
+    s.text(left + 30, y + 5, "⋯", size=18)
+    s.line([(left + 44, y), (left + 68, y)], width=4, color=MUTED)
+    s.box(left + 70, y - 22, 124, 44, "final LayerNorm", "norm", size=13, sub="x_{L}")
+    s.text(450, 285, "x_{L} = x_{0} + Σ_{l} Sublayer_{l}(LN(x_{l−1}))", 14, mono=True)
     return s
 
 
@@ -750,7 +752,7 @@ def gpt_block():
         60, 20, 240, 46, "RMSNorm · LM head", "out", size=14, sub="logits (B, T, vocab)"
     )
     s.arrow(180, blk[-1][1] - 22, 180, 66)
-    s.frame(394, 170, 496, 150, "inside the MLP")
+    s.frame(370, 170, 520, 150, "inside the MLP")
     for i, (lab, sub) in enumerate(
         [
             ("Linear", "d_model → 4·d_model"),
@@ -758,11 +760,11 @@ def gpt_block():
             ("Linear", "4·d_model → d_model"),
         ]
     ):
-        s.box(408 + i * 162, 216, 146, 56, lab, "ffn", size=14, sub=sub)
+        s.box(382 + i * 166, 216, 156, 56, lab, "ffn", size=14, sub=sub)
         if i:
-            s.arrow(408 + i * 162 - 16, 244, 408 + i * 162, 244)
+            s.arrow(382 + i * 166 - 10, 244, 382 + i * 166, 244)
     mx, my, mw, mh = blk[4]
-    s.line([(mx + mw, my + mh / 2), (394, 245)], dash=True, color=MUTED, arrow=False)
+    s.line([(mx + mw, my + mh / 2), (370, 245)], dash=True, color=MUTED, arrow=False)
     s.text(
         640, 380, "pre-norm: the residual path is a plain sum,", size=13, color=MUTED
     )
@@ -1135,7 +1137,7 @@ def prompt_mask():
     )
     tokens = ["<bos>", "I", "'m", "learn", "ing", "Spanish", ".", "<zh>"]
     tokens += ["我", "在", "学", "西", "班", "牙", "语", "。", "<eos>"]
-    n_prompt, w, x0 = 8, 48, 22
+    n_prompt, w, x0 = 8, 53, 14
     s.text(x0, 40, "input (what the GPT reads)", size=13, anchor="start", color=MUTED)
     s.text(x0, 188, "target (the next token)", size=13, anchor="start", color=MUTED)
     for i, tok in enumerate(tokens[:-1]):

@@ -15,6 +15,9 @@ FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 LABELS: dict[str, str] = {}
 MISSING: list[str] = []
 CJK_FONT = "Noto Sans CJK SC, PingFang SC, Microsoft YaHei, " + FONT
+# The book's text column is 672 px wide, and a wider diagram is scaled down to it: a
+# text is drawn about this many px tall at 1x there (subscripts at 70% of that).
+COLUMN_PX, MIN_TEXT_PX = 672, 10
 
 
 def translate(text: str) -> str:
@@ -64,9 +67,13 @@ PALETTE = {
 class Svg:
     """An SVG canvas: add shapes, then `str(svg)`."""
 
-    def __init__(self, width: int, height: int, title: str, desc: str):
+    def __init__(
+        self, width: int, height: int, title: str, desc: str, min_text_px=MIN_TEXT_PX
+    ):
         self.w, self.h, self.items = width, height, []
         self.title, self.desc = title, desc
+        # the smallest font size that shows at min_text_px once scaled into the column
+        self.min_size = round(min_text_px * max(width, COLUMN_PX) / COLUMN_PX)
 
     def add(self, item: str) -> None:
         self.items.append(item)
@@ -86,7 +93,7 @@ class Svg:
         """A line of text; `_{j}` and `^{m−m′}` in it are set as subscript and
         superscript."""
         font = MONO if mono else (CJK_FONT if LABELS else FONT)
-        s = translate(str(s))
+        s, size = translate(str(s)), max(size, self.min_size)
         style = ' font-style="italic"' if italic else ""
         self.add(
             f'<text x="{x:.1f}" y="{y:.1f}" font-family="{font}" font-size="{size}" '
