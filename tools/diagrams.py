@@ -145,7 +145,16 @@ def course_map():
     s.line([(240, 279), (265, 279), (265, cy + ch / 2), (cx, cy + ch / 2)])
     s.box(dx, 164, w, 40, "linear + softmax", "out", size=13, sub="08 · trained in 09")
     s.arrow(dx + 100, dec[-1][1], dx + 100, 204)
-    s.box(dx, 80, w, 40, "greedy · beam search", "out", size=13, sub="10 · BLEU, chrF · 11")
+    s.box(
+        dx,
+        80,
+        w,
+        40,
+        "greedy · beam search",
+        "out",
+        size=13,
+        sub="10 · BLEU, chrF · 11",
+    )
     s.arrow(dx + 100, 164, dx + 100, 120)
     # GPT
     gx = 690
