@@ -119,17 +119,17 @@ QUOTES = [
         r"learned: ([\d.]+) between neighbours",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the model reaches BLEU-zh ([\d.]+) greedy",
         r"course test split\s+greedy\s+[\d,]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"sentences\) it reaches ([\d.]+) and",
         r"Tatoeba Challenge test\s+greedy\s+[\d,]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"greedy and [\d.]+\s+with the beam \(chrF [\d.]+ and ([\d.]+)\)",
         r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+([\d.]+)",
     ),
@@ -144,12 +144,12 @@ QUOTES = [
         r"validation loss ([\d.]+) after",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"decode our split\s+\(([\d.]+) s against",
         r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"on the public test \(([\d.]+) s against",
         r"Challenge test\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
     ),
@@ -219,12 +219,12 @@ QUOTES = [
         r"val loss ([\d.]+) over every validation token",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the two sentences reach BLEU-zh ([\d.]+);",
         r"\{'bleu': ([\d.]+), 'chrf'",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the same output falls to ([\d.]+)\.",
         r"BLEU = ([\d.]+) ",
     ),
@@ -337,12 +337,14 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.74": "the beam's summed score in the figure (tools/beam_tree.py)",
         "1.52": "= ((5 + 7) / 6) ** 0.6",
         "1.15": "the beam's penalised score in the figure (tools/beam_tree.py)",
-        "0.4": "a setting of the sweep, and a toy model's probability",
+        "0.4": "a toy model's probability, worked in the text",
+        "4,000": "the checker's sample size, a setting",
+        "0.36": "the toy model's probability, worked in the text",
+    },
+    "11": {
         "3.5": "= 51.8 / 15.0",
         "4.0": "= 393.5 / 98.4",
         "6.8": "= 31.4 - 24.62",
-        "4,000": "the checker's sample size, a setting",
-        "0.36": "the toy model's probability, worked in the text",
     },
     "13": {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
@@ -401,7 +403,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "17": {
         "1.54": "= 1536384 / 1e6",
         "0.2": "a bound on the two seeds' BLEU gap, from the table",
-        "23.84": "in 10",
+        "23.84": "in 11",
         "23.5": "in 09",
         "0.3": "= 5.12 - 4.84",
     },
