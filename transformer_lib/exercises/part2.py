@@ -460,7 +460,7 @@ def check_beam_search(fn: Callable) -> str:
     )
 
 
-# 11 · corpus BLEU ----------------------------------------------------------------------
+# 11 · corpus BLEU ---------------------------------------------------------------------
 
 # four corpora of Chinese sentences, a character a token: (hypothesis, references)
 _BLEU_CORPORA = [
