@@ -9,7 +9,7 @@ and the public one.
 
 Training uses notebook 09's recipe (`fit_translator`, appendix A1); `--max-minutes`,
 `--train-limit` (the first N training pairs), `--dtype` and `--model KEY=VALUE` change
-it, for the measurements of the levers. Evaluation follows notebook 10: the weights
+it, for the measurements of the levers. Evaluation follows notebook 11: the weights
 (best epoch, or the mean of the last three) and the beam size and length penalty are
 chosen on the validation split; then sacreBLEU with tokenize='zh' and chrF, greedy and
 beam, on the course's test split and on the Tatoeba Challenge's public English-Mandarin

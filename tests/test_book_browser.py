@@ -56,7 +56,7 @@ CHROMIUM_FLAGS = [
 KEY_PAGES = [
     "book/intro",
     "notebooks/05_multi_head_attention",
-    "notebooks/10_decoding_and_evaluation",
+    "notebooks/10_decoding",
     "notebooks/12_gpt_language_model",
     "zh/book/intro",
     "zh/notebooks/05_multi_head_attention",
@@ -489,9 +489,9 @@ def test_chinese_pages_have_no_prose_left_in_english(rendered):
 @pytest.mark.parametrize(
     "query, page",
     [
-        ("束搜索", "zh/notebooks/10_decoding_and_evaluation"),
+        ("束搜索", "zh/notebooks/10_decoding"),
         ("多头注意力", "zh/notebooks/05_multi_head_attention"),
-        ("beam search", "notebooks/10_decoding_and_evaluation"),
+        ("beam search", "notebooks/10_decoding"),
     ],
 )
 def test_search_finds_pages_in_each_language(book, query, page):
@@ -561,7 +561,7 @@ window.addEventListener("load", function () {
 });
 </script>"""
 EXPLORER_PAGES = {
-    "notebooks/10_decoding_and_evaluation": {
+    "notebooks/11_evaluation": {
         "src": "translator",
         "item": 1,
         "kind": "cross",
@@ -651,7 +651,7 @@ def test_attention_explorer_fetches_its_data_over_http(book):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
-        page = "zh/notebooks/10_decoding_and_evaluation"
+        page = "zh/notebooks/11_evaluation"
         pick = {"src": "translator", "item": 0, "kind": "enc_self", "layer": 0}
         report = explorer_report(book, page, {**pick, "head": 0, "query": 0}, url)
     finally:

@@ -588,6 +588,23 @@ def test_beam_search():
     )
 
 
+def test_corpus_bleu():
+    right = solution("11").my_corpus_bleu
+    assert ex.outcome(ex.check_corpus_bleu, right)[0] == "pass"
+    for mistake, message in (
+        ({"clip": False}, "corpus 3: .*counts not clipped"),
+        ({"bp": False}, "corpus 2: .*no brevity penalty"),
+        ({"longest": True}, "corpus 2: .*r is the longest reference"),
+        ({"arithmetic": True}, "corpus 3: .*an arithmetic mean"),
+    ):
+        fails(
+            ex.check_corpus_bleu,
+            lambda h, r, m=mistake: ex.bleu_reference(list(zip(h, r)), **m),
+            message,
+        )
+    fails(ex.check_corpus_bleu, lambda h, r: right(h, r) / 100, "0-100 scale")
+
+
 def test_gpt_block():
     Right = solution("12").MyBlock
 

@@ -119,17 +119,17 @@ QUOTES = [
         r"learned: ([\d.]+) between neighbours",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the model reaches BLEU-zh ([\d.]+) greedy",
         r"course test split\s+greedy\s+[\d,]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"sentences\) it reaches ([\d.]+) and",
         r"Tatoeba Challenge test\s+greedy\s+[\d,]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"greedy and [\d.]+\s+with the beam \(chrF [\d.]+ and ([\d.]+)\)",
         r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+([\d.]+)",
     ),
@@ -144,12 +144,12 @@ QUOTES = [
         r"validation loss ([\d.]+) after",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"decode our split\s+\(([\d.]+) s against",
         r"course test split\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"on the public test \(([\d.]+) s against",
         r"Challenge test\s+beam\s+[\d,]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
     ),
@@ -244,12 +244,12 @@ QUOTES = [
         r"val loss ([\d.]+) over every validation token",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the two sentences reach BLEU-zh ([\d.]+);",
         r"\{'bleu': ([\d.]+), 'chrf'",
     ),
     (
-        "10_decoding_and_evaluation",
+        "11_evaluation",
         r"the same output falls to ([\d.]+)\.",
         r"BLEU = ([\d.]+) ",
     ),
@@ -365,12 +365,14 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.74": "the beam's summed score in the figure (tools/beam_tree.py)",
         "1.52": "= ((5 + 7) / 6) ** 0.6",
         "1.15": "the beam's penalised score in the figure (tools/beam_tree.py)",
-        "0.4": "a setting of the sweep, and a toy model's probability",
-        "3.5": "= 51.8 / 15.0",
-        "4.0": "= 393.5 / 98.4",
-        "6.8": "= 31.4 - 24.62",
+        "0.4": "a toy model's probability, worked in the text",
         "4,000": "the checker's sample size, a setting",
         "0.36": "the toy model's probability, worked in the text",
+    },
+    "11": {
+        "4.2": "= 74.8 / 17.8",
+        "2.4": "= 550.7 / 228.6",
+        "6.7": "= 31.4 - 24.66",
     },
     "13": {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
@@ -440,7 +442,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "17": {
         "1.54": "= 1536384 / 1e6",
         "0.2": "a bound on the two seeds' BLEU gap, from the table",
-        "23.84": "in 10",
+        "23.92": "in 11",
         "23.5": "in 09",
         "0.3": "= 5.12 - 4.84",
     },
@@ -608,7 +610,12 @@ CHINA = "zh/book/setup_china.md"
 # (page, a regex with one group around the figure, what it equals or None for a cited
 # figure, where it comes from)
 SETUP_FIGURES = [
-    ("book/setup.md", r"trains one itself \(([\d.]+) minutes", trained_minutes, "09"),
+    (
+        "book/setup.md",
+        r"train one themselves \(([\d.]+) minutes",
+        trained_minutes,
+        "09",
+    ),
     ("zh/book/setup.md", r"需要 ([\d.]+) 分钟，在 GPU 上", trained_minutes, "09"),
     ("book/setup.md", r"five files \(about ([\d.]+) MB\)", data_megabytes, "data.py"),
     ("zh/book/setup.md", r"5 个文件（约 ([\d.]+) MB）", data_megabytes, "data.py"),
@@ -632,9 +639,9 @@ SETUP_FIGURES = [
     (CHINA, r"全花在训练上（训练 ([\d.]+) 分钟）", trained_minutes, "09"),
     (
         CHINA,
-        r"解码与评估\]\([^)]*\)需要 ([\d.]+) 分钟",
-        lambda: elapsed("10_decoding_and_evaluation", 60),
-        "10",
+        r"评估翻译器\]\([^)]*\)在 1 个线程上需要 (\d+) 分钟",
+        lambda: elapsed("11_evaluation", 60),
+        "11",
     ),
     (
         CHINA,

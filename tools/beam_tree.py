@@ -307,7 +307,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "book" / "images" / "beam_tree.svg"))
     p.add_argument(
         "--notebook",
-        default=str(ROOT / "notebooks" / "10_decoding_and_evaluation.ipynb"),
+        default=str(ROOT / "notebooks" / "10_decoding.ipynb"),
         help="whose <img> of the tree gets the new description as alt text",
     )
     a = p.parse_args()

@@ -14,7 +14,7 @@ instead:
   them.
 - Colab has `google.colab` imported: an IPython start-up file registers a stand-in
   module of that name,
-  so the notebook's Colab-only cells (the pip install, notebook 10's font install)
+  so the notebook's Colab-only cells (the pip install, notebook 11's font install)
   really run.
 - The first cell installs `transformer_lib @ git+<repository URL in _config.yml>`: git
   is told to fetch

@@ -13,7 +13,7 @@ weights themselves, from the stored runs, small enough that a page stays light.
   checked loader, weights_only=True) translates a few English sentences greedily
   (`greedy_decode`); for each: the tokens, the translation, and per layer and head the
   cross-attention (target x source) and both self-attentions. A target row is the
-  decoder position that writes that token (notebook 10's labels): its self-attention
+  decoder position that writes that token (notebook 11's labels): its self-attention
   keys are the decoder's inputs, <bos> then the tokens written before it.
 - gpt.json: the Part IV speedrun's language model (`benchmarks/part4_speedrun.py
   --out notebooks/runs/lm/speedrun.pt`, read by `load_lm`), a few seeded samples with
@@ -45,7 +45,7 @@ from transformer_lib.mt_train import load_checked_translator  # noqa: E402
 OUT = ROOT / "_static" / "explorer"
 TRANSLATOR = "notebooks/runs/translator.pt"
 GPT = "notebooks/runs/lm/speedrun.pt"
-SENTENCES = [  # the first is notebook 10's per-head figure (and the landing page's)
+SENTENCES = [  # the first is notebook 11's per-head figure (and the landing page's)
     "I bought a new car last week.",
     "Where is the station?",
     "My brother is taller than me.",
@@ -94,7 +94,7 @@ class AttentionRecorder:
 
 
 def token(src_tok, i: int) -> str:
-    """A source token as a label: notebook 10's (stripped); a lone space shows as ␣."""
+    """A source token as a label: notebook 11's (stripped); a lone space shows as ␣."""
     return src_tok.decode([i]).strip() or "␣"
 
 

@@ -15,7 +15,7 @@ them, then `make export`). One concept a module:
     Part II        encoder (07), seq2seq (08)             the English-Chinese
                    torch_reference (07, 08)               translator
                    translation_data, translator (09)
-                   decoding (10, A1)
+                   decoding (10, 11, A1)
     shared kit     training (09, 14, A1), sampling (10)   used by both Parts,
                    checkpoints (A1)                       importing neither
     Part III       gpt, lm_loop (12), perf (14)           the GPT language model

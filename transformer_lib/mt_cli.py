@@ -7,9 +7,9 @@
     python -m transformer_lib translate --input sentences.txt   # one sentence a line
 
 The training is `transformer_lib.mt_train` (appendix A1), the decoding
-`transformer_lib.decoding` (notebook 10). An existing checkpoint is never replaced by
-accident: `train-mt` refuses to start unless --resume or --restart says what to do
-with it.
+`transformer_lib.decoding` (notebooks 10 and 11). An existing checkpoint is never
+replaced by accident: `train-mt` refuses to start unless --resume or --restart says
+what to do with it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,9 @@ from transformer_lib.exercises.part1 import (
 )
 from transformer_lib.exercises.part2 import (
     beam_search_reference,
+    bleu_reference,
     check_beam_search,
+    check_corpus_bleu,
     check_decoder_layer,
     check_encoder_layer,
     check_min_p_sampling,
@@ -92,6 +94,8 @@ __all__ = [
     "check_training_loop",
     "check_min_p_sampling",
     "check_beam_search",
+    "check_corpus_bleu",
+    "bleu_reference",
     "check_gpt_block",
     "check_kv_cache",
     "check_cosine_by_distance",
@@ -129,6 +133,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("my_sample_min_p", check_min_p_sampling),
         ("my_beam_search", check_beam_search),
     ],
+    "11": [("my_corpus_bleu", check_corpus_bleu)],
     "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
     "13": [("my_cosine_by_distance", check_cosine_by_distance)],
     "14": [("my_tiled_attention", check_tiled_attention)],

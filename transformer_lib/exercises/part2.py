@@ -1,11 +1,12 @@
-"""The checkers of Part II's build-its (notebooks 07-10): an encoder layer, a decoder
-layer and the shifted targets, one training step and the training loop, min-p sampling
-and beam search. Written by hand."""
+"""The checkers of Part II's build-its (notebooks 07-11): an encoder layer, a decoder
+layer and the shifted targets, one training step and the training loop, min-p sampling,
+beam search and corpus BLEU. Written by hand."""
 
 from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -470,3 +471,114 @@ def check_beam_search(fn: Callable) -> str:
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
     )
+
+
+# 11 · corpus BLEU ---------------------------------------------------------------------
+
+# four corpora of Chinese sentences, a character a token: (hypothesis, references)
+_BLEU_CORPORA = [
+    [("我今天必须把书还给图书馆。", ["我今天必须把书还给图书馆。"])],  # a perfect match
+    [  # short hypotheses, references of different lengths: the brevity penalty, r
+        ("我喜欢猫和狗。", ["我很喜欢猫和狗。", "我喜欢猫也喜欢狗。"]),
+        ("他在图书馆看书。", ["他在图书馆里看书呢。", "他正在图书馆看书。"]),
+    ],
+    [  # repeated characters: clipping
+        ("我的的的书在桌子上。", ["我的书在桌子上面。"]),
+        ("汤姆说他不想出去了了。", ["汤姆说他不想出去了。", "汤姆说他不愿意出去。"]),
+    ],
+    [  # sentences of unequal quality: corpus counts, not a mean of sentence scores
+        ("每个人都知道汤姆的法语很好。", ["每个人都知道汤姆的法语很好。"]),
+        ("昨天我打了网球第一次。", ["昨天我第一次打了网球。"]),
+        ("你一天喝几杯咖啡呢？", ["你一天喝几杯咖啡？"]),
+    ],
+]
+
+
+def _grams(tokens: list[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+
+def bleu_reference(
+    corpus, clip=True, bp=True, longest=False, arithmetic=False
+) -> float:
+    """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
+    typical mistakes: counts not clipped, no brevity penalty, the longest reference as
+    r, an arithmetic mean of the precisions."""
+    match, total, c, r = [0] * 4, [0] * 4, 0, 0
+    for hyp, refs in corpus:
+        c += len(hyp)
+        closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), len(ref)))
+        r += max(map(len, refs)) if longest else len(closest)
+        for n in range(1, 5):
+            got, most = _grams(hyp, n), Counter()
+            for ref in refs:
+                most |= _grams(ref, n)  # the most times any one reference has it
+            if not clip:  # every occurrence of an n-gram some reference has counts
+                most = Counter({g: got[g] for g in most})
+            match[n - 1] += sum((got & most).values())
+            total[n - 1] += sum(got.values())
+    if min(match) == 0:
+        return 0.0
+    p = [m / t for m, t in zip(match, total)]
+    mean = sum(p) / 4 if arithmetic else math.exp(sum(map(math.log, p)) / 4)
+    return 100 * (1.0 if not bp or c >= r else math.exp(1 - r / c)) * mean
+
+
+def _sacrebleu(corpus) -> float:
+    """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists."""
+    import sacrebleu
+
+    n = max(len(refs) for _, refs in corpus)
+    streams = [
+        [" ".join(refs[j]) if j < len(refs) else None for _, refs in corpus]
+        for j in range(n)
+    ]
+    hyps = [" ".join(hyp) for hyp, _ in corpus]
+    return sacrebleu.corpus_bleu(hyps, streams, tokenize="none").score
+
+
+@checker("corpus BLEU")
+def check_corpus_bleu(fn: Callable) -> str:
+    """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's."""
+    for k, sentences in enumerate(_BLEU_CORPORA, 1):
+        corpus = [(list(h), [list(r) for r in refs]) for h, refs in sentences]
+        want = _sacrebleu(corpus)
+        got = fn([h for h, _ in corpus], [refs for _, refs in corpus])
+        if not isinstance(got, (int, float)) and not torch.is_tensor(got):
+            raise ExerciseError(f"corpus {k}: expected a number, got {type(got)}")
+        got = float(got)
+        if math.isclose(got, want, abs_tol=1e-4):
+            continue
+        mean = sum(bleu_reference([pair]) for pair in corpus) / len(corpus)
+        for mistake, value in (
+            ("BLEU is on a 0-100 scale: multiply by 100", want / 100),
+            (
+                "counts not clipped: an n-gram matches at most as often as one "
+                "reference has it",
+                bleu_reference(corpus, clip=False),
+            ),
+            (
+                "no brevity penalty: multiply by exp(1 - r / c) when c < r",
+                bleu_reference(corpus, bp=False),
+            ),
+            (
+                "r is the longest reference: take each sentence's closest one",
+                bleu_reference(corpus, longest=True),
+            ),
+            (
+                "an arithmetic mean of the precisions: BLEU takes the geometric one, "
+                "exp(mean log p_n)",
+                bleu_reference(corpus, arithmetic=True),
+            ),
+            (
+                "a mean of sentence scores: sum the matches, n-grams and lengths over "
+                "the corpus first",
+                mean,
+            ),
+        ):
+            if math.isclose(got, value, abs_tol=1e-4):
+                raise ExerciseError(
+                    f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
+                )
+        raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
+    return "four corpora equal sacrebleu.corpus_bleu: clipping, brevity, closest r"
