@@ -19,6 +19,7 @@ HAND_WRITTEN = {
     "data",
     "downloads",
     "files",
+    "viz",
     "cli_args",
     "mt_cli",
     "lm_cli",

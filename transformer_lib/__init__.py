@@ -1,17 +1,17 @@
 """transformer_lib: the finished code of the course 'Building a Transformer from
 Scratch'.
 
-Every module but the data loaders, the durable files, the checkers and the command line
-is written in a notebook and exported from it (its first line names the notebooks: edit
-them, then `make export`). One concept a module:
+Every module but the data loaders, the durable files, the heatmaps, the checkers and the
+command line is written in a notebook and exported from it (its first line names the
+notebooks: edit them, then `make export`). One concept a module:
 
     part           module (notebooks)                     what it holds
     foundations    runtime (00), tokenization (01)        devices, seeds, tokenizers
                    data, downloads, files (by hand)       corpora; pinned downloads;
                                                           atomic files and locks
     Part I         embeddings (02), positional (03)       the pieces of a Transformer
-                   attention, viz (04), multi_head (05)
-                   masks (06)
+                   attention (04), multi_head (05)
+                   masks (06), viz (by hand)              heatmaps of the weights
     Part II        encoder (07), seq2seq (08)             the English-Chinese
                    torch_reference (07, 08)               translator
                    translation_data, translator (09)
