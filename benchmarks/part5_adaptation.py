@@ -457,6 +457,7 @@ GPT_STEPS, GPT_HELDOUT, GPT_SEEDS = 200, 1000, (0, 1)
 GPT_METHODS = {  # name -> (what trains, peak learning rate)
     "full fine-tuning": ("all", 1e-3),
     "LoRA r=4": (4, 1e-2),
+    "LoRA r=8": (8, 1e-2),
     "LoRA r=16": (16, 1e-2),
     "embeddings and norms": ("embeddings", 1e-2),
     "last block": ("last", 1e-3),
