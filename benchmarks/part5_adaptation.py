@@ -8,6 +8,7 @@ what it computes.
     python benchmarks/part5_adaptation.py lora  # pretraining, then full or LoRA
     python benchmarks/part5_adaptation.py dpo  # DPO vs fine-tuning on the chosen
     python benchmarks/part5_adaptation.py dpo --budget 15 --tag 15s  # a quarter
+    python benchmarks/part5_adaptation.py lora-gpt  # the Shakespeare GPT -> English
     python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
 
 Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
@@ -17,6 +18,7 @@ model that `arch --seed 0` saved in runs/part5/.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -38,8 +40,16 @@ from transformer_lib.decoder_only import (
 )
 from transformer_lib.decoding import evaluate_model, evaluate_translations
 from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
-from transformer_lib.gpt import GPT, GPTConfig
-from transformer_lib.lora import add_lora, trainable_parameters
+from transformer_lib.gpt import GPT, GPTConfig, generate
+from transformer_lib.lm_loop import bits_per_char, load_lm_data
+from transformer_lib.lm_loop import train as lm_train
+from transformer_lib.lora import (
+    adapt,
+    add_lora,
+    lora_layers,
+    sentences_as_text,
+    trainable_parameters,
+)
 from transformer_lib.runtime import describe_machine, set_seed
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.translation_data import (
@@ -442,9 +452,98 @@ def dpo(args, d: dict) -> dict:
     }
 
 
+# lora-gpt: notebook 12's Shakespeare GPT adapted to today's English (notebook 18)
+GPT_STEPS, GPT_HELDOUT, GPT_SEEDS = 200, 1000, (0, 1)
+GPT_METHODS = {  # name -> (what trains, peak learning rate)
+    "full fine-tuning": ("all", 1e-3),
+    "LoRA r=4": (4, 1e-2),
+    "LoRA r=8": (8, 1e-2),
+    "LoRA r=16": (16, 1e-2),
+    "embeddings and norms": ("embeddings", 1e-2),
+    "last block": ("last", 1e-3),
+}
+
+
+def shakespeare_gpt(data, quick: bool) -> GPT:
+    """Notebook 12's CPU GPT after its 700 steps (runs/part5/shakespeare_gpt.pt)."""
+    path = RUNS / "shakespeare_gpt.pt"
+    config = (GPTConfig.tiny if quick else GPTConfig.cpu)(vocab_size=65)
+    set_seed(0)
+    model = GPT(config)
+    if path.exists() and not quick:
+        model.load_state_dict(torch.load(path, weights_only=True))
+    else:
+        lm_train(model, data, 20 if quick else 700)
+        if not quick:
+            torch.save(model.state_dict(), path)
+    return model.eval()
+
+
+def trainable_copy(base: GPT, what, seed: int) -> GPT:
+    model = copy.deepcopy(base)
+    set_seed(seed)  # LoRA's A
+    if isinstance(what, int):
+        add_lora(model, what, alpha=2 * what)
+    elif what != "all":
+        model.requires_grad_(False)
+        keep = [model.blocks[-1], model.norm_f]
+        if what == "embeddings":  # tok_emb is also the output layer (tied)
+            keep = [model.tok_emb, model.pos_emb, model.norm_f]
+            keep += [m for b in model.blocks for m in (b.norm1, b.norm2)]
+        for module in keep:
+            module.requires_grad_(True)
+    return model
+
+
+def samples(model: GPT, tokenizer, n: int = 2) -> list[str]:
+    """n continuations of a newline, 100 characters each, seeded."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.tensor([tokenizer.encode("\n")] * n)
+    out = generate(model.eval(), ids, 100, temperature=0.8, generator=g)
+    return [tokenizer.decode(row[1:].tolist()) for row in out]
+
+
+def lora_gpt(args) -> dict:
+    shakespeare = load_lm_data()
+    english = [en for en, _ in course_pairs()]
+    task, dropped = sentences_as_text(english, shakespeare.tokenizer, GPT_HELDOUT)
+    steps = 3 if args.quick else GPT_STEPS
+    base = shakespeare_gpt(shakespeare, args.quick)
+    rows = {"base": {"bpc": round(bits_per_char(base, task)[1], 4), "trainable": 0}}
+    text = {"base": samples(base, task.tokenizer)}
+    for name, (what, lr) in GPT_METHODS.items():
+        for seed in GPT_SEEDS:
+            model = trainable_copy(base, what, seed)
+            print(name, seed, flush=True)
+            row = adapt(model, task, steps, lr, seed)
+            rows[f"{name}, seed {seed}"] = row | {
+                "trainable": trainable_parameters(model),
+                "lr": lr,
+            }
+            if seed == 0 and name in ("full fine-tuning", "LoRA r=16"):
+                text[name] = samples(model, task.tokenizer)
+            if seed == 0 and isinstance(what, int):
+                x = task.val_ids[: base.config.context_len].unsqueeze(0)
+                before = model.eval()(x)[0]
+                for layer in lora_layers(model):
+                    layer.merge()
+                diff = (model(x)[0] - before).abs().max().item()
+                rows[f"{name}, seed {seed}"]["merged_max_abs_diff"] = diff
+    return {
+        "sentences": len(set(english)),
+        "dropped": dropped,
+        "train_chars": len(task.train_ids),
+        "heldout_chars": len(task.val_text),
+        "steps": steps,
+        "base_shakespeare_bpc": round(bits_per_char(base, shakespeare)[1], 4),
+        "rows": rows,
+        "samples": text,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("arch", "lora", "dpo"))
+    ap.add_argument("what", choices=("arch", "lora", "dpo", "lora-gpt"))
     ap.add_argument("--seed", type=int, default=0, help="arch: the seed of this run")
     ap.add_argument(
         "--budget", type=float, default=None, help="CPU seconds per training run"
@@ -474,7 +573,7 @@ def main() -> None:
     if args.n_sentences < 1 or args.samples < 1:
         ap.error("--n-sentences and --samples must be >= 1")
     if args.budget is None:
-        args.budget = {"arch": 120.0, "lora": 60.0, "dpo": 60.0}[args.what]
+        args.budget = {"arch": 120.0, "lora": 60.0, "dpo": 60.0}.get(args.what, 0)
     if args.quick:
         args.budget, args.pretrain, args.n_sentences = 3.0, 3.0, 40
     if (
@@ -487,9 +586,14 @@ def main() -> None:
         )
     torch.set_num_threads(1)  # process CPU time = one core's time: comparable runs
     RUNS.mkdir(parents=True, exist_ok=True)
-    d = data(args.quick)
-    result = {"arch": arch, "lora": lora, "dpo": dpo}[args.what](args, d)
-    name = f"part5_{args.what}" + (f"_seed{args.seed}" if args.what == "arch" else "")
+    if args.what == "lora-gpt":
+        d, result = None, lora_gpt(args)
+    else:
+        d = data(args.quick)
+        result = {"arch": arch, "lora": lora, "dpo": dpo}[args.what](args, d)
+    name = f"part5_{args.what.replace('-', '_')}" + (
+        f"_seed{args.seed}" if args.what == "arch" else ""
+    )
     name += f"_{args.tag}" if args.tag else ""
     result |= {
         "command": "python benchmarks/"
@@ -497,9 +601,10 @@ def main() -> None:
         "machine": describe_machine(torch.device("cpu")),
         "torch": torch.__version__,
         "threads": 1,
-        "test_sentences": len(group_references(d["test"])[0]),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+    if d is not None:
+        result["test_sentences"] = len(group_references(d["test"])[0])
     out = RESULTS / f"{name}.json"
     if args.quick:
         print(

@@ -25,6 +25,8 @@ QUICK = {
     "part5_adaptation.py": ["arch", "--quick"],
     "translation.py": ["--quick", "--limit", "20", "--out", "{tmp}/translator.pt"],
 }
+# more quick runs of a script that has several subcommands
+MORE_QUICK = [("part5_adaptation.py", ["lora-gpt", "--quick"])]
 NOT_SCRIPTS = {"timing.py"}  # the timing helper the scripts import
 
 
@@ -37,11 +39,15 @@ def test_every_script_has_a_quick_run_and_a_line_in_the_readme():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(QUICK))
-def test_benchmark_runs_in_quick_mode(script, tmp_path):
+@pytest.mark.parametrize(
+    "script, flags",
+    sorted(QUICK.items()) + MORE_QUICK,
+    ids=lambda v: v if isinstance(v, str) else " ".join(v),
+)
+def test_benchmark_runs_in_quick_mode(script, flags, tmp_path):
     stored = {p: p.read_bytes() for p in RESULTS.glob("*.json")}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCHMARKS)])}
-    args = [a.replace("{tmp}", str(tmp_path)) for a in QUICK[script]]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in flags]
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args],
         cwd=ROOT,

@@ -210,6 +210,21 @@ QUOTES = [
     ),
     (
         "18_lora",
+        r"rank 8 ([\d.]+)% with 1/[\d.]+ of it",
+        r"LoRA r=8: ([\d.]+)% of full fine-tuning's gain",
+    ),
+    (
+        "18_lora",
+        r"rank 8 [\d.]+% with 1/([\d.]+) of it",
+        r"LoRA r=8: [\d.]+% of full fine-tuning's gain, 1/([\d.]+) of its",
+    ),
+    (
+        "18_lora",
+        r"([\d.]+) bits per character on\s+the held-out sentences before adapting",
+        r"held-out bits per character, base model: ([\d.]+)",
+    ),
+    (
+        "18_lora",
         r"1\.12 MiB of AdamW state against ([\d.]+) MiB",
         r"full fine-tuning:\s+([\d.]+) MiB of optimizer state",
     ),
