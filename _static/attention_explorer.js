@@ -11,6 +11,10 @@
 // no network. Every cell and token shows its weight as data-weight (the tests read it).
 (function () {
   "use strict";
+  // Where this script was loaded from: the data sits beside it in explorer/. (The
+  // Chinese edition's pages load the English edition's _static, so the page's own
+  // root is not where the data is.)
+  var SCRIPT = document.currentScript ? document.currentScript.src : null;
   var WORDS = {
     en: {
       sentence: "Sentence", line: "Text", kind: "Attention", layer: "Layer",
@@ -102,7 +106,9 @@
 
   function load(name) {
     if (!loaded[name]) {
-      var base = new URL("_static/explorer/" + name, siteRoot()).href;
+      var base = SCRIPT
+        ? new URL("explorer/" + name, SCRIPT).href
+        : new URL("_static/explorer/" + name, siteRoot()).href;
       var files = location.protocol === "file:";  // fetch is refused there: no try
       loaded[name] = (files ? Promise.reject(new Error("file:")) : fetch(base + ".json"))
         .then(function (r) {
