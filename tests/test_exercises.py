@@ -1049,3 +1049,62 @@ def test_check_command_reads_the_saved_notebook(tmp_path, capsys):
 def test_check_command_refuses_an_unknown_notebook(capsys):
     assert main(["check", "99"]) == 2
     assert "no notebook '99'" in capsys.readouterr().out
+
+
+# issue 34's learner review (h-review): wrong answers that passed before --------------
+
+
+def test_training_loop_sets_every_param_group():
+    def first_group_only(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            optimizer.param_groups[0]["lr"] = lr_at(s)
+            losses.append(train_step(model, optimizer, batch))
+            if not math.isfinite(losses[-1]):
+                raise ValueError(f"step {s}: the loss is {losses[-1]}")
+        return losses
+
+    fails(ex.check_training_loop, first_group_only, "not only the first")
+
+
+def test_min_p_returns_one_id_per_row():
+    def column(logits, min_p, generator=None):
+        probs = logits.softmax(-1)
+        probs = probs * (probs >= min_p * probs.max(-1, keepdim=True).values)
+        return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+
+    fails(ex.check_min_p_sampling, column, r"got \(8000, 1\): squeeze")
+
+
+def beam_with(mean=False, drop_finished=False):
+    def search(step, beam, max_len, eos):
+        def score(c):
+            return c[1] / len(c[0]) if mean else c[1]
+
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = [
+                (p + (t,), s + lp)
+                for p, s in alive
+                for t, lp in enumerate(step(p).tolist())
+                if lp > -math.inf
+            ]
+            grown.sort(key=lambda c: -score(c))
+            alive = []
+            for c in grown:
+                if c[0][-1] == eos and (drop_finished or len(alive) + len(done) < beam):
+                    done.append(c)
+                elif len(alive) < beam - (0 if drop_finished else len(done)):
+                    alive.append(c)
+            if not alive:
+                break
+        best = max(done or alive, key=score)
+        return list(best[0]), best[1]
+
+    return search
+
+
+def test_beam_search_length_and_places():
+    fails(ex.check_beam_search, beam_with(mean=True), "no length penalty")
+    fails(ex.check_beam_search, beam_with(drop_finished=True), "takes one of the beam")

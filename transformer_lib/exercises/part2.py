@@ -272,7 +272,7 @@ def _regression_step(log: list) -> Callable:
     ran at."""
 
     def step(model, optimizer, batch) -> float:
-        log.append((optimizer.param_groups[0]["lr"], model.training))
+        log.append(([g["lr"] for g in optimizer.param_groups], model.training))
         x, y = batch
         loss = F.mse_loss(model(x), y)
         optimizer.zero_grad()
@@ -297,7 +297,8 @@ def check_training_loop(fn: Callable) -> str:
     model = nn.Sequential(nn.Linear(3, 1))
     model.eval()
     ref = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=123.0)
+    weight, bias = model[0].weight, model[0].bias  # two groups, as AdamW's decay split
+    opt = torch.optim.SGD([{"params": [weight]}, {"params": [bias]}], lr=123.0)
     log: list = []
     losses = fn(model, opt, batches, lr_at, _regression_step(log))
     if not isinstance(losses, list) or len(losses) != len(batches):
@@ -307,7 +308,14 @@ def check_training_loop(fn: Callable) -> str:
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
         )
-    for s, (lr, training) in enumerate(log):
+    for s, (lrs, training) in enumerate(log):
+        lr = lrs[0]
+        if lr == lr_at(s) and any(other != lr for other in lrs):
+            raise ExerciseError(
+                f"step {s}: param group 0 ran at lr_at({s}) but another group at "
+                f"{next(x for x in lrs if x != lr)}: set the lr of every param group "
+                "(for g in optimizer.param_groups), not only the first"
+            )
         if not training:
             raise ExerciseError(
                 f"step {s} ran in eval mode (dropout off): call model.train() first"
@@ -389,10 +397,11 @@ def check_min_p_sampling(fn: Callable) -> str:
         want = probs * keep / (probs * keep).sum(-1, keepdim=True)
         g = torch.Generator().manual_seed(0)
         got = fn(probs.log().repeat(n, 1), p, g)
-        if not isinstance(got, Tensor) or got.numel() != 2 * n:
+        if not isinstance(got, Tensor) or tuple(got.shape) != (2 * n,):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
             raise ExerciseError(
-                f"min_p={p}: expected ({2 * n},) token ids, got {shape}"
+                f"min_p={p}: expected ({2 * n},) token ids, one per row, got {shape}"
+                + (": squeeze the sample dimension" if shape == (2 * n, 1) else "")
             )
         got = got.reshape(n, 2)
         for row in range(2):
@@ -467,6 +476,34 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
                 f"{want_score:.4f}"
             )
+    for beam, want, why in (
+        (
+            1,
+            [0, 0, 0, 2],
+            "a finished prefix takes one of the beam places: with "
+            "beam 1, [<eos>] (p = 0.3) loses its place to [0] (p = 0.7) at step 1",
+        ),
+        (
+            2,
+            [2],
+            "rank by the total log-probability, with no length penalty: "
+            "[<eos>] (p = 0.3) beats [0, 0, 0, <eos>] (p = 0.168); a mean per token "
+            "prefers the longer one",
+        ),
+    ):
+        got = fn(_length_step, beam, 4, 2)
+        if list(got[0]) != want:
+            raise ExerciseError(
+                f"beam={beam}, a toy where <eos> comes first with p = 0.3: got "
+                f"tokens {list(got[0])}, expected {want}: {why}"
+            )
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
+        "; no length penalty; a finished prefix keeps its place"
     )
+
+
+def _length_step(prefix: tuple[int, ...]) -> Tensor:
+    """A toy where the shortest sentence, [<eos>], has the highest total probability."""
+    table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.5, 0.0, 0.5]}
+    return torch.tensor(table.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
