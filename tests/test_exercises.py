@@ -1108,3 +1108,35 @@ def beam_with(mean=False, drop_finished=False):
 def test_beam_search_length_and_places():
     fails(ex.check_beam_search, beam_with(mean=True), "no length penalty")
     fails(ex.check_beam_search, beam_with(drop_finished=True), "takes one of the beam")
+
+
+def test_sha256_first_chunk_only():
+    def first_chunk(path, chunk=1 << 20):
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(chunk)).hexdigest()
+
+    fails(ex.check_sha256, first_chunk, "only its first MiB was hashed")
+
+
+def test_cosine_by_distance_shift_and_axis():
+    def by_distance(table, dim=1, shift=0):
+        rows = F.normalize(table, dim=dim)
+        sims = rows @ rows.T
+        n = len(table)
+        return torch.stack(
+            [
+                sims.diagonal(k + shift).mean() if k + shift < n else sims.new_zeros(())
+                for k in range(n)
+            ]
+        )
+
+    fails(ex.check_cosine_by_distance, lambda t: by_distance(t, shift=1), "k \\+ 1")
+    fails(ex.check_cosine_by_distance, lambda t: by_distance(t, dim=0), "dim=0")
+
+
+def test_cdpo_summed():
+    def summed(pc, pr, rc, rr, beta, eps):
+        z = beta * ((pc - rc) - (pr - rr))
+        return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).sum()
+
+    fails(ex.check_cdpo_loss, summed, "summed over the batch")

@@ -43,6 +43,11 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: expected a str, got {type(got).__name__} "
                     "(hexdigest(), not digest())"
                 )
+            if got == hashlib.sha256(path.read_bytes()[: 2**20]).hexdigest() != want:
+                raise ExerciseError(
+                    f"a {n}-byte file: only its first MiB was hashed: update with "
+                    "every chunk, until read() returns b''"
+                )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
     return f"files of {', '.join(map(str, sizes))} bytes"
