@@ -102,7 +102,7 @@ def test_sha256():
     fails(
         ex.check_sha256,
         lambda p: hashlib.sha256(p.read_bytes()[: 2**20]).hexdigest(),
-        "a 3145735-byte file: got",
+        "a 3145735-byte file: only its first MiB was hashed",
     )
 
 
@@ -1108,14 +1108,6 @@ def beam_with(mean=False, drop_finished=False):
 def test_beam_search_length_and_places():
     fails(ex.check_beam_search, beam_with(mean=True), "no length penalty")
     fails(ex.check_beam_search, beam_with(drop_finished=True), "takes one of the beam")
-
-
-def test_sha256_first_chunk_only():
-    def first_chunk(path, chunk=1 << 20):
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read(chunk)).hexdigest()
-
-    fails(ex.check_sha256, first_chunk, "only its first MiB was hashed")
 
 
 def test_cosine_by_distance_shift_and_axis():
