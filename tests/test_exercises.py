@@ -1132,3 +1132,40 @@ def test_cdpo_summed():
         return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).sum()
 
     fails(ex.check_cdpo_loss, summed, "summed over the batch")
+
+
+def mha_with(split_wrong=False, mask_after=False):
+    from transformer_lib.multi_head import merge_heads, split_heads
+
+    class Attention(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.h = n_heads
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+                nn.Linear(d_model, d_model) for _ in range(4)
+            )
+
+        def split(self, x):
+            if split_wrong:  # no transpose: positions mixed into heads
+                return x.reshape(x.size(0), self.h, x.size(1), -1)
+            return split_heads(x, self.h)
+
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+            v = self.split(self.v_proj(value))
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+            if mask is not None and not mask_after:
+                s = s.masked_fill(~mask, float("-inf"))
+            w = s.softmax(-1) * (mask if mask is not None and mask_after else 1)
+            return self.out_proj(merge_heads(w @ v))
+
+    return Attention
+
+
+def test_multi_head_split_without_transpose_and_mask_after_softmax():
+    check = ex.check_multi_head_attention
+    assert ex.outcome(check, mha_with())[0] == "pass"
+    fails(check, mha_with(split_wrong=True), r"split with reshape\(B, H, T, D\)")
+    fails(check, mha_with(mask_after=True), "mask was applied after the softmax")

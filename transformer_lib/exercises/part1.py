@@ -315,8 +315,11 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
 # 05 · multi-head attention ------------------------------------------------------------
 
 
-def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False, mix=True):
-    """MultiHeadAttention's forward with a usual mistake, to recognise it."""
+def _mha_variant(
+    m, query, key, value, mask, scale=None, split_wrong=False, mix=True, **wrong
+):
+    """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
+    merge_wrong=False, the merge right after a wrong split; mask_after=True)."""
     B, T, C = query.shape
     H = m.n_heads
     D = C // H
@@ -328,10 +331,14 @@ def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False, mix=
 
     q, k, v = split(m.q_proj(query)), split(m.k_proj(key)), split(m.v_proj(value))
     s = q @ k.transpose(-2, -1) / math.sqrt(scale or D)
-    if mask is not None:
-        s = s.masked_fill(~mask, -math.inf)
-    y = s.softmax(-1) @ v  # (B, H, T, D)
-    merged = y.reshape(B, T, C) if split_wrong else y.transpose(1, 2).reshape(B, T, C)
+    if mask is not None and wrong.get("mask_after"):
+        y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
+    else:
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        y = s.softmax(-1) @ v  # (B, H, T, D)
+    merge_wrong = wrong.get("merge_wrong", split_wrong)
+    merged = y.reshape(B, T, C) if merge_wrong else y.transpose(1, 2).reshape(B, T, C)
     return m.out_proj(merged) if mix else merged
 
 
@@ -366,7 +373,13 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(d_model) = 4, expected "
                     "sqrt(d_head) = 2: each head has width d_model / n_heads"
                 )
-            if is_close(got, _mha_variant(ref, x, kv, kv, mask, split_wrong=True)):
+            if any(
+                is_close(
+                    got,
+                    _mha_variant(ref, x, kv, kv, mask, split_wrong=True, merge_wrong=w),
+                )
+                for w in (True, False)
+            ):
                 raise ExerciseError(
                     f"{name}: heads split with reshape(B, H, T, D), which mixes "
                     "positions: view(B, T, H, D), then transpose(1, 2)"
@@ -374,6 +387,13 @@ def check_multi_head_attention(cls: type) -> str:
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, mix=False)):
                 raise ExerciseError(
                     f"{name}: the merged heads were not mixed by out_proj (W_O)"
+                )
+            if mask is not None and is_close(
+                got, _mha_variant(ref, x, kv, kv, mask, mask_after=True)
+            ):
+                raise ExerciseError(
+                    f"{name}: the mask was applied after the softmax: fill the masked "
+                    "scores with -inf before it, so that each row's weights sum to 1"
                 )
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")
