@@ -1169,3 +1169,37 @@ def test_multi_head_split_without_transpose_and_mask_after_softmax():
     assert ex.outcome(check, mha_with())[0] == "pass"
     fails(check, mha_with(split_wrong=True), r"split with reshape\(B, H, T, D\)")
     fails(check, mha_with(mask_after=True), "mask was applied after the softmax")
+
+
+def decoder_with(no_cross_residual=False, norm_memory=False):
+    from transformer_lib.encoder import PositionwiseFeedForward
+    from transformer_lib.multi_head import MultiHeadAttention
+
+    class Layer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, n_heads)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads)
+            self.ff = PositionwiseFeedForward(d_model, d_ff)
+            self.norm1, self.norm2, self.norm3 = (
+                nn.LayerNorm(d_model) for _ in range(3)
+            )
+
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, tgt_mask)[0]
+            h, kv = self.norm2(x), self.norm2(memory) if norm_memory else memory
+            y = self.cross_attn(h, kv, kv, memory_mask)[0]
+            x = y if no_cross_residual else x + y
+            return x + self.ff(self.norm3(x))
+
+    return Layer
+
+
+def test_decoder_layer_residual_and_memory_norm():
+    check = ex.check_decoder_layer
+    assert ex.outcome(check, decoder_with())[0] == "pass"
+    fails(
+        check, decoder_with(no_cross_residual=True), "cross-attention's output is not"
+    )
+    fails(check, decoder_with(norm_memory=True), "memory went through norm2")

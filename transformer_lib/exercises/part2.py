@@ -134,6 +134,20 @@ def check_decoder_layer(cls: type) -> str:
                     "values come from memory, the encoder's output",
                 ),
             )
+            h3 = h + ca(h)
+            hints += (
+                (ff(sa(x) + ca(sa(x))), "self-attention's output is not added to x"),
+                (ff(ca(h)), "cross-attention's output is not added to its input"),
+                (
+                    ref.ff(ref.norm3(h3)),
+                    "the feed-forward output is not added to its input (the residual)",
+                ),
+                (
+                    ff(h + ca(h, ref.norm2(mem))),
+                    "memory went through norm2 too: norm2 normalises x only; the keys "
+                    "and values are memory as given",
+                ),
+            )
             for variant, hint in hints:
                 if is_close(got, variant):
                     raise ExerciseError(hint)
