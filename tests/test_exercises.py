@@ -1203,3 +1203,40 @@ def test_decoder_layer_residual_and_memory_norm():
         check, decoder_with(no_cross_residual=True), "cross-attention's output is not"
     )
     fails(check, decoder_with(norm_memory=True), "memory went through norm2")
+
+
+def test_shift_targets_eos_place_and_padding():
+    def eos_last(seqs, bos, eos, pad):
+        n = max(map(len, seqs))
+        tgt_in = [[bos] + s + [pad] * (n - len(s)) for s in seqs]
+        return torch.tensor(tgt_in), torch.tensor(
+            [s + [pad] * (n - len(s)) + [eos] for s in seqs]
+        )
+
+    def eos_padding(seqs, bos, eos, pad):
+        n = max(map(len, seqs))
+        tgt_in = [[bos] + s + [eos] * (n - len(s)) for s in seqs]
+        return torch.tensor(tgt_in), torch.tensor(
+            [s + [eos] * (n + 1 - len(s)) for s in seqs]
+        )
+
+    fails(ex.check_shift_targets, eos_last, "<eos> goes right after the sequence")
+    fails(ex.check_shift_targets, eos_padding, r"tgt_in is padded with eos \(2\)")
+
+
+def test_train_step_summed_loss():
+    def summed(model, optimizer, src, tgt_in, tgt_out, pad_id, label_smoothing):
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=label_smoothing,
+            reduction="sum",
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    fails(ex.check_train_step, summed, "summed over the targets")

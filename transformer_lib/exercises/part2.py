@@ -182,6 +182,18 @@ def check_shift_targets(fn: Callable) -> str:
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
             "to predict y <eos>"
         )
+    if is_close(got[0], want_in) and isinstance(got[1], Tensor):
+        for t, row in enumerate(got[1].tolist()):
+            if row != want_out[t].tolist() and sorted(row) == sorted(want_out[t]):
+                raise ExerciseError(
+                    f"tgt_out row {t} is {row}, expected {want_out[t].tolist()}: "
+                    "<eos> goes right after the sequence, the padding after <eos>"
+                )
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        if isinstance(g, Tensor) and g.shape == w.shape and (g[w == pad] == eos).any():
+            raise ExerciseError(
+                f"{name} is padded with eos ({eos}): pad with pad ({pad})"
+            )
     compare("tgt_in", got[0], want_in)
     compare("tgt_out", got[1], want_out)
     return "3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets"
@@ -250,6 +262,17 @@ def check_train_step(fn: Callable) -> str:
                     ),
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
                     "tgt_out",
+                ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.flatten(),
+                        ignore_index=0,
+                        label_smoothing=0.1,
+                        reduction="sum",
+                    ),
+                    "the loss is summed over the targets: take their mean (the "
+                    "default reduction)",
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
