@@ -1240,3 +1240,16 @@ def test_train_step_summed_loss():
         return loss.item()
 
     fails(ex.check_train_step, summed, "summed over the targets")
+
+
+def test_rope_frequency_exponent():
+    def slow(x, base=10000.0):
+        T, C = x.shape[-2:]
+        angle = torch.arange(T, dtype=x.dtype)[:, None] * base ** (
+            -torch.arange(C // 2, dtype=x.dtype) / C
+        )
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        cos, sin = angle.cos(), angle.sin()
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    fails(ex.check_rope, slow, r"pair i turns at base\^\(-i/C\)")

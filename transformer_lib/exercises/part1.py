@@ -223,6 +223,13 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
                 "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn "
                 "each pair counter-clockwise, (x cos - y sin, x sin + y cos)"
             )
+        # base^(-i/C) for pair i: the same as base^(-2i/C) at width 2C
+        slow = rope_reference(torch.cat([x, torch.zeros_like(x)], -1))[..., :8]
+        if is_close(got, slow, atol=1e-9):
+            raise ExerciseError(
+                "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent "
+                "counts the dimension 2i, not the pair i"
+            )
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
     scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position
