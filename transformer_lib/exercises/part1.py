@@ -228,7 +228,7 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if is_close(got, slow, atol=1e-9):
             raise ExerciseError(
                 "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent "
-                "counts the dimension 2i, not the pair i"
+                "counts the dimension 2i, not the pair i (or the base is sqrt(base))"
             )
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
