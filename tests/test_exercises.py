@@ -102,7 +102,7 @@ def test_sha256():
     fails(
         ex.check_sha256,
         lambda p: hashlib.sha256(p.read_bytes()[: 2**20]).hexdigest(),
-        "a 3145735-byte file: got",
+        "a 3145735-byte file: only its first MiB was hashed",
     )
 
 
@@ -212,7 +212,9 @@ def test_rope():
         return torch.stack([x1 * c + x2 * s, -x1 * s + x2 * c], -1).flatten(-2)
 
     fails(ex.check_rope, clockwise, r"rotates the other way, clockwise")
-    fails(ex.check_rope, lambda x: ex.rope_reference(x, base=100.0), "entries differ")
+    # base 100 is base 10000 at the exponent i/C: named
+    fails(ex.check_rope, lambda x: ex.rope_reference(x, base=100.0), "sqrt\\(base\\)")
+    fails(ex.check_rope, lambda x: ex.rope_reference(x, base=500.0), "entries differ")
 
 
 def alibi_with(sign=-1.0, scaled=False, causal=True, after=False, per_key=False):
@@ -1066,3 +1068,207 @@ def test_check_command_reads_the_saved_notebook(tmp_path, capsys):
 def test_check_command_refuses_an_unknown_notebook(capsys):
     assert main(["check", "99"]) == 2
     assert "no notebook '99'" in capsys.readouterr().out
+
+
+# issue 34's learner review (h-review): wrong answers that passed before --------------
+
+
+def test_training_loop_sets_every_param_group():
+    def first_group_only(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            optimizer.param_groups[0]["lr"] = lr_at(s)
+            losses.append(train_step(model, optimizer, batch))
+            if not math.isfinite(losses[-1]):
+                raise ValueError(f"step {s}: the loss is {losses[-1]}")
+        return losses
+
+    fails(ex.check_training_loop, first_group_only, "not only the first")
+
+
+def test_min_p_returns_one_id_per_row():
+    def column(logits, min_p, generator=None):
+        probs = logits.softmax(-1)
+        probs = probs * (probs >= min_p * probs.max(-1, keepdim=True).values)
+        return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+
+    fails(ex.check_min_p_sampling, column, r"got \(8000, 1\): squeeze")
+
+
+def beam_with(mean=False, drop_finished=False):
+    def search(step, beam, max_len, eos):
+        def score(c):
+            return c[1] / len(c[0]) if mean else c[1]
+
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = [
+                (p + (t,), s + lp)
+                for p, s in alive
+                for t, lp in enumerate(step(p).tolist())
+                if lp > -math.inf
+            ]
+            grown.sort(key=lambda c: -score(c))
+            alive = []
+            for c in grown:
+                if c[0][-1] == eos and (drop_finished or len(alive) + len(done) < beam):
+                    done.append(c)
+                elif len(alive) < beam - (0 if drop_finished else len(done)):
+                    alive.append(c)
+            if not alive:
+                break
+        best = max(done or alive, key=score)
+        return list(best[0]), best[1]
+
+    return search
+
+
+def test_beam_search_length_and_places():
+    fails(ex.check_beam_search, beam_with(mean=True), "no length penalty")
+    fails(ex.check_beam_search, beam_with(drop_finished=True), "takes one of the beam")
+
+
+def test_cosine_by_distance_shift_and_axis():
+    def by_distance(table, dim=1, shift=0):
+        rows = F.normalize(table, dim=dim)
+        sims = rows @ rows.T
+        n = len(table)
+        return torch.stack(
+            [
+                sims.diagonal(k + shift).mean() if k + shift < n else sims.new_zeros(())
+                for k in range(n)
+            ]
+        )
+
+    fails(ex.check_cosine_by_distance, lambda t: by_distance(t, shift=1), "k \\+ 1")
+    fails(ex.check_cosine_by_distance, lambda t: by_distance(t, dim=0), "dim=0")
+
+
+def test_cdpo_summed():
+    def summed(pc, pr, rc, rr, beta, eps):
+        z = beta * ((pc - rc) - (pr - rr))
+        return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).sum()
+
+    fails(ex.check_cdpo_loss, summed, "summed over the batch")
+
+
+def mha_with(split_wrong=False, mask_after=False):
+    from transformer_lib.multi_head import merge_heads, split_heads
+
+    class Attention(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.h = n_heads
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+                nn.Linear(d_model, d_model) for _ in range(4)
+            )
+
+        def split(self, x):
+            if split_wrong:  # no transpose: positions mixed into heads
+                return x.reshape(x.size(0), self.h, x.size(1), -1)
+            return split_heads(x, self.h)
+
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+            v = self.split(self.v_proj(value))
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+            if mask is not None and not mask_after:
+                s = s.masked_fill(~mask, float("-inf"))
+            w = s.softmax(-1) * (mask if mask is not None and mask_after else 1)
+            return self.out_proj(merge_heads(w @ v))
+
+    return Attention
+
+
+def test_multi_head_split_without_transpose_and_mask_after_softmax():
+    check = ex.check_multi_head_attention
+    assert ex.outcome(check, mha_with())[0] == "pass"
+    fails(check, mha_with(split_wrong=True), r"split with reshape\(B, H, T, D\)")
+    fails(check, mha_with(mask_after=True), "mask was applied after the softmax")
+
+
+def decoder_with(no_cross_residual=False, norm_memory=False):
+    from transformer_lib.encoder import PositionwiseFeedForward
+    from transformer_lib.multi_head import MultiHeadAttention
+
+    class Layer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, n_heads)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads)
+            self.ff = PositionwiseFeedForward(d_model, d_ff)
+            self.norm1, self.norm2, self.norm3 = (
+                nn.LayerNorm(d_model) for _ in range(3)
+            )
+
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, tgt_mask)[0]
+            h, kv = self.norm2(x), self.norm2(memory) if norm_memory else memory
+            y = self.cross_attn(h, kv, kv, memory_mask)[0]
+            x = y if no_cross_residual else x + y
+            return x + self.ff(self.norm3(x))
+
+    return Layer
+
+
+def test_decoder_layer_residual_and_memory_norm():
+    check = ex.check_decoder_layer
+    assert ex.outcome(check, decoder_with())[0] == "pass"
+    fails(
+        check, decoder_with(no_cross_residual=True), "cross-attention's output is not"
+    )
+    fails(check, decoder_with(norm_memory=True), "memory went through norm2")
+
+
+def test_shift_targets_eos_place_and_padding():
+    def eos_last(seqs, bos, eos, pad):
+        n = max(map(len, seqs))
+        tgt_in = [[bos] + s + [pad] * (n - len(s)) for s in seqs]
+        return torch.tensor(tgt_in), torch.tensor(
+            [s + [pad] * (n - len(s)) + [eos] for s in seqs]
+        )
+
+    def eos_padding(seqs, bos, eos, pad):
+        n = max(map(len, seqs))
+        tgt_in = [[bos] + s + [eos] * (n - len(s)) for s in seqs]
+        return torch.tensor(tgt_in), torch.tensor(
+            [s + [eos] * (n + 1 - len(s)) for s in seqs]
+        )
+
+    fails(ex.check_shift_targets, eos_last, "<eos> goes right after the sequence")
+    fails(ex.check_shift_targets, eos_padding, r"tgt_in is padded with eos \(2\)")
+
+
+def test_train_step_summed_loss():
+    def summed(model, optimizer, src, tgt_in, tgt_out, pad_id, label_smoothing):
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=label_smoothing,
+            reduction="sum",
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    fails(ex.check_train_step, summed, "summed over the targets")
+
+
+def test_rope_frequency_exponent():
+    def slow(x, base=10000.0):
+        T, C = x.shape[-2:]
+        angle = torch.arange(T, dtype=x.dtype)[:, None] * base ** (
+            -torch.arange(C // 2, dtype=x.dtype) / C
+        )
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        cos, sin = angle.cos(), angle.sin()
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    fails(ex.check_rope, slow, r"pair i turns at base\^\(-i/C\)")

@@ -43,6 +43,11 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: expected a str, got {type(got).__name__} "
                     "(hexdigest(), not digest())"
                 )
+            if got == hashlib.sha256(path.read_bytes()[: 2**20]).hexdigest() != want:
+                raise ExerciseError(
+                    f"a {n}-byte file: only its first MiB was hashed: update with "
+                    "every chunk, until read() returns b''"
+                )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
     return f"files of {', '.join(map(str, sizes))} bytes"
@@ -218,6 +223,13 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
                 "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn "
                 "each pair counter-clockwise, (x cos - y sin, x sin + y cos)"
             )
+        # base^(-i/C) for pair i: the same as base^(-2i/C) at width 2C
+        slow = rope_reference(torch.cat([x, torch.zeros_like(x)], -1))[..., :8]
+        if is_close(got, slow, atol=1e-9):
+            raise ExerciseError(
+                "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent "
+                "counts the dimension 2i, not the pair i (or the base is sqrt(base))"
+            )
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
     scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position
@@ -310,8 +322,11 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
 # 05 · multi-head attention ------------------------------------------------------------
 
 
-def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False, mix=True):
-    """MultiHeadAttention's forward with a usual mistake, to recognise it."""
+def _mha_variant(
+    m, query, key, value, mask, scale=None, split_wrong=False, mix=True, **wrong
+):
+    """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
+    merge_wrong=False, the merge right after a wrong split; mask_after=True)."""
     B, T, C = query.shape
     H = m.n_heads
     D = C // H
@@ -323,10 +338,14 @@ def _mha_variant(m, query, key, value, mask, scale=None, split_wrong=False, mix=
 
     q, k, v = split(m.q_proj(query)), split(m.k_proj(key)), split(m.v_proj(value))
     s = q @ k.transpose(-2, -1) / math.sqrt(scale or D)
-    if mask is not None:
-        s = s.masked_fill(~mask, -math.inf)
-    y = s.softmax(-1) @ v  # (B, H, T, D)
-    merged = y.reshape(B, T, C) if split_wrong else y.transpose(1, 2).reshape(B, T, C)
+    if mask is not None and wrong.get("mask_after"):
+        y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
+    else:
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        y = s.softmax(-1) @ v  # (B, H, T, D)
+    merge_wrong = wrong.get("merge_wrong", split_wrong)
+    merged = y.reshape(B, T, C) if merge_wrong else y.transpose(1, 2).reshape(B, T, C)
     return m.out_proj(merged) if mix else merged
 
 
@@ -361,7 +380,13 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(d_model) = 4, expected "
                     "sqrt(d_head) = 2: each head has width d_model / n_heads"
                 )
-            if is_close(got, _mha_variant(ref, x, kv, kv, mask, split_wrong=True)):
+            if any(
+                is_close(
+                    got,
+                    _mha_variant(ref, x, kv, kv, mask, split_wrong=True, merge_wrong=w),
+                )
+                for w in (True, False)
+            ):
                 raise ExerciseError(
                     f"{name}: heads split with reshape(B, H, T, D), which mixes "
                     "positions: view(B, T, H, D), then transpose(1, 2)"
@@ -369,6 +394,13 @@ def check_multi_head_attention(cls: type) -> str:
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, mix=False)):
                 raise ExerciseError(
                     f"{name}: the merged heads were not mixed by out_proj (W_O)"
+                )
+            if mask is not None and is_close(
+                got, _mha_variant(ref, x, kv, kv, mask, mask_after=True)
+            ):
+                raise ExerciseError(
+                    f"{name}: the mask was applied after the softmax: fill the masked "
+                    "scores with -inf before it, so that each row's weights sum to 1"
                 )
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")

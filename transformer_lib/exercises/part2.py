@@ -135,6 +135,20 @@ def check_decoder_layer(cls: type) -> str:
                     "values come from memory, the encoder's output",
                 ),
             )
+            h3 = h + ca(h)
+            hints += (
+                (ff(sa(x) + ca(sa(x))), "self-attention's output is not added to x"),
+                (ff(ca(h)), "cross-attention's output is not added to its input"),
+                (
+                    ref.ff(ref.norm3(h3)),
+                    "the feed-forward output is not added to its input (the residual)",
+                ),
+                (
+                    ff(h + ca(h, ref.norm2(mem))),
+                    "memory went through norm2 too: norm2 normalises x only; the keys "
+                    "and values are memory as given",
+                ),
+            )
             for variant, hint in hints:
                 if is_close(got, variant):
                     raise ExerciseError(hint)
@@ -169,6 +183,18 @@ def check_shift_targets(fn: Callable) -> str:
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
             "to predict y <eos>"
         )
+    if is_close(got[0], want_in) and isinstance(got[1], Tensor):
+        for t, row in enumerate(got[1].tolist()):
+            if row != want_out[t].tolist() and sorted(row) == sorted(want_out[t]):
+                raise ExerciseError(
+                    f"tgt_out row {t} is {row}, expected {want_out[t].tolist()}: "
+                    "<eos> goes right after the sequence, the padding after <eos>"
+                )
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        if isinstance(g, Tensor) and g.shape == w.shape and (g[w == pad] == eos).any():
+            raise ExerciseError(
+                f"{name} is padded with eos ({eos}): pad with pad ({pad})"
+            )
     compare("tgt_in", got[0], want_in)
     compare("tgt_out", got[1], want_out)
     return "3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets"
@@ -238,6 +264,17 @@ def check_train_step(fn: Callable) -> str:
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
                     "tgt_out",
                 ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.flatten(),
+                        ignore_index=0,
+                        label_smoothing=0.1,
+                        reduction="sum",
+                    ),
+                    "the loss is summed over the targets: take their mean (the "
+                    "default reduction)",
+                ),
             )
         before = [p.detach().clone() for p in model.parameters()]
         got = fn(model, opt, src, tgt_in, tgt_out, 0, 0.1)
@@ -273,7 +310,7 @@ def _regression_step(log: list) -> Callable:
     ran at."""
 
     def step(model, optimizer, batch) -> float:
-        log.append((optimizer.param_groups[0]["lr"], model.training))
+        log.append(([g["lr"] for g in optimizer.param_groups], model.training))
         x, y = batch
         loss = F.mse_loss(model(x), y)
         optimizer.zero_grad()
@@ -298,7 +335,8 @@ def check_training_loop(fn: Callable) -> str:
     model = nn.Sequential(nn.Linear(3, 1))
     model.eval()
     ref = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=123.0)
+    weight, bias = model[0].weight, model[0].bias  # two groups, as AdamW's decay split
+    opt = torch.optim.SGD([{"params": [weight]}, {"params": [bias]}], lr=123.0)
     log: list = []
     losses = fn(model, opt, batches, lr_at, _regression_step(log))
     if not isinstance(losses, list) or len(losses) != len(batches):
@@ -308,7 +346,14 @@ def check_training_loop(fn: Callable) -> str:
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
         )
-    for s, (lr, training) in enumerate(log):
+    for s, (lrs, training) in enumerate(log):
+        lr = lrs[0]
+        if lr == lr_at(s) and any(other != lr for other in lrs):
+            raise ExerciseError(
+                f"step {s}: param group 0 ran at lr_at({s}) but another group at "
+                f"{next(x for x in lrs if x != lr)}: set the lr of every param group "
+                "(for g in optimizer.param_groups), not only the first"
+            )
         if not training:
             raise ExerciseError(
                 f"step {s} ran in eval mode (dropout off): call model.train() first"
@@ -390,10 +435,11 @@ def check_min_p_sampling(fn: Callable) -> str:
         want = probs * keep / (probs * keep).sum(-1, keepdim=True)
         g = torch.Generator().manual_seed(0)
         got = fn(probs.log().repeat(n, 1), p, g)
-        if not isinstance(got, Tensor) or got.numel() != 2 * n:
+        if not isinstance(got, Tensor) or tuple(got.shape) != (2 * n,):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
             raise ExerciseError(
-                f"min_p={p}: expected ({2 * n},) token ids, got {shape}"
+                f"min_p={p}: expected ({2 * n},) token ids, one per row, got {shape}"
+                + (": squeeze the sample dimension" if shape == (2 * n, 1) else "")
             )
         got = got.reshape(n, 2)
         for row in range(2):
@@ -468,9 +514,37 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
                 f"{want_score:.4f}"
             )
+    for beam, want, why in (
+        (
+            1,
+            [0, 0, 0, 2],
+            "a finished prefix takes one of the beam places: with "
+            "beam 1, [<eos>] (p = 0.3) loses its place to [0] (p = 0.7) at step 1",
+        ),
+        (
+            2,
+            [2],
+            "rank by the total log-probability, with no length penalty: "
+            "[<eos>] (p = 0.3) beats [0, 0, 0, <eos>] (p = 0.168); a mean per token "
+            "prefers the longer one",
+        ),
+    ):
+        got = fn(_length_step, beam, 4, 2)
+        if list(got[0]) != want:
+            raise ExerciseError(
+                f"beam={beam}, a toy where <eos> comes first with p = 0.3: got "
+                f"tokens {list(got[0])}, expected {want}: {why}"
+            )
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
+        "; no length penalty; a finished prefix keeps its place"
     )
+
+
+def _length_step(prefix: tuple[int, ...]) -> Tensor:
+    """A toy where the shortest sentence, [<eos>], has the highest total probability."""
+    table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.5, 0.0, 0.5]}
+    return torch.tensor(table.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
 
 
 # 11 · corpus BLEU ---------------------------------------------------------------------

@@ -326,6 +326,15 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         want = _by_distance(table, **wrong)
         if got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-9):
             raise ExerciseError(hint)
+    want, got = _by_distance(table), got.detach().double()
+    if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
+        raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")
+    columns = _by_distance(F.normalize(table, dim=0), unit=False)
+    if got.shape == want.shape and torch.allclose(got, columns, atol=1e-9):
+        raise ExerciseError(
+            "the columns were normalised (dim=0): normalise each row, one position's "
+            "vector (dim=1)"
+        )
 
 
 @checker("similarity by distance")

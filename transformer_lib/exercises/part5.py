@@ -223,6 +223,8 @@ def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
             "weight the DPO term by 1 - eps: the two labels' weights sum to 1",
         ),
     ]
+    summed = _cdpo_reference(margin, 0.5, 0.1) * margin.numel()
+    mistakes.append((summed, "summed over the batch: take the mean"))
     if isinstance(got, Tensor) and got.shape == ():
         for wrong, what in mistakes:
             if torch.allclose(got, wrong):
