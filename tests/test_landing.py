@@ -151,3 +151,22 @@ def test_notebook_00_shows_what_the_exported_runs_hold(edition):
     for sample in gpt["samples"][:2]:
         assert "\n".join(sample["text"].strip("\n").splitlines()[:10]) in shown
     assert translator["command"] in shown and gpt["command"] in shown
+
+
+def test_the_part_v_scoreboard_quotes_the_bleu_column():
+    """The decoder-only row quotes BLEU, the mean over the two seeds that
+    benchmarks/results/part5_arch_seed*.json hold, not the chrF printed beside it."""
+    runs = [
+        json.loads((ROOT / f"benchmarks/results/part5_arch_seed{s}.json").read_text())
+        for s in (0, 1)
+    ]
+    figures_now = landing.scores()
+    for name, row in (
+        ("encdec_bleu", "encoder-decoder"),
+        ("deconly_bleu", "decoder-only"),
+    ):
+        mean = sum(run["rows"][row]["bleu"] for run in runs) / len(runs)
+        shown = float(figures_now[name][0])
+        assert abs(shown - mean) < 0.006, (
+            f"{name}: the page says {shown}, BLEU is {mean}"
+        )

@@ -130,11 +130,15 @@ def scores() -> dict[str, tuple[str, str]]:
         "speedrun_minutes": printed(
             r"validation loss [\d.]+ after [\d,]+ steps in ([\d.]+) min of training"
         ),
+        # 17's table, as pandas wraps it: the block whose header starts with the
+        # BLEU mean, so the first figure of each row is BLEU, not chrF
         "encdec_bleu": printed(
-            r"\nencoder-decoder\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+            r"\n120 CPU s each\s+BLEU \(mean\)\s+chrF \(mean\)[^\n]*\n"
+            r"encoder-decoder\s+(\d+\.\d+)\s"
         ),
         "deconly_bleu": printed(
-            r"\ndecoder-only\s+\d+\.\d+\s+(\d+\.\d+)\s+\d+\.\d+\s*\n"
+            r"\n120 CPU s each\s+BLEU \(mean\)\s+chrF \(mean\)[^\n]*\n"
+            r"(?:.*\n)?decoder-only\s+(\d+\.\d+)\s"
         ),
         "lora_mib": printed(r"LoRA r=16:\s+([\d.]+) MiB"),
         "full_mib": printed(r"full fine-tuning:\s+([\d.]+) MiB"),
