@@ -58,7 +58,7 @@ def test_describe_machine_names_each_kind(machine):
     machine(cuda=True, mps=True)
     assert runtime.describe_machine(CUDA).startswith("GPU X | ")
     assert runtime.describe_machine(MPS).startswith("Apple GPU (mps) on ")
-    assert "CPU threads" in runtime.describe_machine(CPU)
+    assert "CPU thread" in runtime.describe_machine(CPU)
 
 
 @pytest.mark.parametrize(

@@ -335,6 +335,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "00": {
         "2.0": "the pairs' licence, CC-BY 2.0",
         "23.5": "in 09",  # the translator's training time, as 00 opens with it
+        "1.5045": "in A2",  # the speedrun's stored loss, beside 00's rerun
     },
     "01": {
         "0.39": "cited: a 2,000-token BPE on Shakespeare (exercise's answer)",
@@ -372,6 +373,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "4.4": "= 4415040 / 1e6",
     },
     "10": {
+        "1.866": "in 09",  # 09's stored run, beside this notebook's second run
         "0.09": "the min-p build-it's example: min_p 0.1 times a top probability 0.9",
         "0.02": "the min-p build-it's example: min_p 0.1 times a top probability 0.2",
         "0.93": "a score in the beam tree figure (tools/beam_tree.py)",
@@ -385,6 +387,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.36": "the toy model's probability, worked in the text",
     },
     "11": {
+        "1.866": "in 09",  # 09's stored run, beside this notebook's second run
         "4.2": "= 74.8 / 17.8",
         "2.4": "= 550.7 / 228.6",
         "6.7": "= 31.4 - 24.66",

@@ -65,7 +65,8 @@ def describe_machine(device: torch.device | None = None) -> str:
     elif device.type == "mps":
         where = f"Apple GPU (mps) on {_cpu_name()}"
     else:
-        where = f"{_cpu_name()}, {torch.get_num_threads()} CPU threads"
+        threads = torch.get_num_threads()
+        where = f"{_cpu_name()}, {threads} CPU thread{'' if threads == 1 else 's'}"
     versions = f"Python {platform.python_version()} | torch {torch.__version__}"
     return f"{where} | {platform.system()} | {versions}"
 
