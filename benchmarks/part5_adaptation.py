@@ -10,6 +10,7 @@ what it computes.
     python benchmarks/part5_adaptation.py dpo --budget 15 --tag 15s  # a quarter
     python benchmarks/part5_adaptation.py lora-gpt  # the Shakespeare GPT -> English
     python benchmarks/part5_adaptation.py dpo-translator  # notebook 09's translator
+    python benchmarks/part5_adaptation.py dpo-translator --full-test  # whole test
     python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
 
 Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
@@ -580,6 +581,26 @@ def seeded_subset(pairs: list, n: int | None, seed: int = 0) -> tuple[list, list
     return [sources[i] for i in keep], [refs[i] for i in keep]
 
 
+def choose_on_dev(fresh, data, dev, budget: float, score) -> tuple[dict, dict, float]:
+    """The learning rate of each method and DPO's beta, by BLEU on the dev split after
+    half the budget, seed 0: (every dev score, the learning rates, beta)."""
+    dev_scores, grid = {}, [("fine-tuning on the chosen", lr, None) for lr in TR_LRS]
+    grid += [("DPO", lr, b) for lr in TR_LRS for b in TR_BETAS]
+    for method, lr, beta in grid:
+        m = fresh()
+        tune_on_pairs(m, data, method, budget / 2, lr, beta or 0.1)
+        dev_scores[f"{method} lr={lr:g} beta={beta}"] = score(m, *dev)
+        print(method, lr, beta, dev_scores[f"{method} lr={lr:g} beta={beta}"])
+    best = lambda meth: max(  # noqa: E731
+        (g for g in grid if g[0] == meth),
+        key=lambda g: dev_scores[f"{g[0]} lr={g[1]:g} beta={g[2]}"]["bleu"],
+    )
+    _, sft_lr, _ = best("fine-tuning on the chosen")
+    _, dpo_lr, beta = best("DPO")
+    chosen = {"fine-tuning on the chosen": sft_lr, "DPO": dpo_lr, "DPO + NLL": dpo_lr}
+    return dev_scores, chosen, beta
+
+
 def dpo_translator(args) -> dict:
     """Pairs from the translator's n-best on training sentences; the base, then
     fine-tuning on the chosen, DPO and DPO + NLL at equal CPU time, two seeds each,
@@ -623,28 +644,19 @@ def dpo_translator(args) -> dict:
         flush=True,
     )
     dev = seeded_subset(splits["valid"], 20 if q else 300)
-    test = seeded_subset(public_test_pairs(), 20 if q else args.test_sentences)
+    n_test = None if args.full_test else args.test_sentences
+    test = seeded_subset(public_test_pairs(), 20 if q else n_test)
     rows = {"base (before tuning)": score(base, *test) | {"steps": 0}}
     print(rows, flush=True)
-    # the learning rate of each method and DPO's beta, on the dev split, seed 0
-    dev_scores, grid = {}, [("fine-tuning on the chosen", lr, None) for lr in TR_LRS]
-    grid += [("DPO", lr, b) for lr in TR_LRS for b in TR_BETAS]
-    for method, lr, beta in grid:
-        m = fresh()
-        tune_on_pairs(m, data, method, args.budget / 2, lr, beta or 0.1)
-        dev_scores[f"{method} lr={lr:g} beta={beta}"] = score(m, *dev)
-        print(
-            method, lr, beta, dev_scores[f"{method} lr={lr:g} beta={beta}"], flush=True
-        )
-    best = lambda meth: max(  # noqa: E731
-        (g for g in grid if g[0] == meth),
-        key=lambda g: dev_scores[f"{g[0]} lr={g[1]:g} beta={g[2]}"]["bleu"],
-    )
-    _, sft_lr, _ = best("fine-tuning on the chosen")
-    _, dpo_lr, beta = best("DPO")
-    chosen = {"fine-tuning on the chosen": sft_lr, "DPO": dpo_lr, "DPO + NLL": dpo_lr}
-    for method in METHODS:
-        for seed in TR_SEEDS:
+    if args.full_test:  # the whole public test: the main run's best method, seed 0
+        prior = json.loads((RESULTS / "part5_dpo_translator.json").read_text())
+        dev_scores, chosen, beta = prior["dev"], prior["lr"], prior["beta"]
+        methods, seeds = ("DPO + NLL",), (0,)
+    else:
+        dev_scores, chosen, beta = choose_on_dev(fresh, data, dev, args.budget, score)
+        methods, seeds = METHODS, TR_SEEDS
+    for method in methods:
+        for seed in seeds:
             set_seed(seed)
             m = fresh()
             fit = tune_on_pairs(
@@ -717,6 +729,12 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="a few seconds each, not saved"
     )
+    ap.add_argument(
+        "--full-test",
+        action="store_true",
+        help="dpo-translator: the base and DPO + NLL (seed 0, the main run's settings) "
+        "on the whole public test; tag 'full'",
+    )
     ap.add_argument("--tag", default="", help="appended to the result's file name")
     args = ap.parse_args()
     for name, low in (("budget", 0), ("pretrain", 0), ("beta", 0), ("lr", 0)):
@@ -736,6 +754,8 @@ def main() -> None:
         args.budget = budgets.get(args.what, 0)
     if args.quick:
         args.budget, args.pretrain, args.n_sentences = 3.0, 3.0, 40
+    if args.full_test and not args.tag:
+        args.tag = "full"
     if args.quick and args.what == "dpo-translator":
         args.budget = 1.0  # 9 runs of an untrained tiny model: checks the script
     if (
