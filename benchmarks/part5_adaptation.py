@@ -9,6 +9,8 @@ what it computes.
     python benchmarks/part5_adaptation.py dpo  # DPO vs fine-tuning on the chosen
     python benchmarks/part5_adaptation.py dpo --budget 15 --tag 15s  # a quarter
     python benchmarks/part5_adaptation.py lora-gpt  # the Shakespeare GPT -> English
+    python benchmarks/part5_adaptation.py dpo-translator  # notebook 09's translator
+    python benchmarks/part5_adaptation.py dpo-translator --full-test  # whole test
     python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
 
 Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -38,8 +42,16 @@ from transformer_lib.decoder_only import (
     shift_and_mask,
     translate_gpt,
 )
-from transformer_lib.decoding import evaluate_model, evaluate_translations
-from transformer_lib.dpo import dpo_loss, preference_pair, sequence_logprob
+from transformer_lib.decoding import evaluate_model, evaluate_translations, translate
+from transformer_lib.dpo import (
+    METHODS,
+    dpo_loss,
+    encode_preferences,
+    nbest_translations,
+    preference_pair,
+    sequence_logprob,
+    tune_on_pairs,
+)
 from transformer_lib.gpt import GPT, GPTConfig, generate
 from transformer_lib.lm_loop import bits_per_char, load_lm_data
 from transformer_lib.lm_loop import train as lm_train
@@ -50,6 +62,7 @@ from transformer_lib.lora import (
     sentences_as_text,
     trainable_parameters,
 )
+from transformer_lib.mt_train import load_checked_translator
 from transformer_lib.runtime import describe_machine, set_seed
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 from transformer_lib.translation_data import (
@@ -60,6 +73,7 @@ from transformer_lib.translation_data import (
     label_smoothed_cross_entropy,
     split_by_english,
 )
+from transformer_lib.translator import TrainConfig, prepare_data, train_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS, RUNS = ROOT / "benchmarks/results", ROOT / "runs/part5"
@@ -541,9 +555,150 @@ def lora_gpt(args) -> dict:
     }
 
 
+# dpo-translator: notebook 09's translator tuned on its own beam n-best (notebook 19)
+TRANSLATOR = ROOT / "notebooks/runs/translator.pt"
+TR_SEEDS, TR_BETAS, TR_LRS = (0, 1), (0.1, 0.5), (3e-5, 1e-4)
+MIN_GAP = 10.0  # chrF points between the chosen and the rejected, or no pair
+
+
+def tiny_translator() -> tuple:
+    """Quick mode (no trained translator, as in CI): notebook 09's quick model after
+    one epoch."""
+    cfg = dataclasses.replace(TrainConfig.quick(), epochs=1)
+    data = prepare_data(cfg)
+    model = Transformer(data["model_config"])
+    train_loop(model, data["train"], data["valid"], cfg, log=lambda *a: None)
+    return model.eval(), data["src_tok"], data["tgt_tok"]
+
+
+def seeded_subset(pairs: list, n: int | None, seed: int = 0) -> tuple[list, list]:
+    """n distinct English sentences drawn with `seed` (all when n is None) and their
+    references, in the file's order."""
+    sources, refs = group_references(pairs)
+    keep = range(len(sources))
+    if n is not None and n < len(sources):
+        keep = sorted(random.Random(seed).sample(range(len(sources)), n))
+    return [sources[i] for i in keep], [refs[i] for i in keep]
+
+
+def choose_on_dev(fresh, data, dev, budget: float, score) -> tuple[dict, dict, float]:
+    """The learning rate of each method and DPO's beta, by BLEU on the dev split after
+    half the budget, seed 0: (every dev score, the learning rates, beta)."""
+    dev_scores, grid = {}, [("fine-tuning on the chosen", lr, None) for lr in TR_LRS]
+    grid += [("DPO", lr, b) for lr in TR_LRS for b in TR_BETAS]
+    for method, lr, beta in grid:
+        m = fresh()
+        tune_on_pairs(m, data, method, budget / 2, lr, beta or 0.1)
+        dev_scores[f"{method} lr={lr:g} beta={beta}"] = score(m, *dev)
+        print(method, lr, beta, dev_scores[f"{method} lr={lr:g} beta={beta}"])
+    best = lambda meth: max(  # noqa: E731
+        (g for g in grid if g[0] == meth),
+        key=lambda g: dev_scores[f"{g[0]} lr={g[1]:g} beta={g[2]}"]["bleu"],
+    )
+    _, sft_lr, _ = best("fine-tuning on the chosen")
+    _, dpo_lr, beta = best("DPO")
+    chosen = {"fine-tuning on the chosen": sft_lr, "DPO": dpo_lr, "DPO + NLL": dpo_lr}
+    return dev_scores, chosen, beta
+
+
+def dpo_translator(args) -> dict:
+    """Pairs from the translator's n-best on training sentences; the base, then
+    fine-tuning on the chosen, DPO and DPO + NLL at equal CPU time, two seeds each,
+    scored on the public test."""
+    q = args.quick
+    splits = split_by_english(course_pairs(), 1000, 2000, 0)  # notebook 09's split
+    if q:
+        base, src_tok, tgt_tok = tiny_translator()
+    else:
+        base, src_tok, tgt_tok, _ = load_checked_translator(TRANSLATOR)
+    state = copy.deepcopy(base.state_dict())
+
+    def fresh() -> Transformer:
+        m = Transformer(base.config)
+        m.load_state_dict(state)
+        return m
+
+    def score(model, sources, refs) -> dict:
+        t = time.process_time()
+        hyps = translate(model, src_tok, tgt_tok, sources)  # greedy, as notebook 11
+        return evaluate_translations(hyps, refs) | {
+            "eval_cpu_s": round(time.process_time() - t, 1)
+        }
+
+    t = time.process_time()
+    sources, refs = seeded_subset(splits["train"], args.n_sentences)
+    cands = nbest_translations(base, src_tok, tgt_tok, sources, args.beam)
+    kept = []
+    for s, c, r in zip(sources, cands, refs):
+        p = preference_pair(c, r) if len(c) > 1 else None
+        if p is not None and p[2] - p[3] >= (0.01 if q else MIN_GAP):
+            kept.append((s, *p, c[0]))
+    if not kept:
+        sys.exit("no pair has a chrF gap of MIN_GAP: nothing to train on")
+    triples = [(s, w, lo) for s, w, lo, *_ in kept]
+    data = encode_preferences(base, src_tok, tgt_tok, triples)
+    monitor = encode_preferences(base, src_tok, tgt_tok, triples[:128])
+    gen_cpu = time.process_time() - t
+    print(
+        f"{len(kept)} pairs of {len(sources)} sentences, {gen_cpu:.0f} CPU s",
+        flush=True,
+    )
+    dev = seeded_subset(splits["valid"], 20 if q else 300)
+    n_test = None if args.full_test else args.test_sentences
+    test = seeded_subset(public_test_pairs(), 20 if q else n_test)
+    rows = {"base (before tuning)": score(base, *test) | {"steps": 0}}
+    print(rows, flush=True)
+    if args.full_test:  # the whole public test: the main run's best method, seed 0
+        prior = json.loads((RESULTS / "part5_dpo_translator.json").read_text())
+        dev_scores, chosen, beta = prior["dev"], prior["lr"], prior["beta"]
+        methods, seeds = ("DPO + NLL",), (0,)
+    else:
+        dev_scores, chosen, beta = choose_on_dev(fresh, data, dev, args.budget, score)
+        methods, seeds = METHODS, TR_SEEDS
+    for method in methods:
+        for seed in seeds:
+            set_seed(seed)
+            m = fresh()
+            fit = tune_on_pairs(
+                m, data, method, args.budget, chosen[method], beta, 1.0, seed, monitor
+            )
+            rows[f"{method}, seed {seed}"] = score(m, *test) | {
+                "steps": fit["steps"], "train_cpu_s": fit["cpu_s"], "log": fit["log"]
+            }  # fmt: skip
+            print(
+                method,
+                seed,
+                {k: v for k, v in rows[f"{method}, seed {seed}"].items() if k != "log"},
+                flush=True,
+            )
+    n = len(kept)
+    return {
+        "n_sentences": len(sources),
+        "beam": args.beam,
+        "min_gap": MIN_GAP,
+        "n_pairs": n,
+        "candidates_cpu_s": round(gen_cpu, 1),
+        "mean_candidates": round(sum(map(len, cands)) / len(cands), 2),
+        "mean_chrf_chosen": round(sum(k[3] for k in kept) / n, 2),
+        "mean_chrf_rejected": round(sum(k[4] for k in kept) / n, 2),
+        "beam_best_is_chosen": round(sum(k[1] == k[5] for k in kept) / n, 3),
+        "dev_sentences": len(dev[0]),
+        "dev": dev_scores,
+        "lr": chosen,
+        "beta": beta,
+        "alpha": 1.0,
+        "budget_cpu_s": args.budget,
+        "test_sentences_used": len(test[0]),
+        "examples": [list(k[:3]) for k in kept[:5]],
+        "rows": rows,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("arch", "lora", "dpo", "lora-gpt"))
+    ap.add_argument(
+        "what", choices=("arch", "lora", "dpo", "lora-gpt", "dpo-translator")
+    )
     ap.add_argument("--seed", type=int, default=0, help="arch: the seed of this run")
     ap.add_argument(
         "--budget", type=float, default=None, help="CPU seconds per training run"
@@ -552,15 +707,33 @@ def main() -> None:
         "--pretrain", type=float, default=60.0, help="lora: CPU s of pretraining"
     )
     ap.add_argument(
-        "--n-sentences", type=int, default=1500, help="dpo: training sentences"
+        "--n-sentences",
+        type=int,
+        default=None,
+        help="dpo, dpo-translator: training sentences (1500, 2000)",
     )
     ap.add_argument(
         "--samples", type=int, default=4, help="dpo: sampled candidates each"
+    )
+    ap.add_argument(
+        "--beam", type=int, default=6, help="dpo-translator: beam size (n-best)"
+    )
+    ap.add_argument(
+        "--test-sentences",
+        type=int,
+        default=1000,
+        help="dpo-translator: a seeded subset of the public test",
     )
     ap.add_argument("--beta", type=float, default=0.1, help="dpo: the DPO beta")
     ap.add_argument("--lr", type=float, default=2e-4, help="dpo: peak learning rate")
     ap.add_argument(
         "--quick", action="store_true", help="a few seconds each, not saved"
+    )
+    ap.add_argument(
+        "--full-test",
+        action="store_true",
+        help="dpo-translator: the base and DPO + NLL (seed 0, the main run's settings) "
+        "on the whole public test; tag 'full'",
     )
     ap.add_argument("--tag", default="", help="appended to the result's file name")
     args = ap.parse_args()
@@ -570,12 +743,21 @@ def main() -> None:
             ap.error(f"--{name} must be > {low}, got {value}")
     if not all(c.isalnum() or c in "-_" for c in args.tag):
         ap.error(f"--tag may hold letters, digits, - and _ only, got {args.tag!r}")
+    if args.what == "dpo-translator" and not args.quick and not TRANSLATOR.exists():
+        sys.exit(f"{TRANSLATOR} is missing: train notebook 09's translator first")
+    if args.n_sentences is None:
+        args.n_sentences = 2000 if args.what == "dpo-translator" else 1500
     if args.n_sentences < 1 or args.samples < 1:
         ap.error("--n-sentences and --samples must be >= 1")
     if args.budget is None:
-        args.budget = {"arch": 120.0, "lora": 60.0, "dpo": 60.0}.get(args.what, 0)
+        budgets = {"arch": 120.0, "lora": 60.0, "dpo": 60.0, "dpo-translator": 60.0}
+        args.budget = budgets.get(args.what, 0)
     if args.quick:
         args.budget, args.pretrain, args.n_sentences = 3.0, 3.0, 40
+    if args.full_test and not args.tag:
+        args.tag = "full"
+    if args.quick and args.what == "dpo-translator":
+        args.budget = 1.0  # 9 runs of an untrained tiny model: checks the script
     if (
         args.what == "dpo"
         and not args.quick
@@ -588,6 +770,8 @@ def main() -> None:
     RUNS.mkdir(parents=True, exist_ok=True)
     if args.what == "lora-gpt":
         d, result = None, lora_gpt(args)
+    elif args.what == "dpo-translator":
+        d, result = None, dpo_translator(args)
     else:
         d = data(args.quick)
         result = {"arch": arch, "lora": lora, "dpo": dpo}[args.what](args, d)

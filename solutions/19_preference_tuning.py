@@ -3,9 +3,13 @@
 import torch.nn.functional as F
 
 
-def my_cdpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, eps):
-    """Conservative DPO: each label is wrong with probability eps, so the loss is the
-    mean of -(1 - eps) log sigmoid(beta * margin) - eps log sigmoid(-beta * margin)."""
+def my_dpo_nll_loss(
+    policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_tokens, beta, alpha
+):
+    """DPO plus alpha times the chosen outputs' negative log-likelihood per token: the
+    mean over the batch of -log sigmoid(beta * margin) - alpha * policy_chosen /
+    chosen_tokens."""
     margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)  # (B,)
-    z = beta * margin
-    return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean()  # stable
+    dpo = -F.logsigmoid(beta * margin)  # (B,), stable for any margin
+    nll = -policy_chosen / chosen_tokens  # (B,), per token
+    return (dpo + alpha * nll).mean()

@@ -26,7 +26,10 @@ QUICK = {
     "translation.py": ["--quick", "--limit", "20", "--out", "{tmp}/translator.pt"],
 }
 # more quick runs of a script that has several subcommands
-MORE_QUICK = [("part5_adaptation.py", ["lora-gpt", "--quick"])]
+MORE_QUICK = [
+    ("part5_adaptation.py", ["lora-gpt", "--quick"]),
+    ("part5_adaptation.py", ["dpo-translator", "--quick"]),
+]
 NOT_SCRIPTS = {"timing.py"}  # the timing helper the scripts import
 
 

@@ -998,31 +998,51 @@ def test_lora_attention_only():
     )
 
 
-def test_cdpo_loss():
-    def cdpo(sign=1, beta=True, eps=True, one_minus=True, naive=False):
-        def loss(pc, pr, rc, rr, b, e):
-            z = sign * (b if beta else 1.0) * ((pc - rc) - (pr - rr))
-            e = e if eps else 0.0
-            w = 1 - e if one_minus else 1.0
-            if naive:
-                return (
-                    -w * torch.log(torch.sigmoid(z)) - e * torch.log(torch.sigmoid(-z))
-                ).mean()
-            return (-w * F.logsigmoid(z) - e * F.logsigmoid(-z)).mean()
+def test_dpo_nll_loss():
+    def loss_with(nll="chosen", per_token=True, naive=False, beta=True, pooled=False):
+        def loss(pc, pr, rc, rr, n, b, a):
+            z = (b if beta else 1.0) * ((pc - rc) - (pr - rr))
+            dpo = -torch.log(torch.sigmoid(z)) if naive else -F.logsigmoid(z)
+            if pooled:
+                return dpo.mean() - a * pc.sum() / n.sum()
+            side = {"chosen": pc, "rejected": pr, "ratio": pc - rc, "none": 0 * pc}
+            terms = -side[nll] / (n if per_token else 1)
+            return (dpo + a * terms).mean()
 
         return loss
 
-    assert ex.outcome(ex.check_cdpo_loss, cdpo())[0] == "pass"
-    fails(ex.check_cdpo_loss, cdpo(sign=-1), "the sign is flipped")
-    fails(ex.check_cdpo_loss, cdpo(beta=False), "multiply the margin by beta")
-    fails(ex.check_cdpo_loss, cdpo(eps=False), "this is plain DPO")
-    fails(ex.check_cdpo_loss, cdpo(one_minus=False), "weight the DPO term by 1 - eps")
-    # -log(sigmoid(z)) overflows on both sides once eps > 0
+    check = ex.check_dpo_nll_loss
+    assert ex.outcome(check, loss_with())[0] == "pass"
+    fails(check, loss_with(nll="none"), "this is DPO alone")
+    fails(check, loss_with(per_token=False), "summed over each chosen output's tokens")
+    fails(check, loss_with(nll="rejected"), "the NLL term is on the rejected outputs")
+    fails(check, loss_with(nll="ratio"), "not a log-ratio to the reference")
+    fails(check, loss_with(pooled=True), "averaged per sentence, then over the batch")
+    fails(check, loss_with(beta=False), "multiply the margin by beta")
+    # -log(sigmoid(z)) overflows where the margin is very negative
     fails(
-        ex.check_cdpo_loss,
-        cdpo(naive=True),
-        r"margin of 2000 the loss is inf, expected 200: .*-F.logsigmoid\(z\) is stable",
+        check,
+        loss_with(naive=True),
+        r"margin of -2000 the loss is inf, .*-F.logsigmoid\(z\) is stable",
     )
+
+
+def test_dpo_nll_loss_signs_and_sums():
+    def wrong(sign_nll=1, sign_margin=1, summed=False, alpha_on_dpo=False):
+        def loss(pc, pr, rc, rr, n, b, a):
+            dpo = -F.logsigmoid(sign_margin * b * ((pc - rc) - (pr - rr)))
+            if alpha_on_dpo:
+                return (a * dpo - pc / n).mean()
+            per = dpo - sign_nll * a * pc / n
+            return per.sum() if summed else per.mean()
+
+        return loss
+
+    check = ex.check_dpo_nll_loss
+    fails(check, wrong(sign_nll=-1), "the NLL has the wrong sign")
+    fails(check, wrong(sign_margin=-1), "the sign of the margin is flipped")
+    fails(check, wrong(summed=True), "summed over the batch: take the mean")
+    fails(check, wrong(alpha_on_dpo=True), "alpha weighs the NLL term")
 
 
 # the learner's record ---------------------------------------------------------------
@@ -1143,14 +1163,6 @@ def test_cosine_by_distance_shift_and_axis():
 
     fails(ex.check_cosine_by_distance, lambda t: by_distance(t, shift=1), "k \\+ 1")
     fails(ex.check_cosine_by_distance, lambda t: by_distance(t, dim=0), "dim=0")
-
-
-def test_cdpo_summed():
-    def summed(pc, pr, rc, rr, beta, eps):
-        z = beta * ((pc - rc) - (pr - rr))
-        return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).sum()
-
-    fails(ex.check_cdpo_loss, summed, "summed over the batch")
 
 
 def mha_with(split_wrong=False, mask_after=False):

@@ -231,7 +231,44 @@ QUOTES = [
     (
         "19_preference_tuning",
         r"mean sentence chrF\s+of ([\d.]+)",
-        r"mean chrF chosen ([\d.]+)",
+        r"part5_dpo.json: .*?mean chrF chosen ([\d.]+)",
+    ),
+    # 19: the table on notebook 09's translator (steps, CPU s, BLEU s0, s1, then mean)
+    (
+        "19_preference_tuning",
+        r"\(mean sentence chrF ([\d.]+), the rejected",
+        r"training sentences .*?mean chrF chosen ([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"BLEU ([\d.]+) and chrF [\d.]+ on these sentences",
+        r"DPO \+ NLL\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"DPO alone loses [\d.]+ BLEU\*\* \(([\d.]+)\)",
+        r"\nDPO\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"Fine-tuning on the chosen loses a little\*\* \(([\d.]+)\)",
+        r"fine-tuning on the chosen\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+        r"\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"seed 0 scores BLEU ([\d.]+)",
+        r"DPO \+ NLL, seed 0\s+: BLEU ([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"against the base's ([\d.]+)\s+and",
+        r"base \(before tuning\): BLEU ([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"a log-ratio of -([\d.]+) at the end",
+        r"DPO, seed 0, at the end: chosen [-+][\d.]+, rejected -([\d.]+)",
     ),
     (
         "12_gpt_language_model",
@@ -464,7 +501,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "23.5": "in 09",
         "0.3": "= 5.12 - 4.84",
     },
-    "19": {"3.0": "= -0.547 - -3.536"},
+    "19": {"3.0": "= -0.547 - -3.536", "2.6": "= 24.98 - 22.39", "23.92": "in 11"},
 }
 
 

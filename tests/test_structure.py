@@ -83,7 +83,10 @@ def test_part_ii_and_the_shared_kit_never_import_part_iii(name):
     )
 
 
-@pytest.mark.parametrize("name", sorted(PART_III | PART_IV | PART_V | SHARED))
+# dpo (notebook 19) tunes notebook 09's translator as well as a GPT: it reads Part II
+@pytest.mark.parametrize(
+    "name", sorted(PART_III | PART_IV | (PART_V - {"dpo"}) | SHARED)
+)
 def test_part_iii_and_the_shared_kit_never_import_part_ii(name):
     assert not imports_of(name) & PART_II, (
         f"{name} imports {imports_of(name) & PART_II}"

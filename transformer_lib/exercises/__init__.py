@@ -67,7 +67,7 @@ from transformer_lib.exercises.part3 import (
     check_tiled_attention,
 )
 from transformer_lib.exercises.part5 import (
-    check_cdpo_loss,
+    check_dpo_nll_loss,
     check_lora_attention_only,
     check_pack_pairs,
 )
@@ -104,7 +104,7 @@ __all__ = [
     "check_geglu",
     "check_pack_pairs",
     "check_lora_attention_only",
-    "check_cdpo_loss",
+    "check_dpo_nll_loss",
     "BUILD_ITS",
     "record",
     "build_it_cells",
@@ -141,7 +141,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "16": [("MyGeGLU", check_geglu)],
     "17": [("pack_pairs", check_pack_pairs)],
     "18": [("lora_attention_only", check_lora_attention_only)],
-    "19": [("my_cdpo_loss", check_cdpo_loss)],
+    "19": [("my_dpo_nll_loss", check_dpo_nll_loss)],
 }
 
 

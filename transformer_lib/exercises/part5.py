@@ -1,5 +1,6 @@
 """The checkers of Part V's build-its (notebooks 17-19): pairs packed into one row,
-LoRA on the attention projections only and the conservative DPO loss. By hand."""
+LoRA on the attention projections only, and DPO with an NLL term on the chosen
+outputs. By hand."""
 
 from __future__ import annotations
 
@@ -190,55 +191,95 @@ def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
     )
 
 
-def _cdpo_reference(margin: Tensor, beta: float, eps: float) -> Tensor:
-    """Conservative DPO's mean loss at `margin` (B,), stable for any margin."""
-    z = beta * margin
-    return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean()
+def _dpo_nll_reference(
+    pc: Tensor, pr: Tensor, rc: Tensor, rr: Tensor, n: Tensor, beta: float, alpha: float
+) -> Tensor:
+    """DPO + alpha times the chosen outputs' NLL per token, stable for any margin."""
+    dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))  # (B,)
+    return (dpo + alpha * (-pc / n)).mean()
 
 
-@checker("cdpo_loss")
-def check_cdpo_loss(fn: Callable[..., Tensor]) -> str:
-    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta, eps) -> the
-    mean of -(1 - eps) log sigmoid(beta * margin) - eps log sigmoid(-beta * margin)."""
-    gen = torch.Generator().manual_seed(0)
-    pc, pr, rc, rr = (
-        -10 * torch.rand(6, generator=gen, dtype=torch.float64) for _ in range(4)
-    )
-    margin = (pc - rc) - (pr - rr)
-    got = fn(pc, pr, rc, rr, 0.5, 0.1)
-    mistakes = [
+def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
+    """What the usual mistakes give at beta 0.5 and alpha 0.3, and what to say."""
+    z = 0.5 * ((pc - rc) - (pr - rr))
+    dpo = -F.logsigmoid(z)  # (B,)
+    return [
+        (dpo.mean(), "this is DPO alone: add alpha times the chosen outputs' NLL"),
         (
-            _cdpo_reference(-margin, 0.5, 0.1),
-            "the sign is flipped (or eps and 1 - eps swapped): the weight 1 - eps goes "
-            "with log sigmoid(+beta * margin), the chosen log-ratio first",
-        ),
-        (_cdpo_reference(margin, 1.0, 0.1), "multiply the margin by beta"),
-        (
-            _cdpo_reference(margin, 0.5, 0.0),
-            "this is plain DPO: add eps times the loss of the flipped label, "
-            "-log sigmoid(-beta * margin)",
+            (dpo + 0.3 * pc / n).mean(),
+            "the NLL has the wrong sign: it is minus the log-probability, so that "
+            "the term falls as the chosen outputs become more likely",
         ),
         (
-            (-F.logsigmoid(0.5 * margin) - 0.1 * F.logsigmoid(-0.5 * margin)).mean(),
-            "weight the DPO term by 1 - eps: the two labels' weights sum to 1",
+            (dpo - 0.3 * pc).mean(),
+            "the NLL is summed over each chosen output's tokens: divide "
+            "policy_chosen by chosen_tokens (a long sentence would weigh more)",
+        ),
+        (
+            (dpo - 0.3 * pr / n).mean(),
+            "the NLL term is on the rejected outputs: it is the chosen ones' "
+            "likelihood that DPO lets fall",
+        ),
+        (
+            (dpo - 0.3 * (pc - rc) / n).mean(),
+            "the NLL is the policy's own, -policy_chosen / chosen_tokens, not a "
+            "log-ratio to the reference",
+        ),
+        (
+            dpo.mean() - 0.3 * pc.sum() / n.sum(),
+            "the NLL is averaged per sentence, then over the batch: "
+            "(-policy_chosen / chosen_tokens).mean(), not all tokens pooled",
+        ),
+        (
+            (-F.logsigmoid(-z) - 0.3 * pc / n).mean(),
+            "the sign of the margin is flipped: the chosen log-ratio comes first",
+        ),
+        (
+            (-F.logsigmoid(2 * z) - 0.3 * pc / n).mean(),
+            "multiply the margin by beta",
+        ),
+        (
+            (0.3 * dpo - pc / n).mean(),
+            "alpha weighs the NLL term, not the DPO term",
+        ),
+        (
+            (dpo - 0.3 * pc / n).sum(),
+            "summed over the batch: take the mean",
         ),
     ]
-    summed = _cdpo_reference(margin, 0.5, 0.1) * margin.numel()
-    mistakes.append((summed, "summed over the batch: take the mean"))
+
+
+@checker("dpo_nll_loss")
+def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
+    """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_tokens, beta,
+    alpha) -> the mean of -log sigmoid(beta * margin) - alpha * policy_chosen /
+    chosen_tokens."""
+    gen = torch.Generator().manual_seed(0)
+    pc, pr, rc, rr = (
+        -20 * torch.rand(6, generator=gen, dtype=torch.float64) for _ in range(4)
+    )
+    n = torch.randint(3, 15, (6,), generator=gen)  # each chosen output's tokens
+    got = fn(pc, pr, rc, rr, n, 0.5, 0.3)
     if isinstance(got, Tensor) and got.shape == ():
-        for wrong, what in mistakes:
+        for wrong, what in _dpo_nll_mistakes(pc, pr, rc, rr, n):
             if torch.allclose(got, wrong):
                 raise ExerciseError(what)
-    compare("cdpo_loss", got, _cdpo_reference(margin, 0.5, 0.1), atol=1e-9)
+    compare(
+        "dpo_nll_loss", got, _dpo_nll_reference(pc, pr, rc, rr, n, 0.5, 0.3), atol=1e-9
+    )
     for m in (2000.0, -2000.0):
-        one = (torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0))
-        big = fn(*one, 1.0, 0.1)
-        want = _cdpo_reference(torch.tensor([m], dtype=torch.float64), 1.0, 0.1)
+        one = [torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0)]
+        ten = torch.tensor([10])
+        big = fn(*one, ten, 1.0, 0.3)
+        want = _dpo_nll_reference(*one, ten, 1.0, 0.3)
         if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
             raise ExerciseError(
                 f"at a margin of {m:g} the loss is {big.item()}, expected "
                 f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
-        compare(f"cdpo_loss at a margin of {m:g}", big, want, atol=1e-9)
-    return "equals conservative DPO's formula, also at margins of 2000 and -2000"
+        compare(f"dpo_nll_loss at a margin of {m:g}", big, want, atol=1e-9)
+    return (
+        "equals DPO plus alpha times the chosen outputs' NLL per token, also at "
+        "margins of 2000 and -2000"
+    )
