@@ -35,10 +35,14 @@ from transformer_lib.decoding import (
     evaluate_model,
     first_sentences,
 )
-from transformer_lib.mt_train import fit_translator, load_checked_translator
+from transformer_lib.mt_train import (
+    TrainConfig,
+    fit_translator,
+    load_checked_translator,
+)
 from transformer_lib.runtime import describe_machine, get_device
 from transformer_lib.translation_data import TEST_FINGERPRINT, split_fingerprint
-from transformer_lib.translator import TrainConfig, held_out_split
+from transformer_lib.translator import held_out_split
 
 
 def load() -> str:

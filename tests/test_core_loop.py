@@ -9,9 +9,9 @@ import test_mt_train  # the same task and settings as the trainer's tests
 import torch
 
 from transformer_lib.checkpoints import load_checkpoint
-from transformer_lib.mt_train import fit
+from transformer_lib.mt_train import TrainConfig, fit
 from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
-from transformer_lib.translator import CHECKPOINT_FORMAT, TrainConfig, train_loop
+from transformer_lib.translator import CHECKPOINT_FORMAT, train_loop
 
 CFG = replace(test_mt_train.CFG, dtype="fp32")  # both runs in fp32 on every machine
 examples = test_mt_train.examples

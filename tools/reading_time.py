@@ -10,8 +10,11 @@ full-mode run.
     python tools/reading_time.py --json   # the same as JSON
 
 A word is a run of letters and digits (\\w+); a line of code is any line, blank or not,
-of a code cell not tagged remove-cell or remove-input; an output line is a line of a
-stored text output of such a cell (figures are not counted).
+of a code cell not tagged remove-cell, remove-input or hide-input (a hide-input cell's
+code is folded behind a "show" button, like the folded {literalinclude} dropdowns of
+plumbing: there for the curious, not on the reading path); an output line is a line of
+a stored text output of a cell not tagged remove-cell or remove-output (figures are not
+counted).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 200, 15
-HIDDEN = {"remove-cell", "remove-input"}
+HIDDEN = {"remove-cell", "remove-input", "hide-input"}  # code not on the page
 RUN = re.compile(r"executed in ([\d.]+) s on")
 
 

@@ -24,7 +24,6 @@ from transformer_lib.training import (
     AT_LEAST_0,
     BETAS,
     COUNT,
-    DTYPES,
     FRACTION,
     OPTIONAL,
     POSITIVE,
@@ -71,7 +70,6 @@ class TrainConfig:
     label_smoothing: float = setting(0.1, "probability spread evenly", FRACTION)
     grad_clip: float = setting(1.0, "largest gradient norm; 0: no clipping", AT_LEAST_0)
     patience: int = setting(3, "epochs without a better validation loss", COUNT)
-    dtype: str = setting("auto", "appendix A1's number format", DTYPES)
     keep_last: int = setting(3, "last epochs' weights kept, to average", COUNT)
 
     def __post_init__(self) -> None:
