@@ -967,35 +967,38 @@ def test_pack_pairs():
     )
 
 
-def test_lora_attention_only():
-    from transformer_lib.lora import LoRALinear, add_lora
+def unload_with(scale=1.0, merge=True, unload=True):
+    """merge_and_unload, or with a usual slip: W + scale * (alpha / r) B A put back,
+    merged only (no unload), or the base layer put back unmerged (merge=False)."""
 
-    def frozen_after(model, rank, alpha):  # wraps first, then freezes A and B too
-        names = solution("18").lora_attention_only(model, rank, alpha)
-        model.requires_grad_(False)
+    def unload_(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            if merge:
+                with torch.no_grad():
+                    layer.base.weight += scale * layer.delta_weight()
+            if unload:
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, layer.base)
         return names
 
-    def unfrozen(model, rank, alpha):  # the embeddings and norms still train
-        for block in model.blocks:
-            block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
-            block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+    return unload_
 
-    check = ex.check_lora_attention_only
-    fails(
-        check,
-        lambda m, r, a: add_lora(m, r, a, targets=("qkv", "proj")),
-        r"blocks.0.mlp.proj is wrapped, but it is the MLP's proj",
-    )
-    fails(
-        check, lambda m, r, a: add_lora(m, r, a, targets=("qkv",)), "attn.proj is not"
-    )
-    fails(check, frozen_after, r"lora_A is frozen: freeze the model before wrapping")
-    fails(check, unfrozen, r"tok_emb.weight still trains: freeze every parameter")
-    fails(
-        check,
-        lambda m, r, a: solution("18").lora_attention_only(m, r, 1.0),
-        "rank 4 and alpha 1.0, expected 4 and 8.0",
-    )
+
+def test_merge_and_unload():
+    check = ex.check_merge_and_unload
+    assert ex.outcome(check, unload_with())[0] == "pass"
+    fails(check, unload_with(merge=False), "qkv: its weight is W alone: the update was")
+    fails(check, unload_with(scale=0.5), "W \+ B A: the scale alpha / r = 2 is missing")
+    fails(check, unload_with(scale=4.0), "the scale is alpha / r = 2, not alpha")
+    fails(check, unload_with(scale=2.0), "the update was added twice")
+    fails(check, unload_with(unload=False), "blocks.0.attn.qkv is still a LoRALinear")
+
+    def without_names(model):
+        solution("18").merge_and_unload(model)
+
+    fails(check, without_names, r"returned None, expected the names replaced")
 
 
 def test_cdpo_loss():
