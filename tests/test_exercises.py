@@ -990,7 +990,9 @@ def test_merge_and_unload():
     check = ex.check_merge_and_unload
     assert ex.outcome(check, unload_with())[0] == "pass"
     fails(check, unload_with(merge=False), "qkv: its weight is W alone: the update was")
-    fails(check, unload_with(scale=0.5), "W \+ B A: the scale alpha / r = 2 is missing")
+    fails(
+        check, unload_with(scale=0.5), r"W \+ B A: the scale alpha / r = 2 is missing"
+    )
     fails(check, unload_with(scale=4.0), "the scale is alpha / r = 2, not alpha")
     fails(check, unload_with(scale=2.0), "the update was added twice")
     fails(check, unload_with(unload=False), "blocks.0.attn.qkv is still a LoRALinear")
