@@ -967,35 +967,40 @@ def test_pack_pairs():
     )
 
 
-def test_lora_attention_only():
-    from transformer_lib.lora import LoRALinear, add_lora
+def unload_with(scale=1.0, merge=True, unload=True):
+    """merge_and_unload, or with a usual slip: W + scale * (alpha / r) B A put back,
+    merged only (no unload), or the base layer put back unmerged (merge=False)."""
 
-    def frozen_after(model, rank, alpha):  # wraps first, then freezes A and B too
-        names = solution("18").lora_attention_only(model, rank, alpha)
-        model.requires_grad_(False)
+    def unload_(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            if merge:
+                with torch.no_grad():
+                    layer.base.weight += scale * layer.delta_weight()
+            if unload:
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, layer.base)
         return names
 
-    def unfrozen(model, rank, alpha):  # the embeddings and norms still train
-        for block in model.blocks:
-            block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
-            block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
+    return unload_
 
-    check = ex.check_lora_attention_only
+
+def test_merge_and_unload():
+    check = ex.check_merge_and_unload
+    assert ex.outcome(check, unload_with())[0] == "pass"
+    fails(check, unload_with(merge=False), "qkv: its weight is W alone: the update was")
     fails(
-        check,
-        lambda m, r, a: add_lora(m, r, a, targets=("qkv", "proj")),
-        r"blocks.0.mlp.proj is wrapped, but it is the MLP's proj",
+        check, unload_with(scale=0.5), r"W \+ B A: the scale alpha / r = 2 is missing"
     )
-    fails(
-        check, lambda m, r, a: add_lora(m, r, a, targets=("qkv",)), "attn.proj is not"
-    )
-    fails(check, frozen_after, r"lora_A is frozen: freeze the model before wrapping")
-    fails(check, unfrozen, r"tok_emb.weight still trains: freeze every parameter")
-    fails(
-        check,
-        lambda m, r, a: solution("18").lora_attention_only(m, r, 1.0),
-        "rank 4 and alpha 1.0, expected 4 and 8.0",
-    )
+    fails(check, unload_with(scale=4.0), "the scale is alpha / r = 2, not alpha")
+    fails(check, unload_with(scale=2.0), "the update was added twice")
+    fails(check, unload_with(unload=False), "blocks.0.attn.qkv is still a LoRALinear")
+
+    def without_names(model):
+        solution("18").merge_and_unload(model)
+
+    fails(check, without_names, r"returned None, expected the names replaced")
 
 
 def test_dpo_nll_loss():
@@ -1284,3 +1289,78 @@ def test_rope_frequency_exponent():
         return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
 
     fails(ex.check_rope, slow, r"pair i turns at base\^\(-i/C\)")
+
+
+def mha_one_split_wrong(wrong: str = "", merge_wrong: bool = False):
+    """Notebook 05's solution with `wrong` ("k", "v", ...) of q, k, v split into heads
+    by a plain reshape (no transpose), or the heads merged without the transpose."""
+    from transformer_lib.multi_head import merge_heads
+
+    Right = solution("05").MyMultiHeadAttention
+
+    class Attention(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+
+            def split(x, name):  # (B, T, C) -> (B, H, T, D)
+                B, T, _ = x.shape
+                if name in wrong:
+                    return x.reshape(B, self.n_heads, T, self.d_head)
+                return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+
+            q, k = split(self.q_proj(query), "q"), split(self.k_proj(key), "k")
+            v = split(self.v_proj(value), "v")
+            s = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            y = s.softmax(-1) @ v  # (B, H, T, D)
+            merged = y.reshape(query.shape) if merge_wrong else merge_heads(y)
+            return self.out_proj(merged)
+
+    return Attention
+
+
+def test_multi_head_one_projection_split_wrong():
+    check = ex.check_multi_head_attention
+    assert ex.outcome(check, mha_one_split_wrong())[0] == "pass"
+    for wrong, right in (("k", "q_proj and v_proj"), ("v", "q_proj and k_proj")):
+        fails(
+            check,
+            mha_one_split_wrong(wrong),
+            rf"the output of {wrong}_proj was split into heads with "
+            rf"reshape\(B, H, T, D\), .*as for {right}",
+        )
+    fails(check, mha_one_split_wrong("qv"), r"the output of q_proj and v_proj was sp")
+    fails(
+        check,
+        mha_one_split_wrong(merge_wrong=True),
+        r"merged with reshape\(B, T, C\) alone, .*transpose\(1, 2\) back first",
+    )
+
+
+def test_min_p_threshold_on_the_logits():
+    def on_logits(fill):  # min-p's threshold applied to the logits, not probabilities
+        def sample(logits, min_p, generator=None):
+            top = logits.max(-1, keepdim=True).values
+            if fill:  # masked to -inf, then softmax: NaN rows
+                kept = logits.masked_fill(logits < min_p * top, -math.inf).softmax(-1)
+            else:  # probabilities zeroed: rows of zeros
+                kept = logits.softmax(-1) * (logits >= min_p * top)
+            return torch.multinomial(kept, 1, generator=generator).squeeze(-1)
+
+        return sample
+
+    for fill in (True, False):
+        fails(
+            ex.check_min_p_sampling,
+            on_logits(fill),
+            r"min_p=0.45: RuntimeError \(.*\), but not with the logits \+ 10.*was the "
+            "threshold applied to the logits",
+        )
+
+    def broken(logits, min_p, generator=None):  # another RuntimeError: not named so
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator).view(3, -1)
+
+    with pytest.raises(RuntimeError):
+        ex.outcome(ex.check_min_p_sampling, broken)

@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "transformer_lib"
 CELL = re.compile(r"^# %% \.\./notebooks/(\S+)\.ipynb", flags=re.M)
 # Written by hand: the loader and the durable files are there from notebook 00 on, the
-# heatmaps from 04 (which shows them); the rest sit on top of all.
-EARLIEST = {"data": "00", "downloads": "00", "files": "00", "viz": "04"}
+# tokenizers' kit from 01, the heatmaps from 04 (each shows its own); the rest sit on
+# top of all.
+EARLIEST = {"data": "00", "downloads": "00", "files": "00", "tokenizer_kit": "01"}
+EARLIEST |= {"viz": "04"}
 NOT_CHECKED = {"__init__", "__main__", "cli_args", "lm_cli", "mt_cli", "exercises"}
 
 
@@ -61,12 +63,16 @@ def definitions() -> dict[tuple[str, str], str]:
 
 
 def defined(node: ast.stmt) -> list[str]:
-    """The top-level names one statement defines."""
+    """The top-level names one statement defines (`a, b = ...` too), or imports into
+    its module (a re-export: tokenization's PAD, from the tokenizers' kit)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [node.name]
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        targets = [e for t in targets for e in getattr(t, "elts", [t])]
         return [t.id for t in targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.ImportFrom):
+        return [a.asname or a.name for a in node.names]
     return []
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 88
 COMMAND = r"\b(python|torchrun) (-m |--|[\w/]+\.py)"  # the start of a usage example
 HAND_WRITTEN = ["__init__", "__main__", "cli_args", "mt_cli", "lm_cli", "data", "files"]
-HAND_WRITTEN += ["viz"]  # the heatmaps, shown in notebook 04
+HAND_WRITTEN += ["viz", "tokenizer_kit"]  # heatmaps (04), tokenizers' kit (01)
 COMMANDS = [None] + sorted(
     next(
         a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)

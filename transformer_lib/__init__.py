@@ -1,12 +1,13 @@
 """transformer_lib: the finished code of the course 'Building a Transformer from
 Scratch'.
 
-Every module but the data loaders, the durable files, the heatmaps, the checkers and the
-command line is written in a notebook and exported from it (its first line names the
-notebooks: edit them, then `make export`). One concept a module:
+Every module but the data loaders, the durable files, the tokenizers' kit, the heatmaps,
+the checkers and the command line is written in a notebook and exported from it (its
+first line names the notebooks: edit them, then `make export`). One concept a module:
 
     part           module (notebooks)                     what it holds
     foundations    runtime (00), tokenization (01)        devices, seeds, tokenizers
+                   tokenizer_kit (by hand)                their base, HF's, GPT-2's
                    data, downloads, files (by hand)       corpora; pinned downloads;
                                                           atomic files and locks
     Part I         embeddings (02), positional (03)       the pieces of a Transformer

@@ -68,7 +68,7 @@ from transformer_lib.exercises.part3 import (
 )
 from transformer_lib.exercises.part5 import (
     check_dpo_nll_loss,
-    check_lora_attention_only,
+    check_merge_and_unload,
     check_pack_pairs,
 )
 
@@ -103,7 +103,7 @@ __all__ = [
     "check_grouped_attention",
     "check_geglu",
     "check_pack_pairs",
-    "check_lora_attention_only",
+    "check_merge_and_unload",
     "check_dpo_nll_loss",
     "BUILD_ITS",
     "record",
@@ -140,7 +140,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "15": [("my_grouped_attention", check_grouped_attention)],
     "16": [("MyGeGLU", check_geglu)],
     "17": [("pack_pairs", check_pack_pairs)],
-    "18": [("lora_attention_only", check_lora_attention_only)],
+    "18": [("merge_and_unload", check_merge_and_unload)],
     "19": [("my_dpo_nll_loss", check_dpo_nll_loss)],
 }
 

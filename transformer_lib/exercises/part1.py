@@ -323,20 +323,23 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
 
 
 def _mha_variant(
-    m, query, key, value, mask, scale=None, split_wrong=False, mix=True, **wrong
+    m, query, key, value, mask, scale=None, split_wrong="", mix=True, **wrong
 ):
     """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
-    merge_wrong=False, the merge right after a wrong split; mask_after=True)."""
+    split_wrong="qkv", or "k" etc.: those projections split with a plain reshape;
+    merge_wrong, the merge without the transpose back, by default when all three are
+    split wrong; mask_after=True)."""
     B, T, C = query.shape
     H = m.n_heads
     D = C // H
 
-    def split(x: Tensor) -> Tensor:  # (B, T, C) -> (B, H, T, D)
-        if split_wrong:
+    def split(x: Tensor, name: str) -> Tensor:  # (B, T, C) -> (B, H, T, D)
+        if name in split_wrong:
             return x.reshape(B, H, x.size(1), D)
         return x.view(B, x.size(1), H, D).transpose(1, 2)
 
-    q, k, v = split(m.q_proj(query)), split(m.k_proj(key)), split(m.v_proj(value))
+    q, k = split(m.q_proj(query), "q"), split(m.k_proj(key), "k")
+    v = split(m.v_proj(value), "v")
     s = q @ k.transpose(-2, -1) / math.sqrt(scale or D)
     if mask is not None and wrong.get("mask_after"):
         y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
@@ -344,9 +347,24 @@ def _mha_variant(
         if mask is not None:
             s = s.masked_fill(~mask, -math.inf)
         y = s.softmax(-1) @ v  # (B, H, T, D)
-    merge_wrong = wrong.get("merge_wrong", split_wrong)
+    merge_wrong = wrong.get("merge_wrong", split_wrong == "qkv")
     merged = y.reshape(B, T, C) if merge_wrong else y.transpose(1, 2).reshape(B, T, C)
     return m.out_proj(merged) if mix else merged
+
+
+def _wrong_split_of_one(name: str, got, ref, x: Tensor, kv: Tensor, mask) -> None:
+    """Raise ExerciseError if one or two of q, k, v were split with a plain reshape
+    (the others right), naming them."""
+    projections = ("q", "k", "v", "qk", "qv", "kv")
+    for wrong in projections:
+        if is_close(got, _mha_variant(ref, x, kv, kv, mask, split_wrong=wrong)):
+            which = " and ".join(f"{p}_proj" for p in wrong)
+            right = " and ".join(f"{p}_proj" for p in "qkv" if p not in wrong)
+            raise ExerciseError(
+                f"{name}: the output of {which} was split into heads with "
+                "reshape(B, H, T, D), which mixes positions and heads: "
+                f"view(B, T, H, D), then transpose(1, 2), as for {right}"
+            )
 
 
 @checker("multi-head attention")
@@ -383,13 +401,21 @@ def check_multi_head_attention(cls: type) -> str:
             if any(
                 is_close(
                     got,
-                    _mha_variant(ref, x, kv, kv, mask, split_wrong=True, merge_wrong=w),
+                    _mha_variant(
+                        ref, x, kv, kv, mask, split_wrong="qkv", merge_wrong=w
+                    ),
                 )
                 for w in (True, False)
             ):
                 raise ExerciseError(
                     f"{name}: heads split with reshape(B, H, T, D), which mixes "
                     "positions: view(B, T, H, D), then transpose(1, 2)"
+                )
+            _wrong_split_of_one(name, got, ref, x, kv, mask)
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, merge_wrong=True)):
+                raise ExerciseError(
+                    f"{name}: the heads (B, H, T, D) were merged with reshape(B, T, C) "
+                    "alone, which mixes positions: transpose(1, 2) back first"
                 )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, mix=False)):
                 raise ExerciseError(

@@ -424,6 +424,25 @@ def _min_p_message(p: float, row: Tensor, drawn: Tensor, keep: Tensor) -> str | 
     return None
 
 
+def _min_p_on_logits(fn: Callable, p: float, logits: Tensor, error: Exception) -> None:
+    """Raise ExerciseError if `error` is what a threshold on the logits gives: they are
+    log-probabilities here, all negative, so none passes it; the same logits + 10 (the
+    same softmax) then run."""
+    try:
+        fn(logits + 10, p, torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - it fails with any logits: another mistake
+        return
+    raised = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    top = logits.max().item()
+    raise ExerciseError(
+        f"min_p={p}: RuntimeError ({raised}), but not with the logits + 10, which "
+        "have the same softmax: was the threshold applied to the logits? They are "
+        f"log-probabilities here, all below 0, so min_p times the top logit "
+        f"({p * top:.3g}) is above every logit and no token is kept; softmax first, "
+        "then keep the probabilities >= min_p times the top one"
+    )
+
+
 @checker("min-p sampling")
 def check_min_p_sampling(fn: Callable) -> str:
     """fn(logits (B, n_vocab), min_p, generator) -> (B,) token ids drawn from the tokens
@@ -434,7 +453,14 @@ def check_min_p_sampling(fn: Callable) -> str:
         keep = probs >= p * probs.max(-1, keepdim=True).values  # (2, n_vocab)
         want = probs * keep / (probs * keep).sum(-1, keepdim=True)
         g = torch.Generator().manual_seed(0)
-        got = fn(probs.log().repeat(n, 1), p, g)
+        logits = probs.log().repeat(n, 1)
+        try:
+            got = fn(logits, p, g)
+        except NotImplementedError:
+            raise
+        except RuntimeError as e:
+            _min_p_on_logits(fn, p, logits, e)
+            raise
         if not isinstance(got, Tensor) or tuple(got.shape) != (2 * n,):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
             raise ExerciseError(

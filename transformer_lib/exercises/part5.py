@@ -1,5 +1,5 @@
 """The checkers of Part V's build-its (notebooks 17-19): pairs packed into one row,
-LoRA on the attention projections only, and DPO with an NLL term on the chosen
+LoRA merged into its layers and unloaded, and DPO with an NLL term on the chosen
 outputs. By hand."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
+    is_close,
 )
 
 # 17-19 · Part V -----------------------------------------------------------------------
@@ -113,81 +114,82 @@ def _is_lora(module) -> bool:
     return type(module).__name__ == "LoRALinear"
 
 
-def _lora_attention_reference(model, rank: int, alpha: float) -> list[str]:
-    """Freeze `model`, wrap each block's attention qkv and proj in a LoRALinear."""
-    from transformer_lib.lora import LoRALinear
-
-    model.requires_grad_(False)
-    for block in model.blocks:
-        block.attn.qkv = LoRALinear(block.attn.qkv, rank, alpha)
-        block.attn.proj = LoRALinear(block.attn.proj, rank, alpha)
-    return [
-        f"blocks.{i}.attn.{n}"
-        for i in range(len(model.blocks))
-        for n in ("qkv", "proj")
-    ]
+def _merged_weights(model, names: list[str], scale: float) -> dict[str, Tensor]:
+    """Each layer of `names`'s weight W + scale * (alpha / r) B A: merged (scale 1), or
+    with one of the usual slips."""
+    weights = {}
+    for name in names:
+        layer = model.get_submodule(name)
+        weights[name] = layer.base.weight + scale * layer.delta_weight()
+    return weights
 
 
-@checker("lora_attention_only")
-def check_lora_attention_only(fn: Callable[..., list[str]]) -> str:
-    """fn(model, rank, alpha) -> the names wrapped: LoRA on the attention's qkv and proj
-    of every block, every other parameter frozen."""
+def _wrong_merge(name: str, got: Tensor, slips: dict) -> None:
+    """Raise ExerciseError naming the slip that gives layer `name` the weight `got`."""
+    for hint, weights in slips.items():
+        if name in weights and is_close(got, weights[name], atol=1e-9):
+            raise ExerciseError(f"{name}: its weight is {hint}")
+
+
+@checker("merge_and_unload")
+def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
+    """fn(model) -> the names of the LoRALinear layers replaced: each merged, W <- W +
+    (alpha / r) B A, and its base nn.Linear put back in its place."""
     from transformer_lib.gpt import GPT, GPTConfig
-    from transformer_lib.lora import trainable_parameters
+    from transformer_lib.lora import add_lora, lora_layers
 
-    def fresh():
-        torch.manual_seed(0)
-        return GPT(GPTConfig.tiny(vocab_size=17, n_layers=3))
-
-    mine, ref, plain = fresh(), fresh(), fresh()
-    names = fn(mine, 4, 8.0)
-    want = _lora_attention_reference(ref, 4, 8.0)
-    wrapped = [n for n, m in mine.named_modules() if _is_lora(m)]
-    for name in want:
-        if name not in wrapped:
-            raise ExerciseError(
-                f"{name} is not wrapped: expected a LoRALinear "
-                "around every attention projection"
-            )
-    for name in wrapped:
-        if name not in want:
-            what = "the MLP's proj" if ".mlp." in name else "not an attention layer"
-            raise ExerciseError(
-                f"{name} is wrapped, but it is {what}: match the "
-                "Linear layers inside the attention, not every layer named proj"
-            )
-    for name in want:
-        layer = mine.get_submodule(name)
-        if (layer.rank, layer.alpha) != (4, 8.0):
-            raise ExerciseError(
-                f"{name} has rank {layer.rank} and alpha "
-                f"{layer.alpha}, expected 4 and 8.0 (pass rank and alpha on)"
-            )
-    trains = [n for n, p in mine.named_parameters() if p.requires_grad]  # model order
-    lora = [n for n, _ in ref.named_parameters() if n.endswith(("lora_A", "lora_B"))]
-    if frozen := [n for n in lora if n not in trains]:
-        raise ExerciseError(
-            f"{frozen[0]} is frozen: freeze the model before "
-            "wrapping, or the LoRA's own parameters freeze with it"
-        )
-    if extra := [n for n in trains if n not in lora]:
-        raise ExerciseError(
-            f"{extra[0]} still trains: freeze every parameter but "
-            "the LoRA's (model.requires_grad_(False) first)"
-        )
-    got, expected = trainable_parameters(mine), trainable_parameters(ref)
-    if got != expected:
-        raise ExerciseError(f"{got} trainable parameters, expected {expected}")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.tiny(vocab_size=17, n_layers=2)).eval()
+    n_plain = sum(p.numel() for p in model.parameters())
+    names = add_lora(model, rank=4, alpha=8.0)  # alpha / r = 2
+    model.double()
+    for layer in lora_layers(model):
+        with torch.no_grad():
+            layer.lora_B.normal_(std=0.2)  # an update to merge, as after training
     ids = torch.randint(0, 17, (2, 9))
-    compare("the wrapped model's logits", mine(ids)[0], plain(ids)[0])
-    if list(names or []) != want:
+    with torch.no_grad():
+        want = model(ids)[0]
+        slips = {
+            "W + 2 (alpha / r) B A: the update was added twice (merge() adds it "
+            "already)": _merged_weights(model, names, 2.0),
+            "W + B A: the scale alpha / r = 2 is missing": _merged_weights(
+                model, names, 0.5
+            ),
+            "W + alpha B A: the scale is alpha / r = 2, not alpha": _merged_weights(
+                model, names, 4.0
+            ),
+            "W alone: the update was dropped; merge (W += (alpha / r) B A) before "
+            "taking the base layer out": _merged_weights(model, names, 0.0),
+        }
+    returned = fn(model)
+    if left := [n for n, m in model.named_modules() if _is_lora(m)]:
         raise ExerciseError(
-            f"returned {names}, expected the names wrapped, in "
-            f"the model's order: {want}"
+            f"{left[0]} is still a LoRALinear: put its base nn.Linear back in its "
+            "place (setattr on the parent module)"
+        )
+    for name in names:
+        layer = model.get_submodule(name)
+        if type(layer) is not nn.Linear:
+            raise ExerciseError(
+                f"{name} is a {type(layer).__name__}, expected the nn.Linear it wraps"
+            )
+        _wrong_merge(name, layer.weight.detach(), slips)
+    n_params = sum(p.numel() for p in model.parameters())
+    if n_params != n_plain:
+        raise ExerciseError(
+            f"the model has {n_params:,} parameters, the plain GPT {n_plain:,}: the "
+            "LoRA's A and B are still in it"
+        )
+    with torch.no_grad():
+        compare("the unloaded model's logits", model(ids)[0], want, atol=1e-9)
+    if list(returned or []) != names:
+        raise ExerciseError(
+            f"returned {returned}, expected the names replaced, in the model's order: "
+            f"{names}"
         )
     return (
-        f"wraps the {len(want)} attention projections only; {expected} parameters "
-        "train, all of them LoRA's; the model starts as it was"
+        f"{len(names)} LoRALinear layers of a GPT merged and replaced by their "
+        "nn.Linear: the plain GPT's parameters, the adapted model's logits"
     )
 
 
