@@ -68,3 +68,16 @@ def test_without_check_it_tidies_in_place(untidy, capsys):
     with pytest.raises(SystemExit) as again:  # idempotent: nothing left to do
         tidy_notebooks.main(["--check"])
     assert again.value.code == 0
+
+
+def test_a_cell_the_book_folds_is_folded_in_jupyter_too():
+    cell = {
+        "cell_type": "code",
+        "metadata": {"tags": ["hide-input"]},
+        "source": ["x = 1"],
+    }
+    tidy_notebooks.tidy_cell(cell)
+    assert cell["metadata"]["jupyter"] == {"source_hidden": True}
+    shown = {"cell_type": "code", "metadata": {}, "source": ["x = 1"]}
+    tidy_notebooks.tidy_cell(shown)
+    assert "jupyter" not in shown["metadata"]

@@ -8,7 +8,9 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
 - a cell that draws a figure gets alt text from the titles its code sets (cell metadata
   `mystnb.image.alt`, which the book puts on the image) unless it has alt text already,
   and a numbered caption with the same text (`mystnb.figure.caption`; the Chinese
-  edition puts the translated title there).
+  edition puts the translated title there);
+- a code cell the book folds (tag `hide-input`) is folded in JupyterLab and Notebook 7
+  too (`jupyter.source_hidden`), so the plumbing stays off the path where learners run.
 `--check` exits 1 if any notebook would change.
 """
 
@@ -64,6 +66,8 @@ def tidy_cell(cell: dict) -> None:
     if cell["cell_type"] != "code":
         return
     _set_alt(cell)
+    if "hide-input" in cell["metadata"].get("tags", []):
+        cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
     lines = "".join(cell["source"]).splitlines(keepends=True)
     text = "".join(lines).strip()
     if text.startswith("# On Colab:") or (
