@@ -11,6 +11,7 @@ what it computes.
     python benchmarks/part5_adaptation.py lora-gpt  # the Shakespeare GPT -> English
     python benchmarks/part5_adaptation.py dpo-translator  # notebook 09's translator
     python benchmarks/part5_adaptation.py dpo-translator --full-test  # whole test
+    python benchmarks/part5_adaptation.py dpo-translator --pairs-from test-split
     python benchmarks/part5_adaptation.py arch --quick  # seconds: checks the script
 
 Each writes benchmarks/results/part5_<what>.json; `dpo` starts from the decoder-only
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.data import course_pairs, public_test_pairs
+from transformer_lib.data import course_pairs, english_key, public_test_pairs
 from transformer_lib.decoder_only import (
     PairVocab,
     batches_forever,
@@ -602,11 +603,21 @@ def choose_on_dev(fresh, data, dev, budget: float, score) -> tuple[dict, dict, f
 
 
 def dpo_translator(args) -> dict:
-    """Pairs from the translator's n-best on training sentences; the base, then
+    """Pairs from the translator's n-best on training sentences (or, `--pairs-from
+    test-split`, on the course's test split, which it never trained on); the base, then
     fine-tuning on the chosen, DPO and DPO + NLL at equal CPU time, two seeds each,
     scored on the public test."""
     q = args.quick
     splits = split_by_english(course_pairs(), 1000, 2000, 0)  # notebook 09's split
+    split = "test" if args.pairs_from == "test-split" else "train"
+    public = {english_key(en) for en, _ in public_test_pairs()}
+    seen = {english_key(en) for en, _ in splits["train"]}
+    overlap = {  # English sentences (case and spacing normalised) shared
+        "with_public_test": sum(english_key(en) in public for en, _ in splits[split]),
+        "with_training_split": sum(english_key(en) in seen for en, _ in splits[split]),
+    }
+    if overlap["with_public_test"]:
+        sys.exit(f"{overlap}: the pairs' sentences must not be in the public test")
     if q:
         base, src_tok, tgt_tok = tiny_translator()
     else:
@@ -626,7 +637,7 @@ def dpo_translator(args) -> dict:
         }
 
     t = time.process_time()
-    sources, refs = seeded_subset(splits["train"], args.n_sentences)
+    sources, refs = seeded_subset(splits[split], args.n_sentences)
     cands = nbest_translations(base, src_tok, tgt_tok, sources, args.beam)
     kept = []
     for s, c, r in zip(sources, cands, refs):
@@ -649,9 +660,15 @@ def dpo_translator(args) -> dict:
     rows = {"base (before tuning)": score(base, *test) | {"steps": 0}}
     print(rows, flush=True)
     if args.full_test:  # the whole public test: the main run's best method, seed 0
-        prior = json.loads((RESULTS / "part5_dpo_translator.json").read_text())
+        main_run = "_heldout" if split == "test" else ""
+        prior = json.loads(
+            (RESULTS / f"part5_dpo_translator{main_run}.json").read_text()
+        )
         dev_scores, chosen, beta = prior["dev"], prior["lr"], prior["beta"]
-        methods, seeds = ("DPO + NLL",), (0,)
+        mean_bleu = lambda m: sum(  # noqa: E731
+            prior["rows"][f"{m}, seed {s}"]["bleu"] for s in TR_SEEDS
+        )
+        methods, seeds = (max(METHODS, key=mean_bleu),), (0,)  # DPO + NLL on train
     else:
         dev_scores, chosen, beta = choose_on_dev(fresh, data, dev, args.budget, score)
         methods, seeds = METHODS, TR_SEEDS
@@ -673,6 +690,8 @@ def dpo_translator(args) -> dict:
             )
     n = len(kept)
     return {
+        "pairs_from": f"{split} split",
+        "overlap": overlap,
         "n_sentences": len(sources),
         "beam": args.beam,
         "min_gap": MIN_GAP,
@@ -724,6 +743,13 @@ def main() -> None:
         default=1000,
         help="dpo-translator: a seeded subset of the public test",
     )
+    ap.add_argument(
+        "--pairs-from",
+        choices=("train", "test-split"),
+        default="train",
+        help="dpo-translator: the sentences the pairs come from: the translator's "
+        "training split, or the course's test split, never trained on (tag 'heldout')",
+    )
     ap.add_argument("--beta", type=float, default=0.1, help="dpo: the DPO beta")
     ap.add_argument("--lr", type=float, default=2e-4, help="dpo: peak learning rate")
     ap.add_argument(
@@ -732,8 +758,8 @@ def main() -> None:
     ap.add_argument(
         "--full-test",
         action="store_true",
-        help="dpo-translator: the base and DPO + NLL (seed 0, the main run's settings) "
-        "on the whole public test; tag 'full'",
+        help="dpo-translator: the base and the main run's best method (seed 0, its "
+        "settings) on the whole public test; tag 'full'",
     )
     ap.add_argument("--tag", default="", help="appended to the result's file name")
     args = ap.parse_args()
@@ -754,8 +780,12 @@ def main() -> None:
         args.budget = budgets.get(args.what, 0)
     if args.quick:
         args.budget, args.pretrain, args.n_sentences = 3.0, 3.0, 40
+    if args.pairs_from != "train" and args.what != "dpo-translator":
+        ap.error("--pairs-from is an option of dpo-translator")
     if args.full_test and not args.tag:
         args.tag = "full"
+    if args.pairs_from == "test-split":
+        args.tag = "heldout" + (f"_{args.tag}" if args.tag else "")
     if args.quick and args.what == "dpo-translator":
         args.budget = 1.0  # 9 runs of an untrained tiny model: checks the script
     if (

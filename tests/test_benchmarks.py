@@ -28,7 +28,10 @@ QUICK = {
 # more quick runs of a script that has several subcommands
 MORE_QUICK = [
     ("part5_adaptation.py", ["lora-gpt", "--quick"]),
-    ("part5_adaptation.py", ["dpo-translator", "--quick"]),
+    (
+        "part5_adaptation.py",
+        ["dpo-translator", "--quick", "--pairs-from", "test-split"],
+    ),
 ]
 NOT_SCRIPTS = {"timing.py"}  # the timing helper the scripts import
 

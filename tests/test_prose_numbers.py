@@ -270,6 +270,49 @@ QUOTES = [
         r"a log-ratio of -([\d.]+) at the end",
         r"DPO, seed 0, at the end: chosen [-+][\d.]+, rejected -([\d.]+)",
     ),
+    # 19: the table of the pairs from the held-out test split
+    (
+        "19_preference_tuning",
+        r"BLEU ([\d.]+) on these 1,000 sentences \(seeds",
+        r"(?s)pairs held out;.*?\nDPO\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"\(seeds ([\d.]+) and [\d.]+\) against",
+        r"(?s)pairs held out;.*?\nDPO\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"DPO \+ NLL \(([\d.]+)\) and fine-tuning",
+        r"(?s)pairs held out;.*?\nDPO \+ NLL\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+        r"\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"fine-tuning on the chosen \(([\d.]+)\) stay",
+        r"(?s)pairs held out;.*?\nfine-tuning on the chosen\s+[\d.]+\s+[\d.]+"
+        r"\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"\(\+([\d.]+) at the end, against",
+        r"held out, DPO, seed 0, log-ratios at the end: chosen \+([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"score a mean chrF of ([\d.]+), against",
+        r"sentences of the test split.*?mean chrF chosen ([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"DPO's\s+seed 0 reaches BLEU ([\d.]+)",
+        r"(?s)held out, the whole public test.*?\n  DPO, seed 0\s+: BLEU ([\d.]+)",
+    ),
+    (
+        "19_preference_tuning",
+        r"DPO's\s+seed 0 reaches BLEU [\d.]+ and chrF ([\d.]+)",
+        r"\n  DPO, seed 0\s+: BLEU [\d.]+, chrF ([\d.]+)",
+    ),
     (
         "12_gpt_language_model",
         r"from the bigram model's ([\d.]+) nats",
