@@ -302,6 +302,8 @@ def test_a_link_to_a_heading_that_is_gone_is_reported(tmp_path):
         ("额外内存 18.4 倍少", "18.4 倍少"),
         ("训练速度提升 3 倍", "提升 3 倍"),
         ("字符多一倍", "多一倍"),
+        ("生成 500 个词元：快 **5.3** 倍", "快 **5.3** 倍"),
+        ("快 *5.3×*", "快 *5.3×"),
     ],
 )
 def test_a_comparative_with_bei_is_reported(chinese, said):

@@ -574,10 +574,11 @@ def term_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
 
 # A comparative with 倍 or ×: 「大 3 倍」, 「小 42×」, 「3 倍小」. A Chinese reader
 # takes 「大 3 倍」 as "3 times more", four times the size, whatever the English meant.
+# Bold or italic markup around the number (「快 **5.3** 倍」) does not hide it.
 NUMERAL = r"(?:\d+(?:\.\d+)?|[一二两三四五六七八九十百千]+)"
 COMPARATIVE = re.compile(
-    rf"(?<![至最差许不])(?:[多大小少快慢高低]|增加|增长|提升)[了出]?\s*{NUMERAL}\s*"
-    rf"(?:倍|×|[xX](?!\w))|{NUMERAL}\s*(?:倍|×|[xX])\s*[大小少快慢高低](?!于)"
+    rf"(?<![至最差许不])(?:[多大小少快慢高低]|增加|增长|提升)[了出]?\s*\**{NUMERAL}\**\s*"
+    rf"(?:倍|×|[xX](?!\w))|{NUMERAL}\**\s*(?:倍|×|[xX])\s*\**[大小少快慢高低](?!于)"
 )
 COMPARATIVE_RULE = (
     "write 「是…的 N 倍」 for larger, more or faster, 「只有…的 1/N」 for smaller, "
