@@ -626,6 +626,8 @@ PAGES_NOT_PRINTED: dict[str, str] = {
     "0.268": "OPUS-MT's chrF on its own 0-1 scale, cited",
     "12.9": "an earlier, shorter run on both scripts, cited",
     "19.4": "an earlier bf16 run of A1's `fit` on the Intel Xeon, minutes of training",
+    "6.95": "benchmarks/results/part4_speedrun_no_dropout.json, minutes (as A2 says)",
+    "7.64": "benchmarks/results/part4_speedrun_no_dropout.json, minutes (as A2 says)",
 }
 
 
