@@ -104,6 +104,25 @@ def test_sha256():
         lambda p: hashlib.sha256(p.read_bytes()[: 2**20]).hexdigest(),
         "a 3145735-byte file: only its first MiB was hashed",
     )
+    fails(  # the right digest, but the whole file in memory at once
+        ex.check_sha256,
+        lambda p: hashlib.sha256(p.read_bytes()).hexdigest(),
+        "the whole file was read in one go; read it 1 MiB at a time",
+    )
+    fails(
+        ex.check_sha256,
+        lambda p: hashlib.sha256(p.read_bytes()).hexdigest().upper(),
+        "the digest is in uppercase hex",
+    )
+
+    def text_mode(path):
+        h = hashlib.sha256()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while chunk := f.read(2**20):
+                h.update(chunk.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, text_mode, "the file was read as text")
 
 
 def test_bpe_encode():

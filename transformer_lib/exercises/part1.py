@@ -36,8 +36,9 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
         for n in sizes:
             path = Path(d) / f"file_{n}.bin"
             data = torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
-            path.write_bytes(bytes(data.tolist()))
-            got, want = fn(path), hashlib.sha256(path.read_bytes()).hexdigest()
+            path.write_bytes(data.numpy().tobytes())
+            got, peak = _run_traced(fn, path)
+            want = hashlib.sha256(path.read_bytes()).hexdigest()
             if not isinstance(got, str):
                 raise ExerciseError(
                     f"a {n}-byte file: expected a str, got {type(got).__name__} "
@@ -48,9 +49,49 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: only its first MiB was hashed: update with "
                     "every chunk, until read() returns b''"
                 )
+            if got != want and got.lower() == want:
+                raise ExerciseError(
+                    f"a {n}-byte file: the digest is in uppercase hex ({got[:8]}...): "
+                    "hexdigest() gives the lowercase one, as sha256sum prints it"
+                )
+            if got != want and got == _sha256_text(path):
+                raise ExerciseError(
+                    f"a {n}-byte file: the file was read as text: open it in binary "
+                    "mode, open(path, 'rb'), and hash the bytes as they are"
+                )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
-    return f"files of {', '.join(map(str, sizes))} bytes"
+            if n > 2**21 and peak > 2**21 + 2**20:
+                raise ExerciseError(
+                    f"a {n}-byte file: the digest is right, but {peak / 2**20:.1f} MiB "
+                    "were held in memory at once: the whole file was read in one go; "
+                    "read it 1 MiB at a time (f.read(2**20) in a loop) and update the "
+                    "hash with each chunk"
+                )
+    return f"files of {', '.join(map(str, sizes))} bytes, read in chunks"
+
+
+def _run_traced(fn: Callable, *args) -> tuple:
+    """fn(*args) and the peak of the Python memory it allocated, in bytes."""
+    import tracemalloc
+
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn(*args)
+        return out, tracemalloc.get_traced_memory()[1] - start
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+
+
+def _sha256_text(path: Path) -> str:
+    """The digest of a file read as text and encoded again, a typical mistake."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------
