@@ -534,6 +534,19 @@ def test_training_loop():
 
     fails(ex.check_training_loop, late_lr, r"step 0 ran at 123")
 
+    def nan_only(model, optimizer, batches, lr_at, train_step):  # inf slips through
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(s)
+            losses.append(train_step(model, optimizer, batch))
+            if math.isnan(losses[-1]):
+                raise ValueError(f"step {s}: the loss is NaN")
+        return losses
+
+    fails(ex.check_training_loop, nan_only, "an inf loss at step 2 went unnoticed")
+
     def next_lr(model, optimizer, batches, lr_at, train_step):  # off by one
         return right(model, optimizer, batches, lambda s: lr_at(s + 1), train_step)
 

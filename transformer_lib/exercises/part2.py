@@ -371,26 +371,42 @@ def check_training_loop(fn: Callable) -> str:
         want.append(_regression_step([])(ref, ref_opt, batch))
     compare("the losses", torch.tensor(losses), torch.tensor(want))
 
-    def nan_at_2(model, optimizer, batch, calls=[]) -> float:
-        calls.append(1)
-        return math.nan if len(calls) == 3 else 1.0
+    for bad in (math.nan, math.inf):
+        _check_stops_on(fn, batches, lr_at, bad)
+    return (
+        "6 steps of warm-up: rates, mode and losses match; a NaN or inf loss stops it"
+    )
 
+
+def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) -> None:
+    """fn must raise a ValueError naming step 2 when that step's loss is `bad`."""
+    calls: list = []
+
+    def bad_at_2(model, optimizer, batch) -> float:
+        calls.append(1)
+        return bad if len(calls) == 3 else 1.0
+
+    model = nn.Linear(3, 1)
     try:
         fn(
-            nn.Linear(3, 1),
+            model,
             torch.optim.SGD([nn.Parameter(torch.zeros(1))]),
             batches,
             lr_at,
-            nan_at_2,
+            bad_at_2,
         )
     except ValueError as e:
         if "2" not in str(e):
             raise ExerciseError(f"the error should name the step (2): {e}") from None
     else:
+        if math.isinf(bad):
+            raise ExerciseError(
+                "an inf loss at step 2 went unnoticed (a NaN one is caught): "
+                "math.isnan misses inf; test math.isfinite(loss)"
+            )
         raise ExerciseError(
             "a NaN loss at step 2 went unnoticed: raise ValueError naming the step"
         )
-    return "6 steps of warm-up: rates, mode and losses match; a NaN loss stops it"
 
 
 # 10 · min-p sampling, and beam search -------------------------------------------------
