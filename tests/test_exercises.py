@@ -613,12 +613,46 @@ def test_beam_search():
                 break
         return tokens, score
 
-    fails(ex.check_beam_search, greedy, r"beam=2: got tokens \[0, 0, 2\], expected \[1")
+    fails(
+        ex.check_beam_search, greedy, r"expected \[1.*= greedy's answer: keep the beam"
+    )
     right = solution("10").my_beam_search
     fails(
         ex.check_beam_search,
         lambda *a: (right(*a)[0], math.exp(right(*a)[1])),
-        "tokens right, but log-prob",
+        "tokens right, but 0.2000 is the probability: return the log-probability",
+    )
+
+    def beam_search(step, beam, max_len, eos, finished_take_places=True, keep=False):
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = [
+                (p + (t,), s + lp) for p, s in alive for t, lp in enumerate(step(p))
+            ]
+            pool = sorted(grown + (done if keep else []), key=lambda c: -c[1])
+            if finished_take_places:  # keep=True: a finished prefix keeps its place
+                done = [c for c in pool[:beam] if c[0][-1] == eos] + (
+                    [] if keep else done
+                )
+                alive = [c for c in pool[:beam] if c[0][-1] != eos]
+            else:  # the beam is filled with unfinished prefixes only
+                done += [c for c in pool[:beam] if c[0][-1] == eos]
+                alive = [c for c in pool if c[0][-1] != eos][:beam]
+            if not alive:
+                break
+        tokens, score = max(done + alive, key=lambda c: c[1])
+        return list(tokens), float(score)
+
+    assert ex.outcome(ex.check_beam_search, beam_search)[0] == "pass"
+    fails(
+        ex.check_beam_search,
+        lambda *a: beam_search(*a, finished_take_places=False),
+        r"\[1\] \(p = 0.15\) was grown, but the finished \[<eos>\]",
+    )
+    fails(
+        ex.check_beam_search,
+        lambda *a: beam_search(*a, keep=True),
+        r"\[0, 1\] \(p = 0.19\) was never grown: the finished \[<eos>\] kept a place",
     )
 
 

@@ -547,9 +547,16 @@ def check_beam_search(fn: Callable) -> str:
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens != want:
+            greedy = " = greedy's answer: keep the beam best prefixes, not one"
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
+                + (greedy if beam > 1 and tokens == [0, 0, 2] else "")
+            )
+        if math.isclose(score, math.exp(want_score), rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the probability: return "
+                f"the log-probability, the sum of the log-probs ({want_score:.4f})"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
@@ -577,10 +584,46 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}, a toy where <eos> comes first with p = 0.3: got "
                 f"tokens {list(got[0])}, expected {want}: {why}"
             )
+    _check_beam_places(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
-        "; no length penalty; a finished prefix keeps its place"
+        "; no length penalty; a finished prefix takes a place on the step it finishes"
     )
+
+
+_PLACES_TABLE = {(): [0.55, 0.15, 0.3], (0,): [0.6, 0.35, 0.05]}
+
+
+def _check_beam_places(fn: Callable) -> None:
+    """The prefixes a beam of 2 grows: [<eos>] finishes at step 0 and takes a place
+    from [1]; at step 1 it is set aside, so [0, 0] and [0, 1] both grow."""
+    grown: set = set()
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        grown.add(prefix)
+        return torch.tensor(_PLACES_TABLE.get(prefix, [0.1, 0.1, 0.8])).log()
+
+    fn(step, 2, 4, 2)
+    want = {(), (0,), (0, 0), (0, 1)}
+    if (1,) in grown:
+        raise ExerciseError(
+            "beam=2: [1] (p = 0.15) was grown, but the finished [<eos>] (p = 0.3) had "
+            "pushed it out of the beam at step 0: a prefix that ends with <eos> takes "
+            "one of the beam places on the step it finishes"
+        )
+    if (0, 1) not in grown:
+        raise ExerciseError(
+            "beam=2: [0, 1] (p = 0.19) was never grown: the finished [<eos>] kept a "
+            "place after step 0; it takes a place only on the step it finishes, then "
+            "it is set aside with the finished ones and leaves the places to the "
+            "growing prefixes"
+        )
+    if grown != want:
+        raise ExerciseError(
+            f"beam=2: step() was called on the prefixes {sorted(grown)}, expected "
+            f"{sorted(want)}: grow only the live prefixes of the beam"
+        )
 
 
 def _length_step(prefix: tuple[int, ...]) -> Tensor:
