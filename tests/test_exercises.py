@@ -149,6 +149,22 @@ def test_bpe_encode():
         lambda t, m: wrong(t, m, leftmost=True),
         r"merges the leftmost known pair first",
     )
+
+    def frequent(text, merges):  # the most frequent known pair, the reviewer's version
+        from collections import Counter
+
+        from transformer_lib.tokenization import CHUNK_PATTERN, merge
+
+        ranks, out = {p: 256 + k for k, p in enumerate(merges)}, []
+        for chunk in CHUNK_PATTERN.findall(text):
+            ids = list(chunk.encode())
+            while c := Counter(p for p in zip(ids, ids[1:]) if p in ranks):
+                pair = c.most_common(1)[0][0]
+                ids = merge(ids, pair, ranks[pair])
+            out += ids
+        return out
+
+    fails(ex.check_bpe_encode, frequent, r"merges the most frequent known pair first")
     # code points, not UTF-8 bytes
     fails(
         ex.check_bpe_encode,

@@ -100,6 +100,8 @@ _BPE_TRAIN = (
     "the lowest lower newer newest widest wider low low lower, the newest\n" * 3
 )
 _BPE_TEXTS = [
+    "westhether deweewe",  # made-up words: the leftmost pair and the most frequent
+    # one go wrong in different places
     "the lowest, the widest",
     "thou know'st the newest",  # a contraction is a chunk of its own
     "slower and newer: the lowlands",  # words never seen whole
@@ -111,7 +113,8 @@ _BPE_TEXTS = [
 
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
-    first), `chars` (ord, not bytes)."""
+    first), `frequent` (the most frequent known pair first), `chars` (ord, not
+    bytes)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -125,6 +128,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 break
             if how == "leftmost":
                 pair = known[0]
+            elif how == "frequent":  # ties: the first seen, as Counter.most_common
+                pair = max(known, key=known.count)
             else:
                 pair = min(known, key=ranks.get)
             ids = merge(ids, pair, ranks[pair])
@@ -137,6 +142,8 @@ _BPE_MISTAKES = {
     "then merge inside each chunk",
     "leftmost": "merges the leftmost known pair first: take the pair of lowest rank "
     "(learnt first) wherever it is in the chunk",
+    "frequent": "merges the most frequent known pair first: take the pair of lowest "
+    "rank (learnt first), however often it occurs in the chunk",
     "chars": "starts from characters (ord), not UTF-8 bytes: ids 0-255 are bytes, "
     "use chunk.encode()",
 }
@@ -160,9 +167,15 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
         got = [int(i) for i in got]
         if got == want:
             continue
-        for how, mistake in _BPE_MISTAKES.items():
-            if got == _bpe_encode_variant(text, merges, how):
-                raise ExerciseError(f"{call} {mistake}")
+        hows = [h for h in _BPE_MISTAKES if got == _bpe_encode_variant(text, merges, h)]
+        if hows == ["leftmost", "frequent"]:  # this text cannot tell them apart
+            raise ExerciseError(
+                f"{call} merges the leftmost or the most frequent known pair first: "
+                "take the pair of lowest rank (learnt first), wherever it is and "
+                "however often it occurs in the chunk"
+            )
+        if hows:
+            raise ExerciseError(f"{call} {_BPE_MISTAKES[hows[0]]}")
         i = next((j for j, (x, y) in enumerate(zip(got, want)) if x != y), None)
         if i is None:
             raise ExerciseError(f"{call} gave {len(got)} ids, expected {len(want)}")
