@@ -439,6 +439,17 @@ def test_decoder_layer():
 
     fails(ex.check_decoder_layer, SelfCross, "cross-attention read x")
 
+    class SelfCrossNoMask(Right):  # the reviewer's slip: cross_attn(n) with no mask
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = x + self.cross_attn(h)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(
+        ex.check_decoder_layer, SelfCrossNoMask, "cross-attention read x, with no mask"
+    )
+
     class PostNorm(Right):
         def forward(self, x, memory, tgt_mask=None, memory_mask=None):
             x = self.norm1(x + self.self_attn(x, mask=tgt_mask)[0])
@@ -478,6 +489,14 @@ def test_shift_targets():
         return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
 
     fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
+
+    def left_padded(seqs, bos, eos, pad):  # the padding before the sequence
+        n = max(map(len, seqs)) + 1
+        rows_in = [[pad] * (n - 1 - len(s)) + [bos] + s for s in seqs]
+        rows_out = [[pad] * (n - 1 - len(s)) + s + [eos] for s in seqs]
+        return torch.tensor(rows_in), torch.tensor(rows_out)
+
+    fails(ex.check_shift_targets, left_padded, r"tgt_in is padded on the left")
 
 
 # build before the reveal (issue 34): the stub of a component, its check and its

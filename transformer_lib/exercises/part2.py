@@ -134,6 +134,11 @@ def check_decoder_layer(cls: type) -> str:
                     "cross-attention read x: its keys and "
                     "values come from memory, the encoder's output",
                 ),
+                (
+                    ff(h + ca(h, None, None)),
+                    "cross-attention read x, with no mask: its keys and values "
+                    "come from memory, the encoder's output, masked by memory_mask",
+                ),
             )
             h3 = h + ca(h)
             hints += (
@@ -190,6 +195,14 @@ def check_shift_targets(fn: Callable) -> str:
                     f"tgt_out row {t} is {row}, expected {want_out[t].tolist()}: "
                     "<eos> goes right after the sequence, the padding after <eos>"
                 )
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        left = torch.stack([torch.cat([r[r == pad], r[r != pad]]) for r in w])
+        if is_close(g, left):
+            raise ExerciseError(
+                f"{name} is padded on the left ({g[1].tolist()}): put the padding "
+                f"after the sequence, {w[1].tolist()}, so position t is token t of "
+                "every row"
+            )
     for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
         if isinstance(g, Tensor) and g.shape == w.shape and (g[w == pad] == eos).any():
             raise ExerciseError(
