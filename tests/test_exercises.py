@@ -382,6 +382,12 @@ def test_sliding_window_mask():
     fails(check, window_with(high=-1), "off by one: each query sees window - 1")
     fails(check, window_with(pad="none"), "the padding is missing")
     fails(check, window_with(pad="rows"), "padding masks the query rows")
+
+    def rows_and_keys(ids, pad_id, window):  # the reviewer's belief: mask both
+        keep = ids != pad_id
+        return window_with()(ids, pad_id, window) & keep[:, None, :, None]
+
+    fails(check, rows_and_keys, "masks the query rows as well as the key columns")
     fails(
         check,
         lambda ids, pad, w: window_with()(ids, pad, w).float(),

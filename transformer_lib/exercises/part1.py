@@ -527,6 +527,11 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
     rows = no_pad & (ids != pad_id)[:, None, :, None]
     if torch.equal(got, rows):
         return "padding masks the query rows; it must mask the key columns (last dim)"
+    if torch.equal(got, rows & (ids != pad_id)[:, None, None, :]):
+        return (
+            "padding masks the query rows as well as the key columns: mask the key "
+            "columns (last dim) only; the outputs at <pad> positions are never used"
+        )
     return None
 
 
