@@ -713,6 +713,26 @@ def test_corpus_bleu():
         )
     fails(ex.check_corpus_bleu, lambda h, r: right(h, r) / 100, "0-100 scale")
 
+    def lengths(hyps, refs):
+        c = sum(map(len, hyps))
+        closest = [
+            min(rs, key=lambda x: (abs(len(x) - len(h)), len(x)))
+            for h, rs in zip(hyps, refs)
+        ]
+        return c, sum(map(len, closest))
+
+    def every_gram(hyps, refs):  # every hypothesis n-gram counted as a match
+        c, r = lengths(hyps, refs)
+        return 100 * (1.0 if c >= r else math.exp(1 - r / c))
+
+    def inverted(hyps, refs):  # BP = exp(1 - c / r)
+        c, r = lengths(hyps, refs)
+        no_bp = ex.bleu_reference(list(zip(hyps, refs)), bp=False)
+        return no_bp * (1.0 if c >= r else math.exp(1 - c / r))
+
+    fails(ex.check_corpus_bleu, every_gram, "corpus 3: .*every n-gram of the hyp")
+    fails(ex.check_corpus_bleu, inverted, "corpus 2: .*the brevity penalty is inverted")
+
 
 def test_gpt_block():
     Right = solution("12").MyBlock

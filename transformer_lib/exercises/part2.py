@@ -722,6 +722,12 @@ def check_corpus_bleu(fn: Callable) -> str:
         if math.isclose(got, want, abs_tol=1e-4):
             continue
         mean = sum(bleu_reference([pair]) for pair in corpus) / len(corpus)
+        c = sum(len(h) for h, _ in corpus)
+        r = sum(
+            len(min(refs, key=lambda ref: (abs(len(ref) - len(h)), len(ref))))
+            for h, refs in corpus
+        )
+        penalty = 1.0 if c >= r else math.exp(1 - r / c)
         for mistake, value in (
             ("BLEU is on a 0-100 scale: multiply by 100", want / 100),
             (
@@ -746,6 +752,17 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "a mean of sentence scores: sum the matches, n-grams and lengths over "
                 "the corpus first",
                 mean,
+            ),
+            (
+                "every n-gram of the hypothesis was counted as a match (precisions "
+                "of 1): count those a reference has, clipped to the most times one "
+                "reference has them",
+                100 * penalty,
+            ),
+            (
+                "the brevity penalty is inverted, exp(1 - c / r), above 1: it is "
+                "exp(1 - r / c) when c < r",
+                bleu_reference(corpus, bp=False) * math.exp(1 - c / r),
             ),
         ):
             if math.isclose(got, value, abs_tol=1e-4):
