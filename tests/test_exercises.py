@@ -749,6 +749,18 @@ def test_gpt_block():
 
     fails(ex.check_gpt_block, NotCausal, "the attention must be causal")
 
+    class QKSwapped(Right):  # the reviewer's slip: k, q, v = qkv(x).chunk(3)
+        def attn(self, x):
+            B, T, C = x.shape
+            k, q, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, QKSwapped, "q and k are swapped")
+
     class ExactGelu(Right):
         def forward(self, x):
             x = x + self.attn(self.norm1(x))
@@ -828,6 +840,17 @@ def test_kv_cache():
 
     fails(ex.check_kv_cache, OnlyNew, "after 5 tokens update returned 1 keys")
 
+    class Prepends(Right):  # the new keys and values before the stored ones
+        def update(self, k, v):
+            if self.length:
+                self.keys = torch.cat([k, self.keys], 2)
+                self.values = torch.cat([v, self.values], 2)
+                self.length += k.size(2)
+                return self.keys, self.values
+            return super().update(k, v)
+
+    fails(ex.check_kv_cache, Prepends, "the new keys come before the stored ones")
+
     class KeysTwice(Right):
         def update(self, k, v):
             keys, _ = super().update(k, v)
@@ -906,6 +929,11 @@ def test_cosine_by_distance():
         lambda t: by_distance(t)[1:],
         r"entry 0 is distance 0 \(each row with itself\), not 1",
     )
+
+    def over_n(table):  # the sum of each diagonal over N, not over its N - k pairs
+        return by_distance(table, mean=False) / len(table)
+
+    fails(ex.check_cosine_by_distance, over_n, "divided by N: .* divide by N - k")
 
 
 def test_tiled_attention():
