@@ -511,6 +511,7 @@ REVEALS = [
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
     ("08", "MyDecoderLayer", "class DecoderLayer("),
+    ("15", "my_grouped_attention", "def repeat_kv("),
 ]
 
 
@@ -518,7 +519,9 @@ REVEALS = [
 def test_a_component_is_built_before_the_course_shows_it(nb, name, reveal):
     path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
     cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
-    stub = next(i for i, s in enumerate(cells) if f"class {name}(" in s)
+    stub = next(
+        i for i, s in enumerate(cells) if f"class {name}(" in s or f"def {name}(" in s
+    )
     shown = next(i for i, s in enumerate(cells) if reveal in s)
     assert stub < shown, f"{path.name}: {name}'s stub (cell {stub}) after cell {shown}"
     check, solution = cells[stub + 1 : stub + 3]
