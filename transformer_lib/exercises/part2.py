@@ -568,8 +568,9 @@ def check_beam_search(fn: Callable) -> str:
             )
         if math.isclose(score, math.exp(want_score), rel_tol=1e-5):
             raise ExerciseError(
-                f"beam={beam}: tokens right, but {score:.4f} is the probability: return "
-                f"the log-probability, the sum of the log-probs ({want_score:.4f})"
+                f"beam={beam}: tokens right, but {score:.4f} is the probability: "
+                "return the log-probability, the sum of the log-probs "
+                f"({want_score:.4f})"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
