@@ -104,6 +104,25 @@ def test_sha256():
         lambda p: hashlib.sha256(p.read_bytes()[: 2**20]).hexdigest(),
         "a 3145735-byte file: only its first MiB was hashed",
     )
+    fails(  # the right digest, but the whole file in memory at once
+        ex.check_sha256,
+        lambda p: hashlib.sha256(p.read_bytes()).hexdigest(),
+        "the whole file was read in one go; read it 1 MiB at a time",
+    )
+    fails(
+        ex.check_sha256,
+        lambda p: hashlib.sha256(p.read_bytes()).hexdigest().upper(),
+        "the digest is in uppercase hex",
+    )
+
+    def text_mode(path):
+        h = hashlib.sha256()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while chunk := f.read(2**20):
+                h.update(chunk.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, text_mode, "the file was read as text")
 
 
 def test_bpe_encode():
@@ -130,6 +149,22 @@ def test_bpe_encode():
         lambda t, m: wrong(t, m, leftmost=True),
         r"merges the leftmost known pair first",
     )
+
+    def frequent(text, merges):  # the most frequent known pair, the reviewer's version
+        from collections import Counter
+
+        from transformer_lib.tokenization import CHUNK_PATTERN, merge
+
+        ranks, out = {p: 256 + k for k, p in enumerate(merges)}, []
+        for chunk in CHUNK_PATTERN.findall(text):
+            ids = list(chunk.encode())
+            while c := Counter(p for p in zip(ids, ids[1:]) if p in ranks):
+                pair = c.most_common(1)[0][0]
+                ids = merge(ids, pair, ranks[pair])
+            out += ids
+        return out
+
+    fails(ex.check_bpe_encode, frequent, r"merges the most frequent known pair first")
     # code points, not UTF-8 bytes
     fails(
         ex.check_bpe_encode,
@@ -347,6 +382,12 @@ def test_sliding_window_mask():
     fails(check, window_with(high=-1), "off by one: each query sees window - 1")
     fails(check, window_with(pad="none"), "the padding is missing")
     fails(check, window_with(pad="rows"), "padding masks the query rows")
+
+    def rows_and_keys(ids, pad_id, window):  # the reviewer's belief: mask both
+        keep = ids != pad_id
+        return window_with()(ids, pad_id, window) & keep[:, None, :, None]
+
+    fails(check, rows_and_keys, "masks the query rows as well as the key columns")
     fails(
         check,
         lambda ids, pad, w: window_with()(ids, pad, w).float(),
@@ -404,6 +445,17 @@ def test_decoder_layer():
 
     fails(ex.check_decoder_layer, SelfCross, "cross-attention read x")
 
+    class SelfCrossNoMask(Right):  # the reviewer's slip: cross_attn(n) with no mask
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = x + self.cross_attn(h)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(
+        ex.check_decoder_layer, SelfCrossNoMask, "cross-attention read x, with no mask"
+    )
+
     class PostNorm(Right):
         def forward(self, x, memory, tgt_mask=None, memory_mask=None):
             x = self.norm1(x + self.self_attn(x, mask=tgt_mask)[0])
@@ -444,6 +496,14 @@ def test_shift_targets():
 
     fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
 
+    def left_padded(seqs, bos, eos, pad):  # the padding before the sequence
+        n = max(map(len, seqs)) + 1
+        rows_in = [[pad] * (n - 1 - len(s)) + [bos] + s for s in seqs]
+        rows_out = [[pad] * (n - 1 - len(s)) + s + [eos] for s in seqs]
+        return torch.tensor(rows_in), torch.tensor(rows_out)
+
+    fails(ex.check_shift_targets, left_padded, r"tgt_in is padded on the left")
+
 
 # build before the reveal (issue 34): the stub of a component, its check and its
 # solution come before the notebook shows the course's own version of the component
@@ -451,6 +511,7 @@ REVEALS = [
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
     ("08", "MyDecoderLayer", "class DecoderLayer("),
+    ("15", "my_grouped_attention", "def repeat_kv("),
 ]
 
 
@@ -458,7 +519,9 @@ REVEALS = [
 def test_a_component_is_built_before_the_course_shows_it(nb, name, reveal):
     path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
     cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
-    stub = next(i for i, s in enumerate(cells) if f"class {name}(" in s)
+    stub = next(
+        i for i, s in enumerate(cells) if f"class {name}(" in s or f"def {name}(" in s
+    )
     shown = next(i for i, s in enumerate(cells) if reveal in s)
     assert stub < shown, f"{path.name}: {name}'s stub (cell {stub}) after cell {shown}"
     check, solution = cells[stub + 1 : stub + 3]
@@ -514,6 +577,19 @@ def test_training_loop():
         return losses
 
     fails(ex.check_training_loop, late_lr, r"step 0 ran at 123")
+
+    def nan_only(model, optimizer, batches, lr_at, train_step):  # inf slips through
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(s)
+            losses.append(train_step(model, optimizer, batch))
+            if math.isnan(losses[-1]):
+                raise ValueError(f"step {s}: the loss is NaN")
+        return losses
+
+    fails(ex.check_training_loop, nan_only, "an inf loss at step 2 went unnoticed")
 
     def next_lr(model, optimizer, batches, lr_at, train_step):  # off by one
         return right(model, optimizer, batches, lambda s: lr_at(s + 1), train_step)
@@ -581,12 +657,46 @@ def test_beam_search():
                 break
         return tokens, score
 
-    fails(ex.check_beam_search, greedy, r"beam=2: got tokens \[0, 0, 2\], expected \[1")
+    fails(
+        ex.check_beam_search, greedy, r"expected \[1.*= greedy's answer: keep the beam"
+    )
     right = solution("10").my_beam_search
     fails(
         ex.check_beam_search,
         lambda *a: (right(*a)[0], math.exp(right(*a)[1])),
-        "tokens right, but log-prob",
+        "tokens right, but 0.2000 is the probability: return the log-probability",
+    )
+
+    def beam_search(step, beam, max_len, eos, finished_take_places=True, keep=False):
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = [
+                (p + (t,), s + lp) for p, s in alive for t, lp in enumerate(step(p))
+            ]
+            pool = sorted(grown + (done if keep else []), key=lambda c: -c[1])
+            if finished_take_places:  # keep=True: a finished prefix keeps its place
+                done = [c for c in pool[:beam] if c[0][-1] == eos] + (
+                    [] if keep else done
+                )
+                alive = [c for c in pool[:beam] if c[0][-1] != eos]
+            else:  # the beam is filled with unfinished prefixes only
+                done += [c for c in pool[:beam] if c[0][-1] == eos]
+                alive = [c for c in pool if c[0][-1] != eos][:beam]
+            if not alive:
+                break
+        tokens, score = max(done + alive, key=lambda c: c[1])
+        return list(tokens), float(score)
+
+    assert ex.outcome(ex.check_beam_search, beam_search)[0] == "pass"
+    fails(
+        ex.check_beam_search,
+        lambda *a: beam_search(*a, finished_take_places=False),
+        r"\[1\] \(p = 0.15\) was grown, but the finished \[<eos>\]",
+    )
+    fails(
+        ex.check_beam_search,
+        lambda *a: beam_search(*a, keep=True),
+        r"\[0, 1\] \(p = 0.19\) was never grown: the finished \[<eos>\] kept a place",
     )
 
 
@@ -606,6 +716,26 @@ def test_corpus_bleu():
         )
     fails(ex.check_corpus_bleu, lambda h, r: right(h, r) / 100, "0-100 scale")
 
+    def lengths(hyps, refs):
+        c = sum(map(len, hyps))
+        closest = [
+            min(rs, key=lambda x: (abs(len(x) - len(h)), len(x)))
+            for h, rs in zip(hyps, refs)
+        ]
+        return c, sum(map(len, closest))
+
+    def every_gram(hyps, refs):  # every hypothesis n-gram counted as a match
+        c, r = lengths(hyps, refs)
+        return 100 * (1.0 if c >= r else math.exp(1 - r / c))
+
+    def inverted(hyps, refs):  # BP = exp(1 - c / r)
+        c, r = lengths(hyps, refs)
+        no_bp = ex.bleu_reference(list(zip(hyps, refs)), bp=False)
+        return no_bp * (1.0 if c >= r else math.exp(1 - c / r))
+
+    fails(ex.check_corpus_bleu, every_gram, "corpus 3: .*every n-gram of the hyp")
+    fails(ex.check_corpus_bleu, inverted, "corpus 2: .*the brevity penalty is inverted")
+
 
 def test_gpt_block():
     Right = solution("12").MyBlock
@@ -621,6 +751,18 @@ def test_gpt_block():
             return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     fails(ex.check_gpt_block, NotCausal, "the attention must be causal")
+
+    class QKSwapped(Right):  # the reviewer's slip: k, q, v = qkv(x).chunk(3)
+        def attn(self, x):
+            B, T, C = x.shape
+            k, q, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, QKSwapped, "q and k are swapped")
 
     class ExactGelu(Right):
         def forward(self, x):
@@ -701,6 +843,17 @@ def test_kv_cache():
 
     fails(ex.check_kv_cache, OnlyNew, "after 5 tokens update returned 1 keys")
 
+    class Prepends(Right):  # the new keys and values before the stored ones
+        def update(self, k, v):
+            if self.length:
+                self.keys = torch.cat([k, self.keys], 2)
+                self.values = torch.cat([v, self.values], 2)
+                self.length += k.size(2)
+                return self.keys, self.values
+            return super().update(k, v)
+
+    fails(ex.check_kv_cache, Prepends, "the new keys come before the stored ones")
+
     class KeysTwice(Right):
         def update(self, k, v):
             keys, _ = super().update(k, v)
@@ -779,6 +932,11 @@ def test_cosine_by_distance():
         lambda t: by_distance(t)[1:],
         r"entry 0 is distance 0 \(each row with itself\), not 1",
     )
+
+    def over_n(table):  # the sum of each diagonal over N, not over its N - k pairs
+        return by_distance(table, mean=False) / len(table)
+
+    fails(ex.check_cosine_by_distance, over_n, "divided by N: .* divide by N - k")
 
 
 def test_tiled_attention():

@@ -36,8 +36,9 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
         for n in sizes:
             path = Path(d) / f"file_{n}.bin"
             data = torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
-            path.write_bytes(bytes(data.tolist()))
-            got, want = fn(path), hashlib.sha256(path.read_bytes()).hexdigest()
+            path.write_bytes(data.numpy().tobytes())
+            got, peak = _run_traced(fn, path)
+            want = hashlib.sha256(path.read_bytes()).hexdigest()
             if not isinstance(got, str):
                 raise ExerciseError(
                     f"a {n}-byte file: expected a str, got {type(got).__name__} "
@@ -48,9 +49,49 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: only its first MiB was hashed: update with "
                     "every chunk, until read() returns b''"
                 )
+            if got != want and got.lower() == want:
+                raise ExerciseError(
+                    f"a {n}-byte file: the digest is in uppercase hex ({got[:8]}...): "
+                    "hexdigest() gives the lowercase one, as sha256sum prints it"
+                )
+            if got != want and got == _sha256_text(path):
+                raise ExerciseError(
+                    f"a {n}-byte file: the file was read as text: open it in binary "
+                    "mode, open(path, 'rb'), and hash the bytes as they are"
+                )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
-    return f"files of {', '.join(map(str, sizes))} bytes"
+            if n > 2**21 and peak > 2**21 + 2**20:
+                raise ExerciseError(
+                    f"a {n}-byte file: the digest is right, but {peak / 2**20:.1f} MiB "
+                    "were held in memory at once: the whole file was read in one go; "
+                    "read it 1 MiB at a time (f.read(2**20) in a loop) and update the "
+                    "hash with each chunk"
+                )
+    return f"files of {', '.join(map(str, sizes))} bytes, read in chunks"
+
+
+def _run_traced(fn: Callable, *args) -> tuple:
+    """fn(*args) and the peak of the Python memory it allocated, in bytes."""
+    import tracemalloc
+
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn(*args)
+        return out, tracemalloc.get_traced_memory()[1] - start
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+
+
+def _sha256_text(path: Path) -> str:
+    """The digest of a file read as text and encoded again, a typical mistake."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------
@@ -59,6 +100,8 @@ _BPE_TRAIN = (
     "the lowest lower newer newest widest wider low low lower, the newest\n" * 3
 )
 _BPE_TEXTS = [
+    "westhether deweewe",  # made-up words: the leftmost pair and the most frequent
+    # one go wrong in different places
     "the lowest, the widest",
     "thou know'st the newest",  # a contraction is a chunk of its own
     "slower and newer: the lowlands",  # words never seen whole
@@ -70,7 +113,8 @@ _BPE_TEXTS = [
 
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
-    first), `chars` (ord, not bytes)."""
+    first), `frequent` (the most frequent known pair first), `chars` (ord, not
+    bytes)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -84,6 +128,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 break
             if how == "leftmost":
                 pair = known[0]
+            elif how == "frequent":  # ties: the first seen, as Counter.most_common
+                pair = max(known, key=known.count)
             else:
                 pair = min(known, key=ranks.get)
             ids = merge(ids, pair, ranks[pair])
@@ -96,6 +142,8 @@ _BPE_MISTAKES = {
     "then merge inside each chunk",
     "leftmost": "merges the leftmost known pair first: take the pair of lowest rank "
     "(learnt first) wherever it is in the chunk",
+    "frequent": "merges the most frequent known pair first: take the pair of lowest "
+    "rank (learnt first), however often it occurs in the chunk",
     "chars": "starts from characters (ord), not UTF-8 bytes: ids 0-255 are bytes, "
     "use chunk.encode()",
 }
@@ -119,9 +167,15 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
         got = [int(i) for i in got]
         if got == want:
             continue
-        for how, mistake in _BPE_MISTAKES.items():
-            if got == _bpe_encode_variant(text, merges, how):
-                raise ExerciseError(f"{call} {mistake}")
+        hows = [h for h in _BPE_MISTAKES if got == _bpe_encode_variant(text, merges, h)]
+        if hows == ["leftmost", "frequent"]:  # this text cannot tell them apart
+            raise ExerciseError(
+                f"{call} merges the leftmost or the most frequent known pair first: "
+                "take the pair of lowest rank (learnt first), wherever it is and "
+                "however often it occurs in the chunk"
+            )
+        if hows:
+            raise ExerciseError(f"{call} {_BPE_MISTAKES[hows[0]]}")
         i = next((j for j, (x, y) in enumerate(zip(got, want)) if x != y), None)
         if i is None:
             raise ExerciseError(f"{call} gave {len(got)} ids, expected {len(want)}")
@@ -473,6 +527,11 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
     rows = no_pad & (ids != pad_id)[:, None, :, None]
     if torch.equal(got, rows):
         return "padding masks the query rows; it must mask the key columns (last dim)"
+    if torch.equal(got, rows & (ids != pad_id)[:, None, None, :]):
+        return (
+            "padding masks the query rows as well as the key columns: mask the key "
+            "columns (last dim) only; the outputs at <pad> positions are never used"
+        )
     return None
 
 

@@ -134,6 +134,11 @@ def check_decoder_layer(cls: type) -> str:
                     "cross-attention read x: its keys and "
                     "values come from memory, the encoder's output",
                 ),
+                (
+                    ff(h + ca(h, None, None)),
+                    "cross-attention read x, with no mask: its keys and values "
+                    "come from memory, the encoder's output, masked by memory_mask",
+                ),
             )
             h3 = h + ca(h)
             hints += (
@@ -190,6 +195,14 @@ def check_shift_targets(fn: Callable) -> str:
                     f"tgt_out row {t} is {row}, expected {want_out[t].tolist()}: "
                     "<eos> goes right after the sequence, the padding after <eos>"
                 )
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        left = torch.stack([torch.cat([r[r == pad], r[r != pad]]) for r in w])
+        if is_close(g, left):
+            raise ExerciseError(
+                f"{name} is padded on the left ({g[1].tolist()}): put the padding "
+                f"after the sequence, {w[1].tolist()}, so position t is token t of "
+                "every row"
+            )
     for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
         if isinstance(g, Tensor) and g.shape == w.shape and (g[w == pad] == eos).any():
             raise ExerciseError(
@@ -371,26 +384,42 @@ def check_training_loop(fn: Callable) -> str:
         want.append(_regression_step([])(ref, ref_opt, batch))
     compare("the losses", torch.tensor(losses), torch.tensor(want))
 
-    def nan_at_2(model, optimizer, batch, calls=[]) -> float:
-        calls.append(1)
-        return math.nan if len(calls) == 3 else 1.0
+    for bad in (math.nan, math.inf):
+        _check_stops_on(fn, batches, lr_at, bad)
+    return (
+        "6 steps of warm-up: rates, mode and losses match; a NaN or inf loss stops it"
+    )
 
+
+def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) -> None:
+    """fn must raise a ValueError naming step 2 when that step's loss is `bad`."""
+    calls: list = []
+
+    def bad_at_2(model, optimizer, batch) -> float:
+        calls.append(1)
+        return bad if len(calls) == 3 else 1.0
+
+    model = nn.Linear(3, 1)
     try:
         fn(
-            nn.Linear(3, 1),
+            model,
             torch.optim.SGD([nn.Parameter(torch.zeros(1))]),
             batches,
             lr_at,
-            nan_at_2,
+            bad_at_2,
         )
     except ValueError as e:
         if "2" not in str(e):
             raise ExerciseError(f"the error should name the step (2): {e}") from None
     else:
+        if math.isinf(bad):
+            raise ExerciseError(
+                "an inf loss at step 2 went unnoticed (a NaN one is caught): "
+                "math.isnan misses inf; test math.isfinite(loss)"
+            )
         raise ExerciseError(
             "a NaN loss at step 2 went unnoticed: raise ValueError naming the step"
         )
-    return "6 steps of warm-up: rates, mode and losses match; a NaN loss stops it"
 
 
 # 10 · min-p sampling, and beam search -------------------------------------------------
@@ -531,9 +560,17 @@ def check_beam_search(fn: Callable) -> str:
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens != want:
+            greedy = " = greedy's answer: keep the beam best prefixes, not one"
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
+                + (greedy if beam > 1 and tokens == [0, 0, 2] else "")
+            )
+        if math.isclose(score, math.exp(want_score), rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the probability: "
+                "return the log-probability, the sum of the log-probs "
+                f"({want_score:.4f})"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
@@ -561,10 +598,46 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}, a toy where <eos> comes first with p = 0.3: got "
                 f"tokens {list(got[0])}, expected {want}: {why}"
             )
+    _check_beam_places(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
-        "; no length penalty; a finished prefix keeps its place"
+        "; no length penalty; a finished prefix takes a place on the step it finishes"
     )
+
+
+_PLACES_TABLE = {(): [0.55, 0.15, 0.3], (0,): [0.6, 0.35, 0.05]}
+
+
+def _check_beam_places(fn: Callable) -> None:
+    """The prefixes a beam of 2 grows: [<eos>] finishes at step 0 and takes a place
+    from [1]; at step 1 it is set aside, so [0, 0] and [0, 1] both grow."""
+    grown: set = set()
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        grown.add(prefix)
+        return torch.tensor(_PLACES_TABLE.get(prefix, [0.1, 0.1, 0.8])).log()
+
+    fn(step, 2, 4, 2)
+    want = {(), (0,), (0, 0), (0, 1)}
+    if (1,) in grown:
+        raise ExerciseError(
+            "beam=2: [1] (p = 0.15) was grown, but the finished [<eos>] (p = 0.3) had "
+            "pushed it out of the beam at step 0: a prefix that ends with <eos> takes "
+            "one of the beam places on the step it finishes"
+        )
+    if (0, 1) not in grown:
+        raise ExerciseError(
+            "beam=2: [0, 1] (p = 0.19) was never grown: the finished [<eos>] kept a "
+            "place after step 0; it takes a place only on the step it finishes, then "
+            "it is set aside with the finished ones and leaves the places to the "
+            "growing prefixes"
+        )
+    if grown != want:
+        raise ExerciseError(
+            f"beam=2: step() was called on the prefixes {sorted(grown)}, expected "
+            f"{sorted(want)}: grow only the live prefixes of the beam"
+        )
 
 
 def _length_step(prefix: tuple[int, ...]) -> Tensor:
@@ -650,6 +723,12 @@ def check_corpus_bleu(fn: Callable) -> str:
         if math.isclose(got, want, abs_tol=1e-4):
             continue
         mean = sum(bleu_reference([pair]) for pair in corpus) / len(corpus)
+        c = sum(len(h) for h, _ in corpus)
+        r = sum(
+            len(min(refs, key=lambda ref: (abs(len(ref) - len(h)), len(ref))))
+            for h, refs in corpus
+        )
+        penalty = 1.0 if c >= r else math.exp(1 - r / c)
         for mistake, value in (
             ("BLEU is on a 0-100 scale: multiply by 100", want / 100),
             (
@@ -674,6 +753,17 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "a mean of sentence scores: sum the matches, n-grams and lengths over "
                 "the corpus first",
                 mean,
+            ),
+            (
+                "every n-gram of the hypothesis was counted as a match (precisions "
+                "of 1): count those a reference has, clipped to the most times one "
+                "reference has them",
+                100 * penalty,
+            ),
+            (
+                "the brevity penalty is inverted, exp(1 - c / r), above 1: it is "
+                "exp(1 - r / c) when c < r",
+                bleu_reference(corpus, bp=False) * math.exp(1 - c / r),
             ),
         ):
             if math.isclose(got, value, abs_tol=1e-4):

@@ -51,6 +51,8 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     )
     y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(C))
     wide = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+    y = F.scaled_dot_product_attention(k, q, v, is_causal=True)
+    swapped = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
     post = ref.norm1(x + attn(x))
     a = x + attn(ref.norm1(x))
     return (
@@ -68,6 +70,11 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
         (
             attn(ref.norm1(x)) + mlp(ref.norm2(attn(ref.norm1(x)))),
             "the attention output is not added to its input (the residual)",
+        ),
+        (
+            swapped + mlp(ref.norm2(swapped)),
+            "q and k are swapped: qkv(x).chunk(3, -1) gives q, k, v in that order, "
+            "and the scores are q @ k^T",
         ),
         (mlp(ref.norm2(a)), "the MLP output is not added to its input (the residual)"),
         (a + mlp(ref.norm1(a)), "norm1 is used twice: the MLP has its own norm, norm2"),
@@ -162,6 +169,11 @@ def check_kv_cache(cls: type) -> str:
             raise ExerciseError(
                 f"after {total} tokens update returned {t} keys: return everything "
                 "stored so far"
+            )
+        if total > t and is_close(keys, torch.cat([k, *ks[:-1]], 2)):
+            raise ExerciseError(
+                f"after {total} tokens the new keys come before the stored ones: "
+                "append them, torch.cat([stored, new], dim=2), so position t stays t"
             )
         compare(f"keys after {total} tokens", keys, want_k)
         compare(f"values after {total} tokens", values, want_v)
@@ -327,6 +339,12 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         if got.shape == want.shape and torch.allclose(got.double(), want, atol=1e-9):
             raise ExerciseError(hint)
     want, got = _by_distance(table), got.detach().double()
+    by_n = _by_distance(table, mean=False) / len(table)
+    if got.shape == want.shape and torch.allclose(got, by_n, atol=1e-9):
+        raise ExerciseError(
+            "divided by N: distance k has only N - k pairs (the k-th diagonal), "
+            "divide by N - k (or take the diagonal's mean)"
+        )
     if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
         raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")
     columns = _by_distance(F.normalize(table, dim=0), unit=False)
