@@ -1522,3 +1522,38 @@ def test_min_p_threshold_on_the_logits():
 
     with pytest.raises(RuntimeError):
         ex.outcome(ex.check_min_p_sampling, broken)
+
+
+# A second blind review's wrong answers that passed (issue 34): each is named now.
+
+
+def test_min_p_must_leave_the_callers_logits_alone():
+    right = min_p_with()
+
+    def in_place(logits, min_p, generator=None):
+        probs = logits.softmax(-1)
+        top = probs.max(-1, keepdim=True).values
+        logits.masked_fill_(probs < min_p * top, float("-inf"))  # the caller's tensor
+        return right(logits, min_p, generator)
+
+    fails(ex.check_min_p_sampling, in_place, "the caller's logits were changed")
+
+
+def test_corpus_bleu_shortest_reference():
+    fails(
+        ex.check_corpus_bleu,
+        lambda h, r: ex.bleu_reference(list(zip(h, r)), shortest=True),
+        "corpus 5: .*r is the shortest reference",
+    )
+
+
+def test_multi_head_value_defaults_to_key():
+    Right = solution("05").MyMultiHeadAttention
+
+    class ValueIsQuery(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = query if value is None else value  # should default to key
+            return super().forward(query, key, value, mask=mask)
+
+    fails(ex.check_multi_head_attention, ValueIsQuery, "value=None must default to key")

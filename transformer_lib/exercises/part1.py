@@ -485,6 +485,15 @@ def check_multi_head_attention(cls: type) -> str:
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")
         compare(name, got, want)
+    try:  # forward(query, key): the values are the keys' sequence
+        got = first_output(mine(x, mem, mask=pad))
+    except RuntimeError:
+        got = None
+    if got is None or not is_close(got, ref(x, mem, mem, mask=pad)[0]):
+        raise ExerciseError(
+            "cross-attention called as forward(query, key): value=None must default "
+            "to key (keys and values come from the same sequence), not to query"
+        )
     first_output(mine(x, mem, mem, mask=pad)).pow(2).sum().backward()
     ref(x, mem, mem, mask=pad)[0].pow(2).sum().backward()
     compare_grads(mine, ref, "MyMultiHeadAttention")

@@ -483,6 +483,7 @@ def check_min_p_sampling(fn: Callable) -> str:
         want = probs * keep / (probs * keep).sum(-1, keepdim=True)
         g = torch.Generator().manual_seed(0)
         logits = probs.log().repeat(n, 1)
+        given = logits.clone()
         try:
             got = fn(logits, p, g)
         except NotImplementedError:
@@ -490,6 +491,11 @@ def check_min_p_sampling(fn: Callable) -> str:
         except RuntimeError as e:
             _min_p_on_logits(fn, p, logits, e)
             raise
+        if not torch.equal(logits, given):
+            raise ExerciseError(
+                f"min_p={p}: the caller's logits were changed (an in-place "
+                "masked_fill_ or similar): filter a copy, the caller may need them"
+            )
         if not isinstance(got, Tensor) or tuple(got.shape) != (2 * n,):
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got)
             raise ExerciseError(
@@ -648,7 +654,7 @@ def _length_step(prefix: tuple[int, ...]) -> Tensor:
 
 # 11 · corpus BLEU ---------------------------------------------------------------------
 
-# four corpora of Chinese sentences, a character a token: (hypothesis, references)
+# five corpora of Chinese sentences, a character a token: (hypothesis, references)
 _BLEU_CORPORA = [
     [("我今天必须把书还给图书馆。", ["我今天必须把书还给图书馆。"])],  # a perfect match
     [  # short hypotheses, references of different lengths: the brevity penalty, r
@@ -664,6 +670,10 @@ _BLEU_CORPORA = [
         ("昨天我打了网球第一次。", ["昨天我第一次打了网球。"]),
         ("你一天喝几杯咖啡呢？", ["你一天喝几杯咖啡？"]),
     ],
+    [  # the closest reference is the longer one: r is not the shortest either
+        ("我今天很高兴。", ["我高兴。", "我今天很高兴啊。"]),
+        ("他明天去北京。", ["他明天要坐火车去北京看朋友。"]),
+    ],
 ]
 
 
@@ -672,16 +682,17 @@ def _grams(tokens: list[str], n: int) -> Counter:
 
 
 def bleu_reference(
-    corpus, clip=True, bp=True, longest=False, arithmetic=False
+    corpus, clip=True, bp=True, longest=False, arithmetic=False, shortest=False
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
-    typical mistakes: counts not clipped, no brevity penalty, the longest reference as
-    r, an arithmetic mean of the precisions."""
+    typical mistakes: counts not clipped, no brevity penalty, the longest or the
+    shortest reference as r, an arithmetic mean of the precisions."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
     for hyp, refs in corpus:
         c += len(hyp)
         closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), len(ref)))
-        r += max(map(len, refs)) if longest else len(closest)
+        lengths = list(map(len, refs))
+        r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         for n in range(1, 5):
             got, most = _grams(hyp, n), Counter()
             for ref in refs:
@@ -745,6 +756,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 bleu_reference(corpus, longest=True),
             ),
             (
+                "r is the shortest reference: take each sentence's closest one "
+                "(the shorter one when two are as close)",
+                bleu_reference(corpus, shortest=True),
+            ),
+            (
                 "an arithmetic mean of the precisions: BLEU takes the geometric one, "
                 "exp(mean log p_n)",
                 bleu_reference(corpus, arithmetic=True),
@@ -771,4 +787,4 @@ def check_corpus_bleu(fn: Callable) -> str:
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
-    return "four corpora equal sacrebleu.corpus_bleu: clipping, brevity, closest r"
+    return "five corpora equal sacrebleu.corpus_bleu: clipping, brevity, closest r"
