@@ -644,6 +644,14 @@ def dpo_translator(args) -> dict:
         p = preference_pair(c, r) if len(c) > 1 else None
         if p is not None and p[2] - p[3] >= (0.01 if q else MIN_GAP):
             kept.append((s, *p, c[0]))
+    if not kept and q:  # an untrained tiny model's beams may all tie (CPU-dependent):
+        # the reference against the top candidate still checks the plumbing
+        kept = [
+            (s, r[0], c[0], 100.0, 0.0, c[0])
+            for s, c, r in zip(sources, cands, refs)
+            if c and c[0] != r[0]
+        ]
+        print("quick mode: no candidates differ, pairs are reference against beam 1")
     if not kept:
         sys.exit("no pair has a chrF gap of MIN_GAP: nothing to train on")
     triples = [(s, w, lo) for s, w, lo, *_ in kept]

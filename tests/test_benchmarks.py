@@ -28,6 +28,7 @@ QUICK = {
 # more quick runs of a script that has several subcommands
 MORE_QUICK = [
     ("part5_adaptation.py", ["lora-gpt", "--quick"]),
+    ("part5_adaptation.py", ["dpo-translator", "--quick"]),  # pairs from training
     (
         "part5_adaptation.py",
         ["dpo-translator", "--quick", "--pairs-from", "test-split"],
