@@ -278,7 +278,7 @@ def test_alibi_attention():
     fails(check, alibi_with(sign=1.0), "the penalty has the wrong sign")
     fails(check, alibi_with(scaled=True), r"divided by sqrt\(d_k\) too")
     fails(check, alibi_with(causal=False), "query 0 gives weight to key 1, a later")
-    fails(check, alibi_with(after=True), "do not sum to 1: add the penalty to the sc")
+    fails(check, alibi_with(after=True), "added to the weights, after the softmax")
     fails(check, alibi_with(per_key=True), "slopes were spread over the keys")
     fails(
         check,
@@ -1557,3 +1557,131 @@ def test_multi_head_value_defaults_to_key():
             return super().forward(query, key, value, mask=mask)
 
     fails(ex.check_multi_head_attention, ValueIsQuery, "value=None must default to key")
+
+
+# a second blind review (issue 34): every typical wrong answer gets a named mistake ----
+
+
+def test_sha256_last_chunk_path_and_text_mode():
+    def last_chunk(path):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(2**20):
+                h = hashlib.sha256(chunk)  # a new hash for every chunk
+        return h.hexdigest()
+
+    fails(ex.check_sha256, last_chunk, "only its last chunk was hashed")
+    fails(
+        ex.check_sha256,
+        lambda p: hashlib.sha256(str(p).encode()).hexdigest(),
+        "the path was hashed, not the file",
+    )
+    fails(  # text mode, strict: the first byte above 127 raises UnicodeDecodeError
+        ex.check_sha256,
+        lambda p: hashlib.sha256(open(p).read().encode()).hexdigest(),
+        "UnicodeDecodeError .*opened as text; open it in binary mode",
+    )
+
+
+def test_bpe_merge_ids_off_by_one():
+    def from_257(text, merges):
+        from transformer_lib.tokenization import CHUNK_PATTERN, merge
+
+        rank, out = {p: k for k, p in enumerate(merges)}, []
+        for chunk in CHUNK_PATTERN.findall(text):
+            ids = list(chunk.encode())
+            while known := [p for p in zip(ids, ids[1:]) if p in rank]:
+                pair = min(known, key=rank.get)
+                ids = merge(ids, pair, 257 + rank[pair])  # should be 256 + k
+            out += ids
+        return out
+
+    fails(ex.check_bpe_encode, from_257, "gives merge k the id 257 \\+ k")
+
+
+def rope_with(exponent=-1.0, start=0, concatenate=False, in_place=False):
+    """RoPE, or with a usual mistake."""
+
+    def rope(x):
+        T, C = x.shape[-2:]
+        freq = 10000.0 ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
+        ang = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = ang.cos(), ang.sin()
+        r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c
+        if in_place:
+            x[..., 0::2], x[..., 1::2] = r1, r2
+            return x
+        return (
+            torch.cat([r1, r2], -1)
+            if concatenate
+            else torch.stack([r1, r2], -1).flatten(-2)
+        )
+
+    return rope
+
+
+def test_rope_exponent_sign_start_order_and_input():
+    assert ex.outcome(ex.check_rope, rope_with())[0] == "pass"
+    fails(ex.check_rope, rope_with(exponent=1.0), r"base\^\(\+2i/C\)")
+    fails(ex.check_rope, rope_with(start=1), "the positions start at 1")
+    fails(ex.check_rope, rope_with(concatenate=True), "concatenated.*interleave them")
+    fails(ex.check_rope, rope_with(in_place=True), "wrote into its input x")
+
+
+def test_alibi_slopes_axis_inverted_mask_and_softmax_axis():
+    check = ex.check_alibi_attention
+
+    def attention(slopes_view=(-1, 1, 1), inverted=False, dim=-1, multiply=False):
+        def f(q, k, v, slopes):
+            T = q.size(-2)
+            i, j = torch.arange(T)[:, None], torch.arange(T)
+            s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+            s = s - slopes.view(*slopes_view) * (i - j).to(q.dtype)
+            keep = (j <= i) != inverted
+            s = s * keep if multiply else s.masked_fill(~keep, -math.inf)
+            w = s.softmax(dim)
+            return w @ v, w
+
+        return f
+
+    assert ex.outcome(check, attention())[0] == "pass"
+    fails(check, attention(slopes_view=(-1, 1, 1, 1)), "RuntimeError .*line up with")
+    fails(check, attention(inverted=True), "the causal mask is inverted")
+    fails(check, attention(dim=-2), r"the softmax ran over the queries \(dim=-2\)")
+    fails(check, attention(multiply=True), "multiplied by the causal mask")
+
+
+def test_multi_head_inverted_and_multiplied_mask():
+    Right = solution("05").MyMultiHeadAttention
+
+    def with_mask(how):
+        class Wrong(Right):
+            def forward(self, query, key=None, value=None, mask=None):
+                if mask is not None:  # the right layer fills ~mask with -inf
+                    mask = ~mask if how == "inverted" else mask
+                return super().forward(query, key, value, mask=mask)
+
+        return Wrong
+
+    fails(ex.check_multi_head_attention, with_mask("inverted"), "the mask is inverted")
+
+    class MaskTimesScores(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            from transformer_lib.multi_head import merge_heads, split_heads
+
+            key = query if key is None else key
+            value = key if value is None else value
+            q, k, v = (
+                split_heads(proj(t), self.n_heads)
+                for proj, t in (
+                    (self.q_proj, query),
+                    (self.k_proj, key),
+                    (self.v_proj, value),
+                )
+            )
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            scores = scores * mask if mask is not None else scores  # 0, not -inf
+            return self.out_proj(merge_heads(scores.softmax(-1) @ v))
+
+    fails(ex.check_multi_head_attention, MaskTimesScores, "multiplied by the mask")

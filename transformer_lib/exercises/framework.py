@@ -64,12 +64,18 @@ def compare(
         )
 
 
-def is_close(got, want: Tensor, atol: float = 1e-6) -> bool:
-    """Whether `got` is a tensor of want's shape and values (to recognise a mistake)."""
+def is_close(got, want: Tensor, atol: float = 1e-6, equal_nan: bool = False) -> bool:
+    """Whether `got` is a tensor of want's shape and values (to recognise a mistake);
+    with equal_nan, NaN where want has NaN too."""
     return (
         isinstance(got, Tensor)
         and got.shape == want.shape
-        and torch.allclose(got.detach().double(), want.detach().double(), atol=atol)
+        and torch.allclose(
+            got.detach().double(),
+            want.detach().double(),
+            atol=atol,
+            equal_nan=equal_nan,
+        )
     )
 
 

@@ -37,7 +37,14 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
             path = Path(d) / f"file_{n}.bin"
             data = torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
             path.write_bytes(data.numpy().tobytes())
-            got, peak = _run_traced(fn, path)
+            try:
+                got, peak = _run_traced(fn, path)
+            except UnicodeDecodeError as e:
+                raise ExerciseError(
+                    f"a {n}-byte file: UnicodeDecodeError ({e.reason} at byte "
+                    f"{e.start}): the file was opened as text; open it in binary "
+                    "mode, open(path, 'rb'), and hash the bytes as they are"
+                ) from None
             want = hashlib.sha256(path.read_bytes()).hexdigest()
             if not isinstance(got, str):
                 raise ExerciseError(
@@ -58,6 +65,16 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                 raise ExerciseError(
                     f"a {n}-byte file: the file was read as text: open it in binary "
                     "mode, open(path, 'rb'), and hash the bytes as they are"
+                )
+            if got != want and got in _last_chunk_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: only its last chunk was hashed: create the "
+                    "hash once, before the loop, and update it with every chunk"
+                )
+            if got != want and got in _path_digests(path):
+                raise ExerciseError(
+                    f"a {n}-byte file: the path was hashed, not the file: open it, "
+                    "open(path, 'rb'), and hash the bytes it reads"
                 )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
@@ -88,6 +105,20 @@ def _run_traced(fn: Callable, *args) -> tuple:
             tracemalloc.stop()
 
 
+def _last_chunk_digests(data: bytes) -> set[str]:
+    """The digests of the last chunk alone, for chunks of 1 KiB to 16 MiB."""
+    return {
+        hashlib.sha256(data[(len(data) - 1) // 2**k * 2**k :]).hexdigest()
+        for k in range(10, 25)
+        if data
+    }
+
+
+def _path_digests(path: Path) -> set[str]:
+    """The digests of the path's text and of the file's name, a typical mistake."""
+    return {hashlib.sha256(str(t).encode()).hexdigest() for t in (path, path.name)}
+
+
 def _sha256_text(path: Path) -> str:
     """The digest of a file read as text and encoded again, a typical mistake."""
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -114,7 +145,7 @@ _BPE_TEXTS = [
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
     first), `frequent` (the most frequent known pair first), `chars` (ord, not
-    bytes)."""
+    bytes), `offset` (merge k gets the id 257 + k)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -132,7 +163,7 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 pair = max(known, key=known.count)
             else:
                 pair = min(known, key=ranks.get)
-            ids = merge(ids, pair, ranks[pair])
+            ids = merge(ids, pair, ranks[pair] + (how == "offset"))
         out += ids
     return out
 
@@ -146,6 +177,8 @@ _BPE_MISTAKES = {
     "rank (learnt first), however often it occurs in the chunk",
     "chars": "starts from characters (ord), not UTF-8 bytes: ids 0-255 are bytes, "
     "use chunk.encode()",
+    "offset": "gives merge k the id 257 + k, one too many: ids 0-255 are the bytes, "
+    "so merge k (counted from 0) makes id 256 + k",
 }
 
 
@@ -246,14 +279,64 @@ def check_tied_output(cls: type) -> str:
 def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
     """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle t *
     base**(-2i/C)."""
-    T, C = x.shape[-2:]
-    angle = torch.arange(T, dtype=x.dtype)[:, None] * base ** (
-        -torch.arange(0, C, 2, dtype=x.dtype) / C
-    )  # (T, C/2)
+    return _rotate_pairs(
+        x, base ** (-torch.arange(0, x.size(-1), 2, dtype=x.dtype) / x.size(-1))
+    )
+
+
+def _rotate_pairs(x: Tensor, freq: Tensor, start: int = 0) -> Tensor:
+    """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle
+    (start + t) * freq[i]."""
+    T = x.size(-2)
+    angle = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq  # (T, C/2)
     cos, sin = angle.cos(), angle.sin()
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, T, C/2) each
     rotated = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
     return rotated.flatten(-2)  # (B, T, C)
+
+
+def _rope_hint(x: Tensor, got: Tensor) -> str | None:
+    """Name the usual mistake that turns x (2, 7, 8) into `got`, if any."""
+    halves = torch.cat([x[..., :4], x[..., 4:]], -1)
+    swapped = rope_reference(halves[..., [0, 4, 1, 5, 2, 6, 3, 7]])
+    flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
+    freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 8)
+    hints = (
+        (
+            swapped[..., [0, 2, 4, 6, 1, 3, 5, 7]],
+            "my_apply_rope rotates the first half against the second half (a real "
+            "convention, not this one): rotate neighbours x[2i], x[2i+1]",
+        ),
+        (
+            flip * rope_reference(flip * x),
+            "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn each "
+            "pair counter-clockwise, (x cos - y sin, x sin + y cos)",
+        ),
+        (  # base^(-i/C) for pair i: the same as base^(-2i/C) at width 2C
+            rope_reference(torch.cat([x, torch.zeros_like(x)], -1))[..., :8],
+            "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent counts "
+            "the dimension 2i, not the pair i (or the base is sqrt(base))",
+        ),
+        (
+            _rotate_pairs(x, 1 / freq),
+            "pair i turns at base^(+2i/C), faster and faster: the exponent is "
+            "negative, base^(-2i/C), so that pair 0 turns fastest and the last slowest",
+        ),
+        (
+            _rotate_pairs(x, freq, start=1),
+            "the positions start at 1: token 0 is at position 0, where nothing turns",
+        ),
+        (
+            rope_reference(x)[..., [0, 2, 4, 6, 1, 3, 5, 7]],
+            "the rotated pairs were concatenated, all first coordinates then all "
+            "second ones: interleave them back, torch.stack([...], -1).flatten(-2), so "
+            "pair i stays at x[2i], x[2i+1]",
+        ),
+    )
+    for variant, hint in hints:
+        if is_close(got, variant, atol=1e-6):
+            return hint
+    return None
 
 
 @checker("RoPE")
@@ -262,28 +345,17 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
     the offset."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 8, generator=g, dtype=torch.float64)
-    got = fn(x)
+    given = x.clone()
+    got = fn(given)
+    if not torch.equal(given, x):
+        raise ExerciseError(
+            "my_apply_rope wrote into its input x: return a new tensor (torch.stack, "
+            "then flatten) and leave the caller's x as it was"
+        )
     if isinstance(got, Tensor) and got.shape == x.shape:
-        halves = torch.cat([x[..., :4], x[..., 4:]], -1)
-        swapped = rope_reference(halves[..., [0, 4, 1, 5, 2, 6, 3, 7]])
-        if is_close(got, swapped[..., [0, 2, 4, 6, 1, 3, 5, 7]], atol=1e-9):
-            raise ExerciseError(
-                "my_apply_rope rotates the first half against the second half (a "
-                "real convention, not this one): rotate neighbours x[2i], x[2i+1]"
-            )
-        flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
-        if is_close(got, flip * rope_reference(flip * x), atol=1e-9):
-            raise ExerciseError(
-                "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn "
-                "each pair counter-clockwise, (x cos - y sin, x sin + y cos)"
-            )
-        # base^(-i/C) for pair i: the same as base^(-2i/C) at width 2C
-        slow = rope_reference(torch.cat([x, torch.zeros_like(x)], -1))[..., :8]
-        if is_close(got, slow, atol=1e-9):
-            raise ExerciseError(
-                "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent "
-                "counts the dimension 2i, not the pair i (or the base is sqrt(base))"
-            )
+        hint = None if is_close(got, rope_reference(x)) else _rope_hint(x, got)
+        if hint:
+            raise ExerciseError(hint)
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
     scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position
@@ -298,24 +370,62 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
 
 
 def alibi_reference(
-    q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, sign=-1.0, scaled=False, scale=None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    slopes: Tensor,
+    sign=-1.0,
+    scaled=False,
+    scale=None,
+    slip="",
 ) -> tuple[Tensor, Tensor]:
     """Causal attention whose score (i, j) of head h has slopes[h] * (i - j) subtracted;
-    with sign, scaled or scale set, a usual mistake (to recognise it). slopes (H,), or
-    (T,) spread over the keys by mistake when given as (1, 1, T)."""
+    with sign, scaled, scale or slip set, a usual mistake (to recognise it): slip
+    "inverted" (the causal mask inverted), "multiply" (the scores multiplied by it),
+    "dim-2" (the softmax over the queries) or "after" (the penalty added to the
+    weights). slopes (H,), or (T,) spread over the
+    keys by mistake when given as (1, 1, T)."""
     T = q.size(-2)
     pos = torch.arange(T, dtype=q.dtype)
     slopes = slopes[:, None, None] if slopes.dim() == 1 else slopes
     bias = sign * slopes * (pos[:, None] - pos)  # (H, T, T): slopes[h] * (i - j)
     root = math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1)
-    scores = (scores + bias) / root if scaled else scores / root + bias
+    scores = (scores + bias) / root if scaled else scores / root
+    if not scaled and slip != "after":
+        scores = scores + bias
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    w = scores.masked_fill(~causal, -math.inf).softmax(-1)  # (B, H, T, T)
+    keep = ~causal if slip == "inverted" else causal
+    if slip == "multiply":
+        scores = scores * keep  # a masked score of 0, not -inf
+    else:
+        scores = scores.masked_fill(~keep, -math.inf)
+    w = scores.softmax(-2 if slip == "dim-2" else -1)
+    w = w + bias if slip == "after" else w  # (B, H, T, T)
     return w @ v, w
 
 
 _ALIBI_MISTAKES = (
+    (
+        {"slip": "inverted"},
+        "the causal mask is inverted: query i saw the later keys j > i, and the last "
+        "query none (a row of NaN); fill the scores of j > i with -inf",
+    ),
+    (
+        {"slip": "multiply"},
+        "the scores were multiplied by the causal mask: a later key's score becomes "
+        "0, not -inf, and still gets weight; masked_fill(~causal, -inf)",
+    ),
+    (
+        {"slip": "dim-2"},
+        "the softmax ran over the queries (dim=-2): each query's weights over the keys "
+        "sum to 1, softmax(dim=-1)",
+    ),
+    (
+        {"slip": "after"},
+        "the penalty was added to the weights, after the softmax: add it to the "
+        "scores, before the softmax",
+    ),
     ({"sign": 1.0}, "the penalty has the wrong sign: far keys gain; subtract it"),
     (
         {"scaled": True},
@@ -329,18 +439,19 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
     """Name the usual mistake that gives the weights `w` (B, H, T, T), if any."""
     if not (isinstance(w, Tensor) and w.shape == q.shape[:-1] + q.shape[-2:-1]):
         return None
-    if not torch.allclose(w.detach().sum(-1), torch.ones_like(w[..., 0])):
+    w = w.detach()
+    for kwargs, message in _ALIBI_MISTAKES:
+        if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
+            return message
+    if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
         return (
-            "the rows of the weights do not sum to 1: add the penalty to the scores, "
-            "before the softmax"
+            "the rows of the weights do not sum to 1: each row is a softmax over the "
+            "keys (dim=-1) of the penalised, masked scores"
         )
-    later = w.detach()[0, 0].triu(1) != 0  # (T, T)
+    later = w[0, 0].triu(1) != 0  # (T, T)
     if later.any():
         i, j = later.nonzero()[0].tolist()
         return f"query {i} gives weight to key {j}, a later one: keep the causal mask"
-    for kwargs, message in _ALIBI_MISTAKES:
-        if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1]):
-            return message
     if is_close(w, alibi_reference(q, k, v, slopes[None, None, :])[1]):  # H == T
         return (
             "slopes[h] must multiply head h: the slopes were spread over the keys; use "
@@ -360,7 +471,16 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
         q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
         v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
         slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
-        got = fn(q, k, v, slopes)
+        try:
+            got = fn(q, k, v, slopes)
+        except RuntimeError as e:
+            if "must match the size" not in str(e):
+                raise
+            raise ExerciseError(
+                f"q {shape}: RuntimeError ({str(e).splitlines()[0]}): do the "
+                "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
+                "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
+            ) from None
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("return a pair (output, weights)")
         out, w = got
@@ -382,7 +502,7 @@ def _mha_variant(
     """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
     split_wrong="qkv", or "k" etc.: those projections split with a plain reshape;
     merge_wrong, the merge without the transpose back, by default when all three are
-    split wrong; mask_after=True)."""
+    split wrong; mask_after, mask_inverted or mask_multiplied=True)."""
     B, T, C = query.shape
     H = m.n_heads
     D = C // H
@@ -398,8 +518,10 @@ def _mha_variant(
     if mask is not None and wrong.get("mask_after"):
         y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
     else:
-        if mask is not None:
-            s = s.masked_fill(~mask, -math.inf)
+        if mask is not None and wrong.get("mask_multiplied"):
+            s = s * mask  # a masked score of 0, not -inf
+        elif mask is not None:
+            s = s.masked_fill(mask if wrong.get("mask_inverted") else ~mask, -math.inf)
         y = s.softmax(-1) @ v  # (B, H, T, D)
     merge_wrong = wrong.get("merge_wrong", split_wrong == "qkv")
     merged = y.reshape(B, T, C) if merge_wrong else y.transpose(1, 2).reshape(B, T, C)
@@ -484,6 +606,23 @@ def check_multi_head_attention(cls: type) -> str:
                 )
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")
+            if mask is not None and is_close(
+                got,
+                _mha_variant(ref, x, kv, kv, mask, mask_inverted=True),
+                equal_nan=True,
+            ):
+                raise ExerciseError(
+                    f"{name}: the mask is inverted: True means may attend, so fill "
+                    "the scores where it is False, masked_fill(~mask, float('-inf'))"
+                )
+            if mask is not None and is_close(
+                got, _mha_variant(ref, x, kv, kv, mask, mask_multiplied=True)
+            ):
+                raise ExerciseError(
+                    f"{name}: the scores were multiplied by the mask: a masked score "
+                    "becomes 0, not -inf, and still gets weight; masked_fill(~mask, "
+                    "float('-inf'))"
+                )
         compare(name, got, want)
     try:  # forward(query, key): the values are the keys' sequence
         got = first_output(mine(x, mem, mask=pad))
