@@ -1685,3 +1685,128 @@ def test_multi_head_inverted_and_multiplied_mask():
             return self.out_proj(merge_heads(scores.softmax(-1) @ v))
 
     fails(ex.check_multi_head_attention, MaskTimesScores, "multiplied by the mask")
+
+
+def test_encoder_layer_residual_from_the_norm_no_norm2_and_one_shared_norm():
+    Right = solution("07").MyEncoderLayer
+
+    class ResidualFromNorm(Right):
+        def forward(self, x, mask=None):
+            h = self.norm1(x)
+            x = h + self.self_attn(h, mask=mask)[0]  # should be x + ...
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, ResidualFromNorm, r"residual starts from norm1\(x\)")
+
+    class NoNorm2(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + self.ff(x)
+
+    fails(ex.check_encoder_layer, NoNorm2, "feed-forward sublayer's input was not norm")
+
+    class SharedNorm(Right):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.norm2 = self.norm1  # one LayerNorm, loaded twice
+
+    fails(ex.check_encoder_layer, SharedNorm, "norm1 and norm2 are one LayerNorm")
+
+
+def test_decoder_layer_names_the_wiring_behind_a_mask_shape_error():
+    Right = solution("08").MyDecoderLayer
+
+    def wired(how):
+        class Wrong(Right):
+            def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+                self_mask, cross_mask = tgt_mask, memory_mask
+                if how == "swapped":
+                    self_mask, cross_mask = memory_mask, tgt_mask
+                x = x + self.self_attn(self.norm1(x), mask=self_mask)[0]
+                h = self.norm2(x)
+                q, kv = (memory, h) if how == "query" else (h, memory)
+                kv = h if how == "kv" else kv
+                x = x + self.cross_attn(q, kv, kv, mask=cross_mask)[0]
+                return x + self.ff(self.norm3(x))
+
+        return Wrong
+
+    assert ex.outcome(ex.check_decoder_layer, wired(""))[0] == "pass"
+    fails(
+        ex.check_decoder_layer, wired("kv"), "ValueError .*keys and values came from x"
+    )
+    fails(ex.check_decoder_layer, wired("query"), "query came from memory")
+    fails(ex.check_decoder_layer, wired("swapped"), "the masks are swapped")
+
+
+def test_shift_targets_one_column_short_and_eos_in_tgt_in():
+    right = solution("08").my_shift_targets
+
+    def short(seqs, bos, eos, pad):
+        tgt_in, tgt_out = right(seqs, bos, eos, pad)
+        return tgt_in[:, :-1], tgt_out[:, :-1]  # T = the longest length
+
+    fails(ex.check_shift_targets, short, r"shape \(3, 3\), expected \(3, 4\)")
+
+    def eos_in_both(seqs, bos, eos, pad):
+        tgt_in, tgt_out = right(seqs, bos, eos, pad)
+        rows = [[bos, *y, eos] + [pad] * (3 - len(y)) for y in seqs]
+        return torch.tensor(rows)[:, :4], tgt_out
+
+    fails(ex.check_shift_targets, eos_in_both, "tgt_in holds <eos> .*after the seq")
+
+
+def test_train_step_targets_and_zero_grad_before_the_step():
+    def target_in(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        return step_with()(model, optimizer, src, tgt_in, tgt_in, pad_id, eps)
+
+    fails(ex.check_train_step, target_in, "compared the predictions with tgt_in")
+
+    def zero_between(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), tgt_out.flatten(), ignore_index=pad_id,
+            label_smoothing=eps,
+        )  # fmt: skip
+        loss.backward()
+        optimizer.zero_grad()  # wipes the gradients just computed
+        optimizer.step()
+        return loss.item()
+
+    fails(ex.check_train_step, zero_between, "found no gradients.*not between")
+    fails(ex.check_train_step, step_with(step=False), "call optimizer.step\\(\\) after")
+
+
+def test_beam_search_stops_at_the_first_finished_and_drops_eos():
+    right = solution("10").my_beam_search
+
+    def no_eos(step, beam, max_len, eos):
+        tokens, score = right(step, beam, max_len, eos)
+        return tokens[:-1], score
+
+    fails(ex.check_beam_search, no_eos, "the <eos> was dropped")
+
+    def stop_first(step, beam, max_len, eos):
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = sorted(
+                ((p + (t,), s + lp) for p, s in alive
+                 for t, lp in enumerate(step(p).tolist())),
+                key=lambda c: -c[1],
+            )[:beam]  # fmt: skip
+            alive = [c for c in grown if c[0][-1] != eos]
+            done += [c for c in grown if c[0][-1] == eos]
+            if done:  # stops at the first finished one
+                break
+        best = max(done or alive, key=lambda c: c[1])
+        return list(best[0]), best[1]
+
+    fails(ex.check_beam_search, stop_first, "stopped when \\[<eos>\\] finished")
+
+
+def test_corpus_bleu_first_reference_only():
+    fails(
+        ex.check_corpus_bleu,
+        lambda h, r: ex.bleu_reference([(a, refs[:1]) for a, refs in zip(h, r)]),
+        "only each sentence's first reference was used",
+    )

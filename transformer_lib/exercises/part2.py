@@ -47,8 +47,10 @@ def check_encoder_layer(cls: type) -> str:
             ref.norm_first = False
             post = ref(x, mask)
             ref.norm_first = True
-            a = ref.self_attn(ref.norm1(x), mask=mask)[0]  # the attention's write
+            n = ref.norm1(x)
+            a = ref.self_attn(n, mask=mask)[0]  # the attention's write
             attended = x + a
+            shared = x + ref.self_attn(ref.norm2(x), mask=mask)[0]
             hints = (
                 (
                     post,
@@ -68,6 +70,22 @@ def check_encoder_layer(cls: type) -> str:
                     attended + ref.ff(ref.norm1(attended)),
                     "norm1 is used twice: the "
                     "feed-forward sublayer has its own LayerNorm, norm2",
+                ),
+                (
+                    n + a + ref.ff(ref.norm2(n + a)),
+                    "the residual starts from norm1(x), not x: "
+                    "x + self_attn(norm1(x)); the LayerNorm is on the sublayer's input "
+                    "only",
+                ),
+                (
+                    attended + ref.ff(attended),
+                    "the feed-forward sublayer's input was not normalised: "
+                    "h + ff(norm2(h))",
+                ),
+                (
+                    shared + ref.ff(ref.norm2(shared)),
+                    "norm1 and norm2 are one LayerNorm (self.norm2 = self.norm1?): "
+                    "each sublayer has its own, with its own weights",
                 ),
             )
             for variant, hint in hints:
@@ -95,7 +113,12 @@ def check_decoder_layer(cls: type) -> str:
     tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
     mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
     mem_mask = mem_mask[:, None, None]  # (B, 1, 1, S)
-    got = first_output(mine(x, mem, tgt_mask, mem_mask))
+    try:
+        got = first_output(mine(x, mem, tgt_mask, mem_mask))
+    except ValueError as e:
+        if "does not broadcast" not in str(e):
+            raise
+        raise ExerciseError(_decoder_mask_error(mine, ref, x, e)) from None
     want = ref(x, mem, tgt_mask, mem_mask)
     if not is_close(got, want):
         with torch.no_grad():
@@ -173,6 +196,48 @@ def check_decoder_layer(cls: type) -> str:
     )
 
 
+def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
+    """What a decoder layer that raised `error` (a mask of the wrong shape for its
+    scores, with memory 7 long and x 5) got wrong, found again with a memory as long as
+    x, where every mask fits every attention."""
+    raised = f"ValueError ({str(error).splitlines()[0]})"
+    mem = torch.randn(2, 5, 16, dtype=torch.float64)
+    pad = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        try:
+            got = first_output(mine(x, mem, causal, pad))
+        except ValueError:
+            got = None
+        h = x + ref.self_attn(ref.norm1(x), mask=causal)[0]
+        n = ref.norm2(h)
+        swapped = x + ref.self_attn(ref.norm1(x), mask=pad)[0]
+        swapped = swapped + ref.cross_attn(ref.norm2(swapped), mem, mem, mask=causal)[0]
+        for wrong, hint in (
+            (
+                h + ref.cross_attn(n, n, n, mask=pad)[0],
+                "cross-attention's keys and values came from x: they come from "
+                "memory, cross_attn(norm2(x), memory, memory, memory_mask)",
+            ),
+            (
+                h + ref.cross_attn(mem, n, n, mask=pad)[0],
+                "cross-attention's query came from memory: the query is norm2(x), the "
+                "keys and values memory",
+            ),
+            (
+                swapped,
+                "the masks are swapped: tgt_mask (T, T) goes to self-attention, "
+                "memory_mask (B, 1, 1, S) to cross-attention",
+            ),
+        ):
+            if got is not None and is_close(got, wrong + ref.ff(ref.norm3(wrong))):
+                return f"{raised}: {hint}"
+    return (
+        f"{raised}: self-attention takes x and tgt_mask (T, T); cross-attention takes "
+        "norm2(x) as the query, memory as keys and values, and memory_mask (B, 1, 1, S)"
+    )
+
+
 @checker("shift targets")
 def check_shift_targets(fn: Callable) -> str:
     """fn(seqs, bos, eos, pad) -> tgt_in (B, T), tgt_out (B, T): <bos> y and y <eos>,
@@ -187,6 +252,19 @@ def check_shift_targets(fn: Callable) -> str:
         raise ExerciseError(
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
             "to predict y <eos>"
+        )
+    for name, g in (("tgt_in", got[0]), ("tgt_out", got[1])):
+        if isinstance(g, Tensor) and tuple(g.shape) == (3, 3):
+            raise ExerciseError(
+                f"{name} has shape (3, 3), expected (3, 4): <bos> (in tgt_in) and "
+                "<eos> (in tgt_out) make each row one longer than its sequence, so T "
+                "is the longest length + 1"
+            )
+    with_eos = [[bos, *y, eos] + [pad] * (4 - len(y)) for y in seqs]  # (3, 5)
+    if any(is_close(got[0], torch.tensor(with_eos)[:, :n]) for n in (4, 5)):
+        raise ExerciseError(
+            f"tgt_in holds <eos> ({eos}) after the sequence: it is <bos> y, with no "
+            "<eos>; only tgt_out, y <eos>, ends with it"
         )
     if is_close(got[0], want_in) and isinstance(got[1], Tensor):
         for t, row in enumerate(got[1].tolist()):
@@ -255,6 +333,12 @@ def check_train_step(fn: Callable) -> str:
     ref = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    stepped: list[bool] = []  # at each optimizer.step(): did any gradient reach it?
+    opt.register_step_pre_hook(
+        lambda o, args, kwargs: stepped.append(
+            any(p.grad is not None and p.grad.any() for p in model.parameters())
+        )
+    )
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         with torch.no_grad():
             logits = ref(src, tgt_in).flatten(0, 1)
@@ -276,6 +360,13 @@ def check_train_step(fn: Callable) -> str:
                     ),
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
                     "tgt_out",
+                ),
+                (
+                    F.cross_entropy(
+                        logits, tgt_in.flatten(), ignore_index=0, label_smoothing=0.1
+                    ),
+                    "the loss compared the predictions with tgt_in: the targets are "
+                    "tgt_out, the next tokens (y <eos>)",
                 ),
                 (
                     F.cross_entropy(
@@ -304,6 +395,12 @@ def check_train_step(fn: Callable) -> str:
         for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
             if torch.allclose(p, r, atol=1e-10):
                 continue
+            if torch.equal(p, b) and len(stepped) == step and not stepped[-1]:
+                raise ExerciseError(
+                    f"step {step}: optimizer.step() found no gradients: call it right "
+                    "after loss.backward(); zero_grad() goes before the backward pass, "
+                    "not between it and the step"
+                )
             if torch.equal(p, b):
                 raise ExerciseError(
                     f"step {step}: the weights did not change: call optimizer.step() "
@@ -565,6 +662,11 @@ def check_beam_search(fn: Callable) -> str:
         got = fn(_toy_step, beam, 4, 2)
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
+        if tokens + [2] == want:
+            raise ExerciseError(
+                f"beam={beam}: got tokens {tokens}, expected {want}: the <eos> was "
+                "dropped; a finished sequence ends with it, as the docstring says"
+            )
         if tokens != want:
             greedy = " = greedy's answer: keep the beam best prefixes, not one"
             raise ExerciseError(
@@ -626,6 +728,12 @@ def _check_beam_places(fn: Callable) -> None:
 
     fn(step, 2, 4, 2)
     want = {(), (0,), (0, 0), (0, 1)}
+    if grown == {()}:
+        raise ExerciseError(
+            "beam=2: the search stopped when [<eos>] finished at step 0, with [0] "
+            "(p = 0.55) still growing: set a finished sequence aside and go on while "
+            "live prefixes remain, up to max_len"
+        )
     if (1,) in grown:
         raise ExerciseError(
             "beam=2: [1] (p = 0.15) was grown, but the finished [<eos>] (p = 0.3) had "
@@ -759,6 +867,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "r is the shortest reference: take each sentence's closest one "
                 "(the shorter one when two are as close)",
                 bleu_reference(corpus, shortest=True),
+            ),
+            (
+                "only each sentence's first reference was used: clip the counts "
+                "against all its references, and take r from the closest of them",
+                bleu_reference([(h, refs[:1]) for h, refs in corpus]),
             ),
             (
                 "an arithmetic mean of the precisions: BLEU takes the geometric one, "
