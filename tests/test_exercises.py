@@ -1810,3 +1810,100 @@ def test_corpus_bleu_first_reference_only():
         lambda h, r: ex.bleu_reference([(a, refs[:1]) for a, refs in zip(h, r)]),
         "only each sentence's first reference was used",
     )
+
+
+def test_gpt_block_interleaved_qkv_and_relu():
+    Right = solution("12").MyBlock
+
+    class Interleaved(Right):
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (  # columns 0, 3, 6, ... as q: not how qkv's weight is laid out
+                t.reshape(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).view(B, T, C, 3).unbind(-1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, Interleaved, "interleaved columns")
+
+    class Relu(Right):
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.fc_out(F.relu(self.fc(self.norm2(x))))
+
+    fails(ex.check_gpt_block, Relu, "the MLP uses ReLU")
+
+
+def test_tiled_attention_scale_final_division_and_slice_one_short():
+    def tiled(scaled=True, divided=True, short=0):
+        def f(q, k, v, block):
+            m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+            ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+            for s in range(0, k.size(-2), block):
+                end = s + block - short
+                scores = q @ k[..., s:end, :].transpose(-2, -1)
+                scores = scores / math.sqrt(q.size(-1)) if scaled else scores
+                m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+                p, factor = (scores - m_new).exp(), (m - m_new).exp()
+                ell = ell * factor + p.sum(-1, keepdim=True)
+                out = out * factor + p @ v[..., s:end, :]
+                m = m_new
+            return out / ell if divided else out
+
+        return f
+
+    check = ex.check_tiled_attention
+    assert ex.outcome(check, tiled())[0] == "pass"
+    fails(check, tiled(scaled=False), r"not divided by sqrt\(D\)")
+    fails(check, tiled(divided=False), "never divided by the running sum ell")
+    fails(check, tiled(short=1), "IndexError .*a block of keys came out empty")
+
+    def short_but_one(q, k, v, block):  # block 1 right, then each block a key short
+        return tiled(short=int(block > 1))(q, k, v, block)
+
+    fails(check, short_but_one, "block=4: each block dropped its last key")
+
+
+def test_grouped_attention_keys_and_values_expanded_apart_and_no_scale():
+    def keys_grouped_values_tiled(q, k, v):
+        g = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(g, dim=1), v.repeat(1, g, 1, 1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    fails(
+        ex.check_grouped_attention,
+        keys_grouped_values_tiled,
+        "read key head 0 but value head 1, expected head 0 for both",
+    )
+
+    def unscaled(q, k, v):
+        g = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+
+    fails(ex.check_grouped_attention, unscaled, r"not divided by sqrt\(D\)")
+
+
+def test_merge_and_unload_alpha_times_r_and_w_replaced():
+    fails(ex.check_merge_and_unload, unload_with(scale=16.0), "not alpha \\* r = 32")
+
+    def replaced(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            with torch.no_grad():
+                layer.base.weight.copy_(layer.delta_weight())  # W <- delta W
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, replaced, "the update replaced W; add it")
+
+
+def test_dpo_nll_loss_beta_outside_the_log_sigmoid():
+    def beta_outside(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -beta * F.logsigmoid((pc - rc) - (pr - rr))
+        return (dpo - alpha * pc / n).mean()
+
+    fails(ex.check_dpo_nll_loss, beta_outside, "beta multiplies the margin inside")

@@ -53,6 +53,12 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     wide = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
     y = F.scaled_dot_product_attention(k, q, v, is_causal=True)
     swapped = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+    q, k, v = (
+        t.reshape(B, T, H, C // H).transpose(1, 2)
+        for t in ref.attn.qkv(ref.norm1(x)).view(B, T, C, 3).unbind(-1)
+    )
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    interleaved = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
     post = ref.norm1(x + attn(x))
     a = x + attn(ref.norm1(x))
     return (
@@ -78,6 +84,16 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
         ),
         (mlp(ref.norm2(a)), "the MLP output is not added to its input (the residual)"),
         (a + mlp(ref.norm1(a)), "norm1 is used twice: the MLP has its own norm, norm2"),
+        (
+            interleaved + mlp(ref.norm2(interleaved)),
+            "q, k and v were taken as interleaved columns (view(B, T, C, 3)): qkv(x) "
+            "holds q, then k, then v, each C wide: qkv(x).split(C, dim=-1)",
+        ),
+        (
+            a + ref.mlp.proj(F.relu(ref.mlp.fc(ref.norm2(a)))),
+            "the MLP uses ReLU: GPT-2 uses GELU, with the tanh approximation, "
+            "F.gelu(h, approximate='tanh')",
+        ),
     )
 
 
@@ -223,20 +239,24 @@ class _KeyReads(TorchFunctionMode):
         return out
 
 
-def _online_softmax(q, k, v, block, sum_rescaled=True, out_rescaled=True):
+def _online_softmax(
+    q, k, v, block, sum_rescaled=True, out_rescaled=True, divided=True, short=0
+):
     """The online softmax with a usual slip: the running sum or the output not
-    rescaled when the maximum grows."""
+    rescaled when the maximum grows, the output not divided by the sum at the end,
+    each block `short` keys short."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), block):
-        scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+        end = s + block - short
+        scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         factor = (m - m_new).exp()
         p = (scores - m_new).exp()
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
-        out = (out * factor if out_rescaled else out) + p @ v[..., s : s + block, :]
+        out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
         m = m_new
-    return out / ell
+    return out / ell if divided else out
 
 
 def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
@@ -250,7 +270,13 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
          ", as the output is"),
         (dict(out_rescaled=False), f"the output was never rescaled: {rescale}, as ell"
          " is"),
+        (dict(divided=False), "the output was never divided by the running sum ell: "
+         "at the end, return out / ell"),
     ]  # fmt: skip
+    if block > 1:  # with block 1, the slice is empty and amax raises
+        slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
+                      "block - 1]: the end of a slice is excluded, so s : s + block "
+                      "holds the block's keys"))  # fmt: skip
     for slip, hint in slips:
         if is_close(got, _online_softmax(q, k, v, block, **slip), atol=1e-9):
             raise ExerciseError(f"block={block}: {hint}")
@@ -262,6 +288,11 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
             for s in range(0, k.size(-2), block)
         ]
     )
+    unscaled = F.scaled_dot_product_attention(q, k, v, scale=1.0)
+    if is_close(got, unscaled, atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: the scores q k^T were not divided by sqrt(D)"
+        )
     if is_close(got, per_block.mean(0), atol=1e-9):
         raise ExerciseError(
             f"block={block}: each block was normalised on its own and the blocks "
@@ -294,7 +325,17 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         for block in blocks:
             reads = _KeyReads(n_keys)
             with reads:
-                got = fn(q * scale, k, v, block)
+                try:
+                    got = fn(q * scale, k, v, block)
+                except (IndexError, RuntimeError) as e:
+                    if "non-zero size" not in str(e):
+                        raise
+                    raise ExerciseError(
+                        f"block={block}: {type(e).__name__} ({str(e).splitlines()[0]}"
+                        "): a block of keys came out empty; is the slice one short? "
+                        "k[..., s : s + block, :] holds the block's keys, the end of "
+                        "a slice being excluded"
+                    ) from None
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _tiled_hint(q * scale, k, v, block, got.detach().double())
@@ -378,12 +419,15 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
 # 15 · grouped-query attention ---------------------------------------------------------
 
 
-def _grouped_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
-    """Query head h attends with key/value head h // (H / H_kv), one head at a time."""
+def _grouped_reference(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None
+) -> Tensor:
+    """Query head h attends with key/value head h // (H / H_kv), one head at a time;
+    scale=1.0: the scores not divided by sqrt(D), a usual mistake."""
     g = q.size(1) // k.size(1)
     heads = [
         F.scaled_dot_product_attention(
-            q[:, h], k[:, h // g], v[:, h // g], is_causal=causal
+            q[:, h], k[:, h // g], v[:, h // g], is_causal=causal, scale=scale
         )
         for h in range(q.size(1))
     ]
@@ -396,18 +440,29 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         raise ExerciseError(
             f"{name}: queries also see later keys: apply the causal mask"
         )
-    g = q.size(1) // k.size(1)
+    if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
+        raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
+    g, n_kv = q.size(1) // k.size(1), k.size(1)
     for h in range(q.size(1)):
-        for read in range(k.size(1)):
+        for rk, rv in ((a, b) for a in range(n_kv) for b in range(n_kv)):
             one = F.scaled_dot_product_attention(
-                q[:, h], k[:, read], v[:, read], is_causal=True
+                q[:, h], k[:, rk], v[:, rv], is_causal=True
             )
-            if read != h // g and torch.allclose(got[:, h], one, atol=1e-9):
+            if (rk, rv) == (h // g, h // g) or not torch.allclose(
+                got[:, h], one, atol=1e-9
+            ):
+                continue
+            if rk == rv:
                 raise ExerciseError(
-                    f"{name}: query head {h} read key/value head {read}, expected "
+                    f"{name}: query head {h} read key/value head {rk}, expected "
                     f"head {h // g} (heads {h // g * g} to {h // g * g + g - 1} share "
                     "it: .repeat tiles the heads, .repeat_interleave groups them)"
                 )
+            raise ExerciseError(
+                f"{name}: query head {h} read key head {rk} but value head {rv}, "
+                f"expected head {h // g} for both: expand k and v the same way, "
+                ".repeat_interleave(H // H_kv, dim=1)"
+            )
 
 
 @checker("grouped-query attention")

@@ -114,13 +114,16 @@ def _is_lora(module) -> bool:
     return type(module).__name__ == "LoRALinear"
 
 
-def _merged_weights(model, names: list[str], scale: float) -> dict[str, Tensor]:
+def _merged_weights(
+    model, names: list[str], scale: float, base: bool = True
+) -> dict[str, Tensor]:
     """Each layer of `names`'s weight W + scale * (alpha / r) B A: merged (scale 1), or
-    with one of the usual slips."""
+    with one of the usual slips (base=False: W replaced by the update)."""
     weights = {}
     for name in names:
         layer = model.get_submodule(name)
-        weights[name] = layer.base.weight + scale * layer.delta_weight()
+        w = layer.base.weight if base else 0.0
+        weights[name] = w + scale * layer.delta_weight()
     return weights
 
 
@@ -160,6 +163,11 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             ),
             "W alone: the update was dropped; merge (W += (alpha / r) B A) before "
             "taking the base layer out": _merged_weights(model, names, 0.0),
+            "W + alpha r B A: the scale is alpha / r = 2, not alpha * r = 32": (
+                _merged_weights(model, names, 16.0)  # alpha r = r^2 (alpha / r)
+            ),
+            "(alpha / r) B A alone: the update replaced W; add it to W, W += "
+            "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
         }
     returned = fn(model)
     if left := [n for n, m in model.named_modules() if _is_lora(m)]:
@@ -239,6 +247,11 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
         (
             (-F.logsigmoid(2 * z) - 0.3 * pc / n).mean(),
             "multiply the margin by beta",
+        ),
+        (
+            (-0.5 * F.logsigmoid(2 * z) - 0.3 * pc / n).mean(),
+            "beta multiplies the margin inside the log-sigmoid, -logsigmoid(beta * "
+            "margin), not the loss outside it",
         ),
         (
             (0.3 * dpo - pc / n).mean(),
