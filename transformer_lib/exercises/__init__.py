@@ -12,7 +12,9 @@ prints one line:
     · multi-head attention: not implemented yet  the stub, untouched
 
 It returns None and never raises for a wrong answer (so "Run all" goes on); an error in
-the learner's own code propagates with its traceback. Checkers draw their random inputs
+the learner's own code propagates with its traceback, unless it is the one a typical
+mistake raises (a file read as text, a mask or a slice of the wrong size): then the
+line names that mistake, with the error's first line. Checkers draw their random inputs
 inside `torch.random.fork_rng`, so the notebook's random stream is left as it was.
 
     python -m transformer_lib check 05     # which build-its of notebook 05 pass
