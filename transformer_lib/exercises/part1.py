@@ -279,9 +279,8 @@ def check_tied_output(cls: type) -> str:
 def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
     """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle t *
     base**(-2i/C)."""
-    return _rotate_pairs(
-        x, base ** (-torch.arange(0, x.size(-1), 2, dtype=x.dtype) / x.size(-1))
-    )
+    C = x.size(-1)
+    return _rotate_pairs(x, base ** (-torch.arange(0, C, 2, dtype=x.dtype) / C))
 
 
 def _rotate_pairs(x: Tensor, freq: Tensor, start: int = 0) -> Tensor:
