@@ -1765,9 +1765,11 @@ def test_train_step_targets_and_zero_grad_before_the_step():
     def zero_between(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
         logits = model(src, tgt_in)
         loss = F.cross_entropy(
-            logits.flatten(0, 1), tgt_out.flatten(), ignore_index=pad_id,
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
             label_smoothing=eps,
-        )  # fmt: skip
+        )
         loss.backward()
         optimizer.zero_grad()  # wipes the gradients just computed
         optimizer.step()
@@ -1790,10 +1792,13 @@ def test_beam_search_stops_at_the_first_finished_and_drops_eos():
         alive, done = [((), 0.0)], []
         for _ in range(max_len):
             grown = sorted(
-                ((p + (t,), s + lp) for p, s in alive
-                 for t, lp in enumerate(step(p).tolist())),
+                (
+                    (p + (t,), s + lp)
+                    for p, s in alive
+                    for t, lp in enumerate(step(p).tolist())
+                ),
                 key=lambda c: -c[1],
-            )[:beam]  # fmt: skip
+            )[:beam]
             alive = [c for c in grown if c[0][-1] != eos]
             done += [c for c in grown if c[0][-1] == eos]
             if done:  # stops at the first finished one
@@ -1907,3 +1912,12 @@ def test_dpo_nll_loss_beta_outside_the_log_sigmoid():
         return (dpo - alpha * pc / n).mean()
 
     fails(ex.check_dpo_nll_loss, beta_outside, "beta multiplies the margin inside")
+
+
+def test_sliding_window_mask_without_the_head_axis():
+    right = solution("06").my_sliding_window_mask
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(ids, pad_id, window)[:, 0],
+        "the head axis is missing",
+    )

@@ -690,6 +690,12 @@ def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
     for window in (3, 1, 8):  # 8 = T: plain causal with padding
         got = fn(ids, 0, window)
         want = sliding_window_reference(ids, 0, window)
+        if isinstance(got, Tensor) and got.shape == want.shape[:1] + want.shape[2:]:
+            raise ExerciseError(
+                f"window={window}: shape {tuple(got.shape)}, expected "
+                f"{tuple(want.shape)}: the head axis is missing; with it, (B, 1, T, "
+                "T), the mask broadcasts over the heads: mask[:, None]"
+            )
         same_kind = isinstance(got, Tensor) and got.shape == want.shape
         if same_kind and got.dtype == want.dtype and not torch.equal(got, want):
             hint = _window_hint(got, ids, 0, window)
