@@ -315,6 +315,16 @@ QUOTES = [
     ),
     (
         "12_gpt_language_model",
+        r"\(700 steps took (\d+) s above\)",
+        r"795,904 parameters, (\d+) s\n",
+    ),
+    (
+        "13_what_the_gpt_learned",
+        r"One more seed of the baseline takes its (\d+) s of training",
+        r"nanoGPT CPU config: .*? 2000 steps in (\d+) s",
+    ),
+    (
+        "12_gpt_language_model",
         r"from the bigram model's ([\d.]+) nats",
         r"bigram model: validation loss ([\d.]+)",
     ),
