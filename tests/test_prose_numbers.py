@@ -518,6 +518,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.2": "read off the plot above",
         "0.8": "the ablation's model: 795904 parameters, rounded",
         "0.13": "= 1.7235 - 1.5890",
+        "0.038": "15's table: RoPE's gain, 1.7235 - 1.6853",
         "0.17": "= 1.7235 - 1.5513",
         "0.017": "= 1.7235 - 1.7069",
         "8,320": "= 65 * 128",
