@@ -487,6 +487,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
         "0.5": "a threshold of the head table",
         "0.008": "= 1.915 - 1.907",
+        "0.0080": "in 15",  # the 90-s ablation's seed spread of the same preset
         "2,048": "the preset's tokens a step: batch 16 times context 128",
         "57,216": "exercise 2's answer: (512 - 65) * 128",
         "853,120": "exercise 2's answer: 795,904 + 57,216",
