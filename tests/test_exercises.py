@@ -1602,9 +1602,9 @@ def test_bpe_merge_ids_off_by_one():
 def rope_with(exponent=-1.0, start=0, concatenate=False, in_place=False):
     """RoPE, or with a usual mistake."""
 
-    def rope(x):
+    def rope(x, base=10000.0):
         T, C = x.shape[-2:]
-        freq = 10000.0 ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
+        freq = base ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
         ang = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq
         x1, x2 = x[..., 0::2], x[..., 1::2]
         c, s = ang.cos(), ang.sin()
@@ -1920,4 +1920,71 @@ def test_sliding_window_mask_without_the_head_axis():
         ex.check_sliding_window_mask,
         lambda ids, pad_id, window: right(ids, pad_id, window)[:, 0],
         "the head axis is missing",
+    )
+
+
+# The third blind review (issue 34): wrong answers that passed, raw errors, misnames --
+
+
+def test_sha256_reads_chunk_bytes_and_names_a_hash_made_in_the_loop():
+    def one_mib(path, chunk=1 << 20):  # ignores chunk
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        return h.hexdigest()
+
+    fails(ex.check_sha256, one_mib, "the argument chunk is ignored")
+
+    def last_only(path, chunk=1 << 20):
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                h = hashlib.sha256(block)
+        return h.hexdigest()
+
+    fails(
+        ex.check_sha256, last_only, "0-byte file: UnboundLocalError .*before the loop"
+    )
+
+
+def test_tied_output_refuses_a_tied_linear_and_names_a_missing_transpose():
+    class TiedLinear(nn.Module):
+        def __init__(self, embedding):
+            super().__init__()
+            V, C = embedding.weight.shape
+            self.out = nn.Linear(C, V, bias=False)
+            self.out.weight = embedding.weight
+
+        def forward(self, h):
+            return self.out(h)
+
+    fails(ex.check_tied_output, TiedLinear, r"holds an nn.Linear \(out\)")
+
+    class NoTranspose(solution("02").MyTiedOutput):
+        def forward(self, h):
+            return h @ self.embedding.weight
+
+    fails(ex.check_tied_output, NoTranspose, r"RuntimeError .*use h @ W.T")
+
+
+def test_rope_uses_its_base_argument():
+    right = solution("03").my_apply_rope
+    fails(
+        ex.check_rope,
+        lambda x, base=10000.0: right(x),
+        "the argument base is ignored",
+    )
+
+
+def test_sliding_window_mask_pad_id_one_and_padding_missing():
+    right = solution("06").my_sliding_window_mask
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(ids, 0, window),
+        "pad_id=1, window=3: token 0 was masked as <pad>",
+    )
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(torch.ones_like(ids[:1]), 0, window),
+        r"shape \(1, 1, 8, 8\), expected \(2, 1, 8, 8\): the padding is missing",
     )
