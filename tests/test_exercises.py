@@ -494,7 +494,7 @@ def test_shift_targets():
         tgt_in, tgt_out = right(seqs, bos, eos, pad)
         return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
 
-    fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
+    fails(ex.check_shift_targets, no_eos, r"tgt_out has no <eos> \(2\)")
 
     def left_padded(seqs, bos, eos, pad):  # the padding before the sequence
         n = max(map(len, seqs)) + 1
@@ -1987,4 +1987,46 @@ def test_sliding_window_mask_pad_id_one_and_padding_missing():
         ex.check_sliding_window_mask,
         lambda ids, pad_id, window: right(torch.ones_like(ids[:1]), 0, window),
         r"shape \(1, 1, 8, 8\), expected \(2, 1, 8, 8\): the padding is missing",
+    )
+
+
+def test_shift_targets_pad_three_long_ids_unequal_rows_and_no_eos():
+    right = solution("08").my_shift_targets
+    check = ex.check_shift_targets
+    fails(check, lambda s, b, e, p: right(s, b, e, 0), "padded with 0, but pad is 3")
+    fails(
+        check,
+        lambda s, b, e, p: tuple(t.int() for t in right(s, b, e, p)),
+        "tgt_in is torch.int32, expected torch.long",
+    )
+
+    def longest(seqs, bos, eos, pad):  # T = the longest length: rows of 4 and 3
+        T = max(map(len, seqs))
+        tgt_in = [[bos, *y] + [pad] * (T - len(y)) for y in seqs]
+        tgt_out = [[*y, eos] + [pad] * (T - 1 - len(y)) for y in seqs]
+        return torch.tensor(tgt_in), torch.tensor(tgt_out)
+
+    fails(check, longest, "ValueError .*pad every row to T = the longest length \\+ 1")
+
+    def no_eos(seqs, bos, eos, pad):
+        tgt_in, tgt_out = right(seqs, bos, eos, pad)
+        return tgt_in, torch.where(tgt_out == eos, pad, tgt_out)
+
+    fails(check, no_eos, "tgt_out has no <eos>")
+
+
+def test_min_p_uses_its_generator():
+    def global_rng(logits, min_p, generator=None):
+        probs = F.softmax(logits, -1)
+        keep = probs >= min_p * probs.max(-1, keepdim=True).values
+        return torch.multinomial(probs * keep, 1).squeeze(-1)  # generator ignored
+
+    fails(ex.check_min_p_sampling, global_rng, "the argument generator is ignored")
+
+
+def test_corpus_bleu_clipped_to_the_sum_over_references():
+    fails(
+        ex.check_corpus_bleu,
+        lambda h, r: ex.bleu_reference(list(zip(h, r)), summed=True),
+        "corpus 6: .*clipped to their sum over the references",
     )
