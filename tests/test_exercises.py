@@ -859,7 +859,9 @@ def test_kv_cache():
             keys, _ = super().update(k, v)
             return keys, keys
 
-    fails(ex.check_kv_cache, KeysTwice, "values after 4 tokens: .* entries differ")
+    fails(
+        ex.check_kv_cache, KeysTwice, "after 4 tokens the values returned are the keys"
+    )
 
     class CountsUpdates(Right):
         def update(self, k, v):
@@ -2030,3 +2032,42 @@ def test_corpus_bleu_clipped_to_the_sum_over_references():
         lambda h, r: ex.bleu_reference(list(zip(h, r)), summed=True),
         "corpus 6: .*clipped to their sum over the references",
     )
+
+
+def test_kv_cache_instances_apart_and_values_from_v():
+    class Shared:  # lists on the class: every cache shares them
+        ks: list = []
+        vs: list = []
+
+        @property
+        def length(self):
+            return sum(k.size(2) for k in self.ks)
+
+        def update(self, k, v):
+            self.ks.append(k)
+            self.vs.append(v)
+            return torch.cat(self.ks, 2), torch.cat(self.vs, 2)
+
+    fails(ex.check_kv_cache, Shared, "the caches share their storage")
+
+    class ValuesFromKeys(solution("12").MyKVCache):
+        def update(self, k, v):
+            keys, _ = super().update(k, v)
+            return keys, keys
+
+    fails(ex.check_kv_cache, ValuesFromKeys, "the values returned are the keys")
+
+
+def test_grouped_attention_refuses_enable_gqa():
+    def shortcut(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    fails(ex.check_grouped_attention, shortcut, "build the repetition yourself")
+
+
+def test_dpo_nll_loss_needs_the_nll_gradient():
+    def detached(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * pc.detach() / n).mean()
+
+    fails(ex.check_dpo_nll_loss, detached, "the NLL term sends no gradient")

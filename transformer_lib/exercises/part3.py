@@ -192,6 +192,11 @@ def check_kv_cache(cls: type) -> str:
                 "append them, torch.cat([stored, new], dim=2), so position t stays t"
             )
         compare(f"keys after {total} tokens", keys, want_k)
+        if is_close(values, want_k):
+            raise ExerciseError(
+                f"after {total} tokens the values returned are the keys: store v "
+                "in its own tensor, and return (keys, values)"
+            )
         compare(f"values after {total} tokens", values, want_v)
         if getattr(cache, "length", None) != total:
             raise ExerciseError(
@@ -202,7 +207,27 @@ def check_kv_cache(cls: type) -> str:
     full = F.scaled_dot_product_attention(q, want_k, want_v, is_causal=True)
     last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
     compare("attention of the last token over the cache", last, full[:, :, -1:])
+    _kv_cache_apart(cls, cache, total)
     return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
+
+
+def _kv_cache_apart(cls: type, cache, total: int) -> None:
+    """A second cache starts empty and leaves the first one as it was."""
+    other = cls()
+    k, v = torch.ones(2, 3, 2, 8), torch.zeros(2, 3, 2, 8)
+    keys, _ = other.update(k, v)
+    if not (isinstance(keys, Tensor) and keys.shape == k.shape):
+        shape = tuple(keys.shape) if isinstance(keys, Tensor) else type(keys)
+        raise ExerciseError(
+            f"a second cache, given 2 tokens, returned keys of shape {shape}, "
+            f"expected {tuple(k.shape)}: the caches share their storage (lists or "
+            "tensors set on the class); create them in __init__, self.k = ..."
+        )
+    if getattr(cache, "length", None) != total or other.length != 2:
+        raise ExerciseError(
+            f"a second cache changed the first one's length ({cache.length}, "
+            f"expected {total}): the caches share state; create it in __init__"
+        )
 
 
 # 14 · attention in tiles with an online softmax ---------------------------------------
@@ -477,12 +502,32 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
             for _ in range(2)
         )
         name = f"H=4 query heads, H_kv={n_kv}"
-        got, want = fn(q, k, v), _grouped_reference(q, k, v)
+        got, want = _without_enable_gqa(fn, q, k, v), _grouped_reference(q, k, v)
         if isinstance(got, Tensor) and got.shape == want.shape:
             if not torch.allclose(got.double(), want, atol=1e-9):
                 _wrong_group(name, q, k, v, got.double())
         compare(name, got, want, atol=1e-9)
     return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
+
+
+def _without_enable_gqa(fn: Callable, q: Tensor, k: Tensor, v: Tensor):
+    """fn(q, k, v), refusing F.scaled_dot_product_attention(..., enable_gqa=True)."""
+    sdpa = F.scaled_dot_product_attention
+
+    def guarded(*args, **kwargs):
+        if kwargs.get("enable_gqa"):
+            raise ExerciseError(
+                "F.scaled_dot_product_attention(..., enable_gqa=True) does the "
+                "grouping for you: build the repetition yourself (each key/value "
+                "head repeated for its group of query heads), then attend"
+            )
+        return sdpa(*args, **kwargs)
+
+    F.scaled_dot_product_attention = guarded
+    try:
+        return fn(q, k, v)
+    finally:
+        F.scaled_dot_product_attention = sdpa
 
 
 # 16 · GeGLU ---------------------------------------------------------------------------

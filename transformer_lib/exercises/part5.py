@@ -264,6 +264,31 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
     ]
 
 
+def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
+    """The loss's gradient with respect to policy_chosen equals the reference's."""
+    got_pc, want_pc = pc.clone().requires_grad_(), pc.clone().requires_grad_()
+    got = fn(got_pc, pr, rc, rr, n, 0.5, 0.3)
+    _dpo_nll_reference(want_pc, pr, rc, rr, n, 0.5, 0.3).backward()
+    if not (isinstance(got, Tensor) and got.requires_grad):
+        raise ExerciseError(
+            "the loss has no gradient with respect to policy_chosen: was it "
+            "detached (.detach(), .item(), torch.no_grad)? The optimiser needs it"
+        )
+    (grad,) = torch.autograd.grad(got, got_pc, allow_unused=True)
+    if grad is not None and torch.allclose(grad, want_pc.grad, atol=1e-9):
+        return
+    (dpo_only,) = torch.autograd.grad(
+        _dpo_nll_reference(want_pc, pr, rc, rr, n, 0.5, 0.0), want_pc
+    )
+    if grad is not None and torch.allclose(grad, dpo_only, atol=1e-9):
+        raise ExerciseError(
+            "the value is right, but the NLL term sends no gradient to "
+            "policy_chosen: it was detached; keep alpha * policy_chosen / "
+            "chosen_tokens in the graph"
+        )
+    compare("the gradient with respect to policy_chosen", grad, want_pc.grad)
+
+
 @checker("dpo_nll_loss")
 def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
     """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_tokens, beta,
@@ -282,6 +307,7 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
     compare(
         "dpo_nll_loss", got, _dpo_nll_reference(pc, pr, rc, rr, n, 0.5, 0.3), atol=1e-9
     )
+    _dpo_nll_gradient(fn, pc, pr, rc, rr, n)
     for m in (2000.0, -2000.0):
         one = [torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0)]
         ten = torch.tensor([10])
