@@ -2071,3 +2071,17 @@ def test_dpo_nll_loss_needs_the_nll_gradient():
         return (dpo - alpha * pc.detach() / n).mean()
 
     fails(ex.check_dpo_nll_loss, detached, "the NLL term sends no gradient")
+
+
+def test_tiled_attention_first_block_max_never_updated():
+    def first_max(q, k, v, block):
+        m, ell, out = None, 0.0, 0.0
+        for s in range(0, k.size(-2), block):
+            scores = q @ k[..., s : s + block, :].transpose(-2, -1)
+            scores = scores / math.sqrt(q.size(-1))
+            m = scores.amax(-1, keepdim=True) if m is None else m  # kept, not updated
+            p = (scores - m).exp()
+            ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
+        return out / ell
+
+    fails(ex.check_tiled_attention, first_max, "first block's max kept as the stabil")

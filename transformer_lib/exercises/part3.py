@@ -345,13 +345,20 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)
     )
     n_keys = k.size(-2)
-    for scale, blocks in ((1.0, (1, 4, 13, 32)), (300.0, (4,))):  # then large scores
-        want = F.scaled_dot_product_attention(q * scale, k, v)
+    # keys growing along T: a later block's scores exceed the first block's by > 710
+    grow = torch.arange(1, n_keys + 1, dtype=k.dtype)[:, None] * 30
+    cases = (
+        (q, k, (1, 4, 13, 32)),
+        (q * 300, k, (4,)),
+        (q.abs(), k.abs() * grow, (4,)),
+    )
+    for q, k, blocks in cases:
+        want = F.scaled_dot_product_attention(q, k, v)
         for block in blocks:
             reads = _KeyReads(n_keys)
             with reads:
                 try:
-                    got = fn(q * scale, k, v, block)
+                    got = fn(q, k, v, block)
                 except (IndexError, RuntimeError) as e:
                     if "non-zero size" not in str(e):
                         raise
@@ -363,7 +370,8 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     ) from None
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
-                    _tiled_hint(q * scale, k, v, block, got.detach().double())
+                    _first_block_max(q, k, v, block, got)
+                    _tiled_hint(q, k, v, block, got.detach().double())
             compare(f"block={block}", got, want, atol=1e-9)
             if block < n_keys and reads.first is not None:
                 name, shape = reads.first
@@ -373,8 +381,33 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     f"at once, as in a plain softmax; read the keys {block} at a time"
                 )
     return (
-        "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys and "
-        "scores above 1000, reading at most one block of keys at a time"
+        "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
+        "scores above 1000, and later blocks' scores far above the first's, reading "
+        "at most one block of keys at a time"
+    )
+
+
+def _first_block_max(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
+    """NaN or inf where a later block's scores exceed the first block's max by more
+    than exp can hold: the first block's max kept as the stabiliser, never updated."""
+    if got.isfinite().all():
+        return
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    first = scores[..., :block].amax(-1, keepdim=True)
+    gap = (scores.amax(-1, keepdim=True) - first).max().item()
+    fixed, raw = (scores - first).exp(), scores.exp()  # (B, H, T_q, T_k)
+    finite = got.detach().isfinite().all(-1)
+    if not torch.equal(
+        finite, (fixed @ v / fixed.sum(-1, keepdim=True)).isfinite().all(-1)
+    ):
+        return
+    if torch.equal(finite, (raw @ v / raw.sum(-1, keepdim=True)).isfinite().all(-1)):
+        return  # as a raw exp, without any max
+    raise ExerciseError(
+        f"block={block}: the output holds NaN or inf where a later block's scores "
+        f"exceed the first block's max by up to {gap:.0f} (exp overflows past 709): "
+        "was the first block's max kept as the stabiliser? Update the running max m "
+        "with every block, and rescale ell and out by exp(m_old - m_new)"
     )
 
 
