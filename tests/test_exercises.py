@@ -2085,3 +2085,46 @@ def test_tiled_attention_first_block_max_never_updated():
         return out / ell
 
     fails(ex.check_tiled_attention, first_max, "first block's max kept as the stabil")
+
+
+def test_geglu_gelu_of_the_product_and_grouped_scale_one_over_d():
+    class GeluOfProduct(solution("16").MyGeGLU):
+        def forward(self, x):
+            return self.proj(F.gelu(self.gate(x) * self.up(x)))
+
+    fails(ex.check_geglu, GeluOfProduct, r"gelu\(gate\(x\) \* up\(x\)\): the GELU")
+
+    def over_d(q, k, v):
+        g, D = q.size(1) // k.size(1), q.size(-1)
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / D)
+
+    fails(ex.check_grouped_attention, over_d, r"divided by D = 8, not by sqrt\(D\)")
+
+
+def test_merge_and_unload_a_fresh_linear_and_train_with_assert():
+    def fresh(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            new = nn.Linear(layer.base.in_features, layer.base.out_features)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, new)
+        return names
+
+    fails(ex.check_merge_and_unload, fresh, "put the merged base back")
+
+    def asserts(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        losses = []
+        for step, batch in enumerate(batches):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step)
+            loss = train_step(model, optimizer, batch)
+            assert math.isfinite(loss), f"step {step}"
+            losses.append(loss)
+        return losses
+
+    fails(
+        ex.check_training_loop, asserts, "raise ValueError naming the step, not assert"
+    )

@@ -549,6 +549,11 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
     except ValueError as e:
         if "2" not in str(e):
             raise ExerciseError(f"the error should name the step (2): {e}") from None
+    except AssertionError as e:
+        raise ExerciseError(
+            f"a {bad} loss at step 2 raised AssertionError ({e}): raise ValueError "
+            "naming the step, not assert (python -O drops asserts)"
+        ) from None
     else:
         if math.isinf(bad):
             raise ExerciseError(

@@ -500,6 +500,11 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
+    D = q.size(-1)
+    if torch.allclose(got, _grouped_reference(q, k, v, scale=1 / D), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
+        )
     g, n_kv = q.size(1) // k.size(1), k.size(1)
     for h in range(q.size(1)):
         for rk, rv in ((a, b) for a in range(n_kv) for b in range(n_kv)):
@@ -632,6 +637,11 @@ def check_geglu(cls: type) -> str:
                 (
                     F.gelu(g),
                     "up(x) is missing: the gate multiplies a second, linear branch",
+                ),
+                (
+                    F.gelu(g * u),
+                    "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
+                    "multiplies up(x): gelu(gate(x)) * up(x)",
                 ),
             ):
                 if is_close(got, ref.proj(h)):

@@ -169,6 +169,7 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
         }
+    bases = {name: model.get_submodule(name).base for name in names}
     returned = fn(model)
     if left := [n for n, m in model.named_modules() if _is_lora(m)]:
         raise ExerciseError(
@@ -180,6 +181,11 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         if type(layer) is not nn.Linear:
             raise ExerciseError(
                 f"{name} is a {type(layer).__name__}, expected the nn.Linear it wraps"
+            )
+        if layer is not bases[name] and layer.weight.dtype != torch.float64:
+            raise ExerciseError(
+                f"{name} is a new nn.Linear ({layer.weight.dtype}, the model is "
+                "float64): put the merged base back, layer.base, not a new nn.Linear"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
     n_params = sum(p.numel() for p in model.parameters())
