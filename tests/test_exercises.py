@@ -2128,3 +2128,47 @@ def test_merge_and_unload_a_fresh_linear_and_train_with_assert():
     fails(
         ex.check_training_loop, asserts, "raise ValueError naming the step, not assert"
     )
+
+
+def test_sha256_md5_rope_exponent_from_one_alibi_diagonal_and_mha_unscaled():
+    def md5(path, chunk=1 << 20):
+        return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+    fails(ex.check_sha256, md5, "the file's md5, not its sha256")
+
+    def rope_from_one(x, base=10000.0):  # pair i at base^(-2(i + 1)/C)
+        T, C = x.shape[-2:]
+        freq = base ** (-2 * (torch.arange(C // 2, dtype=x.dtype) + 1) / C)
+        ang = torch.arange(T, dtype=x.dtype)[:, None] * freq
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = ang.cos(), ang.sin()
+        return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1).flatten(-2)
+
+    fails(ex.check_rope, rope_from_one, r"base\^\(-2\(i\+1\)/C\)")
+
+    def diagonal_masked(q, k, v, slopes):
+        T = q.size(-2)
+        pos = torch.arange(T, dtype=q.dtype)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        s = s - slopes[:, None, None] * (pos[:, None] - pos)
+        later_or_self = torch.ones(T, T, dtype=torch.bool).triu(0)  # j >= i
+        w = s.masked_fill(later_or_self, -math.inf).softmax(-1)
+        return w @ v, w
+
+    fails(ex.check_alibi_attention, diagonal_masked, "must see key i .the diagonal")
+
+    module = solution("05")
+
+    class Unscaled(module.MyMultiHeadAttention):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            q = module.split_heads(self.q_proj(query), self.n_heads)
+            k = module.split_heads(self.k_proj(key), self.n_heads)
+            v = module.split_heads(self.v_proj(value), self.n_heads)
+            scores = q @ k.transpose(-2, -1)  # not divided by sqrt(d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            return self.out_proj(module.merge_heads(scores.softmax(-1) @ v))
+
+    fails(ex.check_multi_head_attention, Unscaled, "the scores q k\\^T were not scaled")

@@ -62,6 +62,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: only its first MiB was hashed: update with "
                     "every chunk, until read() returns b''"
                 )
+            if got != want and got in _other_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: got {got[:8]}..., the file's "
+                    f"{_other_digests(path.read_bytes())[got]}, not its sha256: use "
+                    "hashlib.sha256()"
+                )
             if got != want and got.lower() == want:
                 raise ExerciseError(
                     f"a {n}-byte file: the digest is in uppercase hex ({got[:8]}...): "
@@ -145,6 +151,12 @@ def _last_chunk_digests(data: bytes) -> set[str]:
         for k in range(10, 25)
         if data
     }
+
+
+def _other_digests(data: bytes) -> dict[str, str]:
+    """The data's digests by algorithms other than sha256 (a slip of the name)."""
+    names = ("md5", "sha1", "sha224", "sha384", "sha512", "sha3_256", "blake2b")
+    return {hashlib.new(name, data).hexdigest(): name for name in names}
 
 
 def _path_digests(path: Path) -> set[str]:
@@ -372,6 +384,11 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
             "negative, base^(-2i/C), so that pair 0 turns fastest and the last slowest",
         ),
         (
+            _rotate_pairs(x, freq * 10000.0 ** (-2 / 8)),
+            "pair i turns at base^(-2(i+1)/C): pair 0 must turn at base^0 = 1 "
+            "radian per position; the exponent is -2i/C with i from 0",
+        ),
+        (
             _rotate_pairs(x, freq, start=1),
             "the positions start at 1: token 0 is at position 0, where nothing turns",
         ),
@@ -499,6 +516,13 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
     for kwargs, message in _ALIBI_MISTAKES:
         if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
             return message
+    T = w.size(-1)
+    diagonal = w[..., range(T), range(T)]
+    if ((diagonal == 0) | diagonal.isnan()).all():
+        return (
+            "query i gives no weight to key i: query i must see key i (the "
+            "diagonal); mask only the later keys, j > i (triu(1))"
+        )
     if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
         return (
             "the rows of the weights do not sum to 1: each row is a softmax over the "
@@ -629,6 +653,11 @@ def check_multi_head_attention(cls: type) -> str:
                 raise ExerciseError(
                     f"{name}: scores divided by sqrt(d_model) = 4, expected "
                     "sqrt(d_head) = 2: each head has width d_model / n_heads"
+                )
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=1)):
+                raise ExerciseError(
+                    f"{name}: the scores q k^T were not scaled: divide them by "
+                    "sqrt(d_head) = 2, d_head = d_model / n_heads"
                 )
             if any(
                 is_close(
