@@ -2172,3 +2172,30 @@ def test_sha256_md5_rope_exponent_from_one_alibi_diagonal_and_mha_unscaled():
             return self.out_proj(module.merge_heads(scores.softmax(-1) @ v))
 
     fails(ex.check_multi_head_attention, Unscaled, "the scores q k\\^T were not scaled")
+
+
+def test_decoder_layer_cross_attention_values_from_x():
+    Right = solution("08").MyDecoderLayer
+
+    class ValuesFromX(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = x + self.cross_attn(h, memory, h, mask=memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, ValuesFromX, "keys and values are both memory")
+
+
+def test_gpt_block_heads_merged_without_the_transpose():
+    class NoTranspose(solution("12").MyBlock):
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.reshape(B, T, C))  # no transpose(1, 2) first
+
+    fails(ex.check_gpt_block, NoTranspose, "merged without the transpose back")

@@ -116,6 +116,12 @@ def check_decoder_layer(cls: type) -> str:
     try:
         got = first_output(mine(x, mem, tgt_mask, mem_mask))
     except ValueError as e:
+        if "same length" in str(e):
+            raise ExerciseError(
+                f"ValueError ({str(e).splitlines()[0]}): cross-attention's keys and "
+                "values are both memory: cross_attn(norm2(x), memory, memory, "
+                "memory_mask)"
+            ) from None
         if "does not broadcast" not in str(e):
             raise
         raise ExerciseError(_decoder_mask_error(mine, ref, x, e)) from None

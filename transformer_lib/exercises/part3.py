@@ -97,6 +97,19 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     )
 
 
+def _merged_without_transpose(ref, x: Tensor) -> Tensor:
+    """The block whose attention merges its heads with a plain reshape."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    with torch.no_grad():
+        q, k, v = (
+            t.view(B, T, H, C // H).transpose(1, 2)
+            for t in ref.attn.qkv(ref.norm1(x)).chunk(3, -1)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = x + ref.attn.proj(y.reshape(B, T, C))
+        return a + ref.mlp(ref.norm2(a))
+
+
 @checker("GPT block")
 def check_gpt_block(cls: type) -> str:
     """cls(d_model, n_heads) with norm1, norm2, qkv, proj, fc, fc_out; forward(x) ->
@@ -129,6 +142,11 @@ def check_gpt_block(cls: type) -> str:
     x = torch.randn(2, 6, 16).double()
     got = first_output(mine(x))
     want = ref(x)[0]
+    if is_close(got, _merged_without_transpose(ref, x)):
+        raise ExerciseError(
+            "the heads were merged without the transpose back: y (B, H, T, D) -> "
+            "y.transpose(1, 2).reshape(B, T, C); a plain reshape mixes the tokens"
+        )
     if isinstance(got, Tensor) and got.shape == want.shape:
         x2 = x.clone()
         x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it
