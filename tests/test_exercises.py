@@ -2199,3 +2199,16 @@ def test_gpt_block_heads_merged_without_the_transpose():
             return self.proj(y.reshape(B, T, C))  # no transpose(1, 2) first
 
     fails(ex.check_gpt_block, NoTranspose, "merged without the transpose back")
+
+
+def test_check_command_names_a_cell_that_raised(tmp_path, capsys):
+    nb = next((ROOT / "notebooks").glob("04_*.ipynb"))
+    data = json.loads(nb.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        if "build-it" in cell["metadata"].get("tags", []):
+            cell["source"] = "def my_alibi_attention(q, k, v, slopes):\n    return (\n"
+    (tmp_path / nb.name).write_text(json.dumps(data), encoding="utf-8")
+    assert main(["check", "04", "--notebooks", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "04 my_alibi_attention: its cell raised SyntaxError" in out
+    assert "is not defined" not in out
