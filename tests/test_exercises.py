@@ -2212,3 +2212,29 @@ def test_check_command_names_a_cell_that_raised(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "04 my_alibi_attention: its cell raised SyntaxError" in out
     assert "is not defined" not in out
+
+
+def test_encoder_layer_parallel_swapped_norms_and_raw_keys():
+    Right = solution("07").MyEncoderLayer
+
+    class Parallel(Right):
+        def forward(self, x, mask=None):
+            return (
+                x + self.self_attn(self.norm1(x), mask=mask)[0] + self.ff(self.norm2(x))
+            )
+
+    fails(ex.check_encoder_layer, Parallel, "the two sublayers run in parallel")
+
+    class Swapped(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm2(x), mask=mask)[0]
+            return x + self.ff(self.norm1(x))
+
+    fails(ex.check_encoder_layer, Swapped, "norm1 and norm2 are swapped")
+
+    class RawKeys(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), x, x, mask=mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, RawKeys, "the keys and values came from x")

@@ -88,11 +88,41 @@ def check_encoder_layer(cls: type) -> str:
                     "each sublayer has its own, with its own weights",
                 ),
             )
-            for variant, hint in hints:
+            for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
     compare_module("MyEncoderLayer(x, mask)", got, want, mine, ref)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
+
+
+def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
+    """More wrong encoder layers, from the reference's own parts: (output, hint)."""
+    n = ref.norm1(x)
+    swapped = x + ref.self_attn(ref.norm2(x), mask=mask)[0]
+    raw_kv = x + ref.self_attn(n, x, x, mask=mask)[0]
+    normed = ref.norm2(n + ref.self_attn(n, mask=mask)[0])
+    return (
+        (
+            x + ref.self_attn(n, mask=mask)[0] + ref.ff(ref.norm2(x)),
+            "the two sublayers run in parallel on x: the feed-forward one reads the "
+            "attention's result, h = x + self_attn(norm1(x)), then h + ff(norm2(h))",
+        ),
+        (
+            swapped + ref.ff(ref.norm1(swapped)),
+            "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 "
+            "before the feed-forward sublayer",
+        ),
+        (
+            raw_kv + ref.ff(ref.norm2(raw_kv)),
+            "the keys and values came from x, unnormalised: self-attention reads "
+            "norm1(x) as query, keys and values, self_attn(norm1(x), mask=mask)",
+        ),
+        (
+            normed + ref.ff(normed),
+            "each residual starts from the normalised input: x + sublayer(norm(x)), "
+            "the LayerNorm on the sublayer's input only",
+        ),
+    )
 
 
 # 08 · a decoder layer, and the shifted targets ----------------------------------------
