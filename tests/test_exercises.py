@@ -2238,3 +2238,24 @@ def test_encoder_layer_parallel_swapped_norms_and_raw_keys():
             return x + self.ff(self.norm2(x))
 
     fails(ex.check_encoder_layer, RawKeys, "the keys and values came from x")
+
+
+def test_train_step_mean_over_all_positions():
+    def all_positions(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        logits = model(src, tgt_in)
+        loss = (
+            F.cross_entropy(
+                logits.flatten(0, 1),
+                tgt_out.flatten(),
+                ignore_index=pad_id,
+                label_smoothing=eps,
+                reduction="sum",
+            )
+            / tgt_out.numel()
+        )  # <pad> positions in the denominator
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    fails(ex.check_train_step, all_positions, "averaged over all the positions")

@@ -456,6 +456,19 @@ def check_train_step(fn: Callable) -> str:
                     "the loss is summed over the targets: take their mean (the "
                     "default reduction)",
                 ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.flatten(),
+                        ignore_index=0,
+                        label_smoothing=0.1,
+                        reduction="sum",
+                    )
+                    / tgt_out.numel(),
+                    "the masked losses were averaged over all the positions, <pad> "
+                    "included: divide by the real targets only (ignore_index does "
+                    "it with the mean reduction)",
+                ),
             )
         before = [p.detach().clone() for p in model.parameters()]
         got = fn(model, opt, src, tgt_in, tgt_out, 0, 0.1)
