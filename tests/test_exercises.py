@@ -2259,3 +2259,13 @@ def test_train_step_mean_over_all_positions():
         return loss.item()
 
     fails(ex.check_train_step, all_positions, "averaged over all the positions")
+
+
+def test_pack_pairs_targets_not_shifted():
+    right = solution("17").pack_pairs
+
+    def unshifted(pairs):
+        x, y, mask = right(pairs)
+        return x, [t if t == -100 else a for a, t in zip(x, y)], mask
+
+    fails(ex.check_pack_pairs, unshifted, "the targets were not shifted")

@@ -88,6 +88,13 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
             )
         if len(y) != len(want_y):
             raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
+        kept = [t for t, g in enumerate(y) if g != -100]
+        if y != want_y and kept and all(y[t] == x[t] for t in kept):
+            raise ExerciseError(
+                f"{call}: the targets were not shifted: target {kept[0]} is input "
+                f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
+                "ids[1:] against the inputs ids[:-1]"
+            )
         starts = [0]
         for ids, _ in pairs:
             starts.append(starts[-1] + len(ids) - 1)
