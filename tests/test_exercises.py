@@ -2269,3 +2269,18 @@ def test_pack_pairs_targets_not_shifted():
         return x, [t if t == -100 else a for a, t in zip(x, y)], mask
 
     fails(ex.check_pack_pairs, unshifted, "the targets were not shifted")
+
+
+def test_dpo_nll_loss_margin_without_the_reference():
+    def no_reference(pc, pr, rc, rr, n, beta, alpha):
+        return (-F.logsigmoid(beta * (pc - pr)) - alpha * pc / n).mean()
+
+    fails(ex.check_dpo_nll_loss, no_reference, "the margin leaves out the reference")
+
+
+def test_tied_output_softmax_on_the_logits():
+    class Softmaxed(solution("02").MyTiedOutput):
+        def forward(self, h):
+            return (h @ self.embedding.weight.T).softmax(-1)
+
+    fails(ex.check_tied_output, Softmaxed, "the output is a softmax of the logits")

@@ -317,6 +317,11 @@ def check_tied_output(cls: type) -> str:
             "the logits are scaled by sqrt(d_model): that scale belongs to the lookup, "
             "the logits are h @ W^T"
         )
+    if is_close(logits, want.softmax(-1)) or is_close(logits, want.log_softmax(-1)):
+        raise ExerciseError(
+            "the output is a softmax of the logits: return the logits themselves, "
+            "h @ W^T; the loss (cross_entropy) and sampling apply the softmax"
+        )
     compare("MyTiedOutput(embedding)(h)", logits, want)
     g = torch.randn_like(logits)
     (grad_w,) = torch.autograd.grad((want * g).sum(), emb.weight, retain_graph=True)

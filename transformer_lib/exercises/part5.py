@@ -226,8 +226,14 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
     """What the usual mistakes give at beta 0.5 and alpha 0.3, and what to say."""
     z = 0.5 * ((pc - rc) - (pr - rr))
     dpo = -F.logsigmoid(z)  # (B,)
+    no_ref = (-F.logsigmoid(0.5 * (pc - pr)) - 0.3 * pc / n).mean()
     return [
         (dpo.mean(), "this is DPO alone: add alpha times the chosen outputs' NLL"),
+        (
+            no_ref,
+            "the margin leaves out the reference model: it is (policy_chosen - "
+            "ref_chosen) - (policy_rejected - ref_rejected)",
+        ),
         (
             (dpo + 0.3 * pc / n).mean(),
             "the NLL has the wrong sign: it is minus the log-probability, so that "
