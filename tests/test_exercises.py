@@ -2284,3 +2284,11 @@ def test_tied_output_softmax_on_the_logits():
             return (h @ self.embedding.weight.T).softmax(-1)
 
     fails(ex.check_tied_output, Softmaxed, "the output is a softmax of the logits")
+
+
+def test_bpe_one_merge_per_chunk():
+    fails(
+        ex.check_bpe_encode,
+        lambda text, merges: ex.part1._bpe_encode_variant(text, merges, "once"),
+        "merges only one pair per chunk",
+    )

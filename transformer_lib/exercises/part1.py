@@ -190,7 +190,7 @@ _BPE_TEXTS = [
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
     first), `frequent` (the most frequent known pair first), `chars` (ord, not
-    bytes), `offset` (merge k gets the id 257 + k)."""
+    bytes), `offset` (merge k gets the id 257 + k), `once` (one merge per chunk)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -209,6 +209,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
             else:
                 pair = min(known, key=ranks.get)
             ids = merge(ids, pair, ranks[pair] + (how == "offset"))
+            if how == "once":
+                break
         out += ids
     return out
 
@@ -224,6 +226,8 @@ _BPE_MISTAKES = {
     "use chunk.encode()",
     "offset": "gives merge k the id 257 + k, one too many: ids 0-255 are the bytes, "
     "so merge k (counted from 0) makes id 256 + k",
+    "once": "merges only one pair per chunk: repeat, merging the known pair of "
+    "lowest rank, until no known pair is left",
 }
 
 
