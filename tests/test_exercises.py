@@ -2292,3 +2292,16 @@ def test_bpe_one_merge_per_chunk():
         lambda text, merges: ex.part1._bpe_encode_variant(text, merges, "once"),
         "merges only one pair per chunk",
     )
+
+
+def test_alibi_slopes_over_the_queries():
+    def over_queries(q, k, v, slopes):
+        T = q.size(-2)
+        pos = torch.arange(T, dtype=q.dtype)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        s = s - slopes[:, None] * (pos[:, None] - pos)  # (T, 1): over the queries
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        w = s.masked_fill(~causal, -math.inf).softmax(-1)
+        return w @ v, w
+
+    fails(ex.check_alibi_attention, over_queries, "spread over the queries")

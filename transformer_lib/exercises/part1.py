@@ -546,6 +546,13 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
             "slopes[h] must multiply head h: the slopes were spread over the keys; use "
             "slopes[:, None, None] against the (T, T) distances"
         )
+    if w.size(1) == w.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes[None, :, None])[1]
+    ):
+        return (
+            "slopes[h] must multiply head h: the slopes were spread over the queries "
+            "(slopes[:, None]); use slopes[:, None, None] against the (T, T) distances"
+        )
     return None
 
 
