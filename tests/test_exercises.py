@@ -2305,3 +2305,23 @@ def test_alibi_slopes_over_the_queries():
         return w @ v, w
 
     fails(ex.check_alibi_attention, over_queries, "spread over the queries")
+
+
+def test_cosine_by_distance_abs_and_cosine_similarity_dim_0():
+    def absolute(table):
+        unit = F.normalize(table, dim=1)
+        cosines = (unit @ unit.T).abs()
+        return torch.stack([cosines.diagonal(k).mean() for k in range(len(table))])
+
+    fails(ex.check_cosine_by_distance, absolute, r"made positive \(.abs\(\)\)")
+
+    def dim_0(table):
+        n = len(table)
+        return torch.stack(
+            [
+                F.cosine_similarity(table[: n - k], table[k:], dim=0).mean()
+                for k in range(n)
+            ]
+        )
+
+    fails(ex.check_cosine_by_distance, dim_0, "dim=0\\) compares the columns")
