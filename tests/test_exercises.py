@@ -2325,3 +2325,18 @@ def test_cosine_by_distance_abs_and_cosine_similarity_dim_0():
         )
 
     fails(ex.check_cosine_by_distance, dim_0, "dim=0\\) compares the columns")
+
+
+def test_tiled_attention_two_passes_over_the_keys():
+    def two_pass(q, k, v, block):
+        scale, m = 1 / math.sqrt(q.size(-1)), None
+        for s in range(0, k.size(-2), block):  # pass 1: the maximum
+            x = (q @ k[..., s : s + block, :].transpose(-2, -1) * scale).amax(-1, True)
+            m = x if m is None else torch.maximum(m, x)
+        ell, out = 0.0, 0.0
+        for s in range(0, k.size(-2), block):  # pass 2: the sums
+            p = (q @ k[..., s : s + block, :].transpose(-2, -1) * scale - m).exp()
+            ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
+        return out / ell
+
+    fails(ex.check_tiled_attention, two_pass, "two passes over the keys")

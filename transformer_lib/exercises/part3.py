@@ -266,13 +266,19 @@ class _KeyReads(TorchFunctionMode):
     `n_keys` keys (a dimension of that size, beside another): a softmax over every key
     at once. A loop over torch.arange(0, T_k, 1) reads no key."""
 
-    def __init__(self, n_keys: int):
+    def __init__(self, n_keys: int, keys: Tensor | None = None, queries=None):
         super().__init__()
         self.n_keys, self.first = n_keys, None
+        self.keys, self.slices = keys, 0  # how many times keys[...] was indexed
+        self.queries, self.query_slices = queries, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", str(func))
+        if name == "__getitem__" and args and args[0] is self.keys:
+            self.slices += 1
+        if name == "__getitem__" and args and args[0] is self.queries:
+            self.query_slices += 1  # a tile of queries: it reads every key block
         if self.first is None and name not in _KEY_VIEWS:
             tensors = tree_flatten((args, kwargs, out))[0]
             for t in tensors:
@@ -373,7 +379,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
     for q, k, blocks in cases:
         want = F.scaled_dot_product_attention(q, k, v)
         for block in blocks:
-            reads = _KeyReads(n_keys)
+            reads = _KeyReads(n_keys, k, q)
             with reads:
                 try:
                     got = fn(q, k, v, block)
@@ -397,6 +403,14 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     f"block={block}: {name} read all {n_keys} keys at once (a tensor "
                     f"of shape {shape}): the values are right, but every score exists "
                     f"at once, as in a plain softmax; read the keys {block} at a time"
+                )
+            n_blocks = -(-n_keys // block) * max(1, reads.query_slices)
+            if block < n_keys and reads.slices >= 2 * n_blocks:
+                raise ExerciseError(
+                    f"block={block}: the values are right, but k was sliced "
+                    f"{reads.slices} times for {n_blocks} blocks: two passes over the "
+                    "keys (the maximum first, then the sums)? The online softmax "
+                    "reads each block once, rescaling ell and out as the maximum grows"
                 )
     return (
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
