@@ -2340,3 +2340,15 @@ def test_tiled_attention_two_passes_over_the_keys():
         return out / ell
 
     fails(ex.check_tiled_attention, two_pass, "two passes over the keys")
+
+
+def test_tiled_attention_a_softmax_per_block_summed():
+    def per_block(q, k, v, block):
+        return sum(
+            F.scaled_dot_product_attention(
+                q, k[..., s : s + block, :], v[..., s : s + block, :]
+            )
+            for s in range(0, k.size(-2), block)
+        )
+
+    fails(ex.check_tiled_attention, per_block, "normalised on its own .*summed")

@@ -347,6 +347,12 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
             f"block={block}: each block was normalised on its own and the blocks "
             "averaged: carry one running maximum and one sum across all the blocks"
         )
+    if is_close(got, per_block.sum(0), atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: each block was normalised on its own (a softmax per "
+            "block) and the blocks summed: carry one running maximum and one sum "
+            "across all the blocks, and divide by the sum once, at the end"
+        )
     if not torch.isfinite(got).all():
         top = float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.size(-1))
         raise ExerciseError(
