@@ -494,7 +494,7 @@ def test_shift_targets():
         tgt_in, tgt_out = right(seqs, bos, eos, pad)
         return tgt_in, tgt_out.masked_fill(tgt_out == eos, pad)
 
-    fails(ex.check_shift_targets, no_eos, r"tgt_out: .* at \[0, 3\] got 0, expected 2")
+    fails(ex.check_shift_targets, no_eos, r"tgt_out has no <eos> \(2\)")
 
     def left_padded(seqs, bos, eos, pad):  # the padding before the sequence
         n = max(map(len, seqs)) + 1
@@ -859,7 +859,9 @@ def test_kv_cache():
             keys, _ = super().update(k, v)
             return keys, keys
 
-    fails(ex.check_kv_cache, KeysTwice, "values after 4 tokens: .* entries differ")
+    fails(
+        ex.check_kv_cache, KeysTwice, "after 4 tokens the values returned are the keys"
+    )
 
     class CountsUpdates(Right):
         def update(self, k, v):
@@ -1602,9 +1604,9 @@ def test_bpe_merge_ids_off_by_one():
 def rope_with(exponent=-1.0, start=0, concatenate=False, in_place=False):
     """RoPE, or with a usual mistake."""
 
-    def rope(x):
+    def rope(x, base=10000.0):
         T, C = x.shape[-2:]
-        freq = 10000.0 ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
+        freq = base ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
         ang = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq
         x1, x2 = x[..., 0::2], x[..., 1::2]
         c, s = ang.cos(), ang.sin()
@@ -1921,3 +1923,432 @@ def test_sliding_window_mask_without_the_head_axis():
         lambda ids, pad_id, window: right(ids, pad_id, window)[:, 0],
         "the head axis is missing",
     )
+
+
+# The third blind review (issue 34): wrong answers that passed, raw errors, misnames --
+
+
+def test_sha256_reads_chunk_bytes_and_names_a_hash_made_in_the_loop():
+    def one_mib(path, chunk=1 << 20):  # ignores chunk
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        return h.hexdigest()
+
+    fails(ex.check_sha256, one_mib, "the argument chunk is ignored")
+
+    def last_only(path, chunk=1 << 20):
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                h = hashlib.sha256(block)
+        return h.hexdigest()
+
+    fails(
+        ex.check_sha256, last_only, "0-byte file: UnboundLocalError .*before the loop"
+    )
+
+
+def test_tied_output_refuses_a_tied_linear_and_names_a_missing_transpose():
+    class TiedLinear(nn.Module):
+        def __init__(self, embedding):
+            super().__init__()
+            V, C = embedding.weight.shape
+            self.out = nn.Linear(C, V, bias=False)
+            self.out.weight = embedding.weight
+
+        def forward(self, h):
+            return self.out(h)
+
+    fails(ex.check_tied_output, TiedLinear, r"holds an nn.Linear \(out\)")
+
+    class NoTranspose(solution("02").MyTiedOutput):
+        def forward(self, h):
+            return h @ self.embedding.weight
+
+    fails(ex.check_tied_output, NoTranspose, r"RuntimeError .*use h @ W.T")
+
+
+def test_rope_uses_its_base_argument():
+    right = solution("03").my_apply_rope
+    fails(
+        ex.check_rope,
+        lambda x, base=10000.0: right(x),
+        "the argument base is ignored",
+    )
+
+
+def test_sliding_window_mask_pad_id_one_and_padding_missing():
+    right = solution("06").my_sliding_window_mask
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(ids, 0, window),
+        "pad_id=1, window=3: token 0 was masked as <pad>",
+    )
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(torch.ones_like(ids[:1]), 0, window),
+        r"shape \(1, 1, 8, 8\), expected \(2, 1, 8, 8\): the padding is missing",
+    )
+
+
+def test_shift_targets_pad_three_long_ids_unequal_rows_and_no_eos():
+    right = solution("08").my_shift_targets
+    check = ex.check_shift_targets
+    fails(check, lambda s, b, e, p: right(s, b, e, 0), "padded with 0, but pad is 3")
+    fails(
+        check,
+        lambda s, b, e, p: tuple(t.int() for t in right(s, b, e, p)),
+        "tgt_in is torch.int32, expected torch.long",
+    )
+
+    def longest(seqs, bos, eos, pad):  # T = the longest length: rows of 4 and 3
+        T = max(map(len, seqs))
+        tgt_in = [[bos, *y] + [pad] * (T - len(y)) for y in seqs]
+        tgt_out = [[*y, eos] + [pad] * (T - 1 - len(y)) for y in seqs]
+        return torch.tensor(tgt_in), torch.tensor(tgt_out)
+
+    fails(check, longest, "ValueError .*pad every row to T = the longest length \\+ 1")
+
+    def no_eos(seqs, bos, eos, pad):
+        tgt_in, tgt_out = right(seqs, bos, eos, pad)
+        return tgt_in, torch.where(tgt_out == eos, pad, tgt_out)
+
+    fails(check, no_eos, "tgt_out has no <eos>")
+
+
+def test_min_p_uses_its_generator():
+    def global_rng(logits, min_p, generator=None):
+        probs = F.softmax(logits, -1)
+        keep = probs >= min_p * probs.max(-1, keepdim=True).values
+        return torch.multinomial(probs * keep, 1).squeeze(-1)  # generator ignored
+
+    fails(ex.check_min_p_sampling, global_rng, "the argument generator is ignored")
+
+
+def test_corpus_bleu_clipped_to_the_sum_over_references():
+    fails(
+        ex.check_corpus_bleu,
+        lambda h, r: ex.bleu_reference(list(zip(h, r)), summed=True),
+        "corpus 6: .*clipped to their sum over the references",
+    )
+
+
+def test_kv_cache_instances_apart_and_values_from_v():
+    class Shared:  # lists on the class: every cache shares them
+        ks: list = []
+        vs: list = []
+
+        @property
+        def length(self):
+            return sum(k.size(2) for k in self.ks)
+
+        def update(self, k, v):
+            self.ks.append(k)
+            self.vs.append(v)
+            return torch.cat(self.ks, 2), torch.cat(self.vs, 2)
+
+    fails(ex.check_kv_cache, Shared, "the caches share their storage")
+
+    class ValuesFromKeys(solution("12").MyKVCache):
+        def update(self, k, v):
+            keys, _ = super().update(k, v)
+            return keys, keys
+
+    fails(ex.check_kv_cache, ValuesFromKeys, "the values returned are the keys")
+
+
+def test_grouped_attention_refuses_enable_gqa():
+    def shortcut(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    fails(ex.check_grouped_attention, shortcut, "build the repetition yourself")
+
+
+def test_dpo_nll_loss_needs_the_nll_gradient():
+    def detached(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * pc.detach() / n).mean()
+
+    fails(ex.check_dpo_nll_loss, detached, "the NLL term sends no gradient")
+
+
+def test_tiled_attention_first_block_max_never_updated():
+    def first_max(q, k, v, block):
+        m, ell, out = None, 0.0, 0.0
+        for s in range(0, k.size(-2), block):
+            scores = q @ k[..., s : s + block, :].transpose(-2, -1)
+            scores = scores / math.sqrt(q.size(-1))
+            m = scores.amax(-1, keepdim=True) if m is None else m  # kept, not updated
+            p = (scores - m).exp()
+            ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
+        return out / ell
+
+    fails(ex.check_tiled_attention, first_max, "first block's max kept as the stabil")
+
+
+def test_geglu_gelu_of_the_product_and_grouped_scale_one_over_d():
+    class GeluOfProduct(solution("16").MyGeGLU):
+        def forward(self, x):
+            return self.proj(F.gelu(self.gate(x) * self.up(x)))
+
+    fails(ex.check_geglu, GeluOfProduct, r"gelu\(gate\(x\) \* up\(x\)\): the GELU")
+
+    def over_d(q, k, v):
+        g, D = q.size(1) // k.size(1), q.size(-1)
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / D)
+
+    fails(ex.check_grouped_attention, over_d, r"divided by D = 8, not by sqrt\(D\)")
+
+
+def test_merge_and_unload_a_fresh_linear_and_train_with_assert():
+    def fresh(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            new = nn.Linear(layer.base.in_features, layer.base.out_features)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, new)
+        return names
+
+    fails(ex.check_merge_and_unload, fresh, "put the merged base back")
+
+    def asserts(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        losses = []
+        for step, batch in enumerate(batches):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step)
+            loss = train_step(model, optimizer, batch)
+            assert math.isfinite(loss), f"step {step}"
+            losses.append(loss)
+        return losses
+
+    fails(
+        ex.check_training_loop, asserts, "raise ValueError naming the step, not assert"
+    )
+
+
+def test_sha256_md5_rope_exponent_from_one_alibi_diagonal_and_mha_unscaled():
+    def md5(path, chunk=1 << 20):
+        return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+    fails(ex.check_sha256, md5, "the file's md5, not its sha256")
+
+    def rope_from_one(x, base=10000.0):  # pair i at base^(-2(i + 1)/C)
+        T, C = x.shape[-2:]
+        freq = base ** (-2 * (torch.arange(C // 2, dtype=x.dtype) + 1) / C)
+        ang = torch.arange(T, dtype=x.dtype)[:, None] * freq
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = ang.cos(), ang.sin()
+        return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1).flatten(-2)
+
+    fails(ex.check_rope, rope_from_one, r"base\^\(-2\(i\+1\)/C\)")
+
+    def diagonal_masked(q, k, v, slopes):
+        T = q.size(-2)
+        pos = torch.arange(T, dtype=q.dtype)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        s = s - slopes[:, None, None] * (pos[:, None] - pos)
+        later_or_self = torch.ones(T, T, dtype=torch.bool).triu(0)  # j >= i
+        w = s.masked_fill(later_or_self, -math.inf).softmax(-1)
+        return w @ v, w
+
+    fails(ex.check_alibi_attention, diagonal_masked, "must see key i .the diagonal")
+
+    module = solution("05")
+
+    class Unscaled(module.MyMultiHeadAttention):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            q = module.split_heads(self.q_proj(query), self.n_heads)
+            k = module.split_heads(self.k_proj(key), self.n_heads)
+            v = module.split_heads(self.v_proj(value), self.n_heads)
+            scores = q @ k.transpose(-2, -1)  # not divided by sqrt(d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            return self.out_proj(module.merge_heads(scores.softmax(-1) @ v))
+
+    fails(ex.check_multi_head_attention, Unscaled, "the scores q k\\^T were not scaled")
+
+
+def test_decoder_layer_cross_attention_values_from_x():
+    Right = solution("08").MyDecoderLayer
+
+    class ValuesFromX(Right):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = x + self.cross_attn(h, memory, h, mask=memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, ValuesFromX, "keys and values are both memory")
+
+
+def test_gpt_block_heads_merged_without_the_transpose():
+    class NoTranspose(solution("12").MyBlock):
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.reshape(B, T, C))  # no transpose(1, 2) first
+
+    fails(ex.check_gpt_block, NoTranspose, "merged without the transpose back")
+
+
+def test_check_command_names_a_cell_that_raised(tmp_path, capsys):
+    nb = next((ROOT / "notebooks").glob("04_*.ipynb"))
+    data = json.loads(nb.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        if "build-it" in cell["metadata"].get("tags", []):
+            cell["source"] = "def my_alibi_attention(q, k, v, slopes):\n    return (\n"
+    (tmp_path / nb.name).write_text(json.dumps(data), encoding="utf-8")
+    assert main(["check", "04", "--notebooks", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "04 my_alibi_attention: its cell raised SyntaxError" in out
+    assert "is not defined" not in out
+
+
+def test_encoder_layer_parallel_swapped_norms_and_raw_keys():
+    Right = solution("07").MyEncoderLayer
+
+    class Parallel(Right):
+        def forward(self, x, mask=None):
+            return (
+                x + self.self_attn(self.norm1(x), mask=mask)[0] + self.ff(self.norm2(x))
+            )
+
+    fails(ex.check_encoder_layer, Parallel, "the two sublayers run in parallel")
+
+    class Swapped(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm2(x), mask=mask)[0]
+            return x + self.ff(self.norm1(x))
+
+    fails(ex.check_encoder_layer, Swapped, "norm1 and norm2 are swapped")
+
+    class RawKeys(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), x, x, mask=mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, RawKeys, "the keys and values came from x")
+
+
+def test_train_step_mean_over_all_positions():
+    def all_positions(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        logits = model(src, tgt_in)
+        loss = (
+            F.cross_entropy(
+                logits.flatten(0, 1),
+                tgt_out.flatten(),
+                ignore_index=pad_id,
+                label_smoothing=eps,
+                reduction="sum",
+            )
+            / tgt_out.numel()
+        )  # <pad> positions in the denominator
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    fails(ex.check_train_step, all_positions, "averaged over all the positions")
+
+
+def test_pack_pairs_targets_not_shifted():
+    right = solution("17").pack_pairs
+
+    def unshifted(pairs):
+        x, y, mask = right(pairs)
+        return x, [t if t == -100 else a for a, t in zip(x, y)], mask
+
+    fails(ex.check_pack_pairs, unshifted, "the targets were not shifted")
+
+
+def test_dpo_nll_loss_margin_without_the_reference():
+    def no_reference(pc, pr, rc, rr, n, beta, alpha):
+        return (-F.logsigmoid(beta * (pc - pr)) - alpha * pc / n).mean()
+
+    fails(ex.check_dpo_nll_loss, no_reference, "the margin leaves out the reference")
+
+
+def test_tied_output_softmax_on_the_logits():
+    class Softmaxed(solution("02").MyTiedOutput):
+        def forward(self, h):
+            return (h @ self.embedding.weight.T).softmax(-1)
+
+    fails(ex.check_tied_output, Softmaxed, "the output is a softmax of the logits")
+
+
+def test_bpe_one_merge_per_chunk():
+    fails(
+        ex.check_bpe_encode,
+        lambda text, merges: ex.part1._bpe_encode_variant(text, merges, "once"),
+        "merges only one pair per chunk",
+    )
+
+
+def test_alibi_slopes_over_the_queries():
+    def over_queries(q, k, v, slopes):
+        T = q.size(-2)
+        pos = torch.arange(T, dtype=q.dtype)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        s = s - slopes[:, None] * (pos[:, None] - pos)  # (T, 1): over the queries
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        w = s.masked_fill(~causal, -math.inf).softmax(-1)
+        return w @ v, w
+
+    fails(ex.check_alibi_attention, over_queries, "spread over the queries")
+
+
+def test_cosine_by_distance_abs_and_cosine_similarity_dim_0():
+    def absolute(table):
+        unit = F.normalize(table, dim=1)
+        cosines = (unit @ unit.T).abs()
+        return torch.stack([cosines.diagonal(k).mean() for k in range(len(table))])
+
+    fails(ex.check_cosine_by_distance, absolute, r"made positive \(.abs\(\)\)")
+
+    def dim_0(table):
+        n = len(table)
+        return torch.stack(
+            [
+                F.cosine_similarity(table[: n - k], table[k:], dim=0).mean()
+                for k in range(n)
+            ]
+        )
+
+    fails(ex.check_cosine_by_distance, dim_0, "dim=0\\) compares the columns")
+
+
+def test_tiled_attention_two_passes_over_the_keys():
+    def two_pass(q, k, v, block):
+        scale, m = 1 / math.sqrt(q.size(-1)), None
+        for s in range(0, k.size(-2), block):  # pass 1: the maximum
+            x = (q @ k[..., s : s + block, :].transpose(-2, -1) * scale).amax(-1, True)
+            m = x if m is None else torch.maximum(m, x)
+        ell, out = 0.0, 0.0
+        for s in range(0, k.size(-2), block):  # pass 2: the sums
+            p = (q @ k[..., s : s + block, :].transpose(-2, -1) * scale - m).exp()
+            ell, out = ell + p.sum(-1, keepdim=True), out + p @ v[..., s : s + block, :]
+        return out / ell
+
+    fails(ex.check_tiled_attention, two_pass, "two passes over the keys")
+
+
+def test_tiled_attention_a_softmax_per_block_summed():
+    def per_block(q, k, v, block):
+        return sum(
+            F.scaled_dot_product_attention(
+                q, k[..., s : s + block, :], v[..., s : s + block, :]
+            )
+            for s in range(0, k.size(-2), block)
+        )
+
+    fails(ex.check_tiled_attention, per_block, "normalised on its own .*summed")

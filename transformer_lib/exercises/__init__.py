@@ -147,12 +147,14 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
 }
 
 
-def record(notebook: str, namespace: dict) -> int:
+def record(notebook: str, namespace: dict, raised: dict | None = None) -> int:
     """Print which build-its of `notebook` ("05") the definitions in `namespace` pass;
-    returns how many do."""
+    returns how many do. raised: name -> the error its cell raised, if it did."""
     passed = 0
     for name, check in BUILD_ITS[notebook]:
-        if name not in namespace:
+        if name not in namespace and name in (raised or {}):
+            status, text = "fail", f"its cell raised {raised[name]}"
+        elif name not in namespace:
             status, text = "todo", f"{name} is not defined: run its cell"
         else:
             try:
@@ -188,12 +190,16 @@ def check_notebooks(args: argparse.Namespace) -> int:
             print(f"check: no {nb}_*.ipynb in {folder}; pass --notebooks FOLDER")
             return 2
         namespace: dict = {"__name__": f"build_its_{nb}"}
+        raised: dict = {}
         for source in build_it_cells(paths[0]):
             try:
                 exec(compile(source, str(paths[0]), "exec"), namespace)
             except Exception as e:  # a half-written cell: its build-it fails below
                 print(f"  a build-it cell of {paths[0].name} raised {e!r}")
-        passed += record(nb, namespace)
+                for name, _ in BUILD_ITS[nb]:
+                    if f"def {name}(" in source or f"class {name}(" in source:
+                        raised[name] = f"{type(e).__name__}: {e}"
+        passed += record(nb, namespace, raised)
         total += len(BUILD_ITS[nb])
     print(f"{passed} of {total} build-its pass")
     return 0 if passed == total else 1

@@ -39,6 +39,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
             path.write_bytes(data.numpy().tobytes())
             try:
                 got, peak = _run_traced(fn, path)
+            except UnboundLocalError as e:
+                raise ExerciseError(
+                    f"a {n}-byte file: UnboundLocalError ({e}): no chunk was read, so "
+                    "the hash was never made: create the hash before the loop and "
+                    "update it with every chunk"
+                ) from None
             except UnicodeDecodeError as e:
                 raise ExerciseError(
                     f"a {n}-byte file: UnicodeDecodeError ({e.reason} at byte "
@@ -55,6 +61,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                 raise ExerciseError(
                     f"a {n}-byte file: only its first MiB was hashed: update with "
                     "every chunk, until read() returns b''"
+                )
+            if got != want and got in _other_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: got {got[:8]}..., the file's "
+                    f"{_other_digests(path.read_bytes())[got]}, not its sha256: use "
+                    "hashlib.sha256()"
                 )
             if got != want and got.lower() == want:
                 raise ExerciseError(
@@ -85,7 +97,34 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "read it 1 MiB at a time (f.read(2**20) in a loop) and update the "
                     "hash with each chunk"
                 )
+    _check_chunk_argument(fn)
     return f"files of {', '.join(map(str, sizes))} bytes, read in chunks"
+
+
+def _check_chunk_argument(fn: Callable) -> None:
+    """fn(path, chunk=4096) on a 3 MiB file must hold about one chunk at a time."""
+    chunk, n = 4096, 3 * 2**20
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "file.bin"
+        path.write_bytes(bytes(range(256)) * (n // 256))
+        try:
+            got, peak = _run_traced(lambda p: fn(p, chunk=chunk), path)
+        except TypeError as e:
+            raise ExerciseError(
+                f"fn(path, chunk={chunk}): TypeError ({e}): keep the argument "
+                "chunk and read that many bytes at a time"
+            ) from None
+        if got != hashlib.sha256(path.read_bytes()).hexdigest():
+            raise ExerciseError(
+                f"fn(path, chunk={chunk}) on a {n}-byte file: got "
+                f"{got!r}, expected the file's sha256"
+            )
+        if peak > 64 * chunk:
+            raise ExerciseError(
+                f"fn(path, chunk={chunk}): {peak / 2**10:.0f} KiB were held at once, "
+                f"expected about {chunk // 2**10} KiB: the argument chunk is ignored; "
+                "read chunk bytes at a time, f.read(chunk)"
+            )
 
 
 def _run_traced(fn: Callable, *args) -> tuple:
@@ -112,6 +151,12 @@ def _last_chunk_digests(data: bytes) -> set[str]:
         for k in range(10, 25)
         if data
     }
+
+
+def _other_digests(data: bytes) -> dict[str, str]:
+    """The data's digests by algorithms other than sha256 (a slip of the name)."""
+    names = ("md5", "sha1", "sha224", "sha384", "sha512", "sha3_256", "blake2b")
+    return {hashlib.new(name, data).hexdigest(): name for name in names}
 
 
 def _path_digests(path: Path) -> set[str]:
@@ -145,7 +190,7 @@ _BPE_TEXTS = [
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
     first), `frequent` (the most frequent known pair first), `chars` (ord, not
-    bytes), `offset` (merge k gets the id 257 + k)."""
+    bytes), `offset` (merge k gets the id 257 + k), `once` (one merge per chunk)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -164,6 +209,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
             else:
                 pair = min(known, key=ranks.get)
             ids = merge(ids, pair, ranks[pair] + (how == "offset"))
+            if how == "once":
+                break
         out += ids
     return out
 
@@ -179,6 +226,8 @@ _BPE_MISTAKES = {
     "use chunk.encode()",
     "offset": "gives merge k the id 257 + k, one too many: ids 0-255 are the bytes, "
     "so merge k (counted from 0) makes id 256 + k",
+    "once": "merges only one pair per chunk: repeat, merging the known pair of "
+    "lowest rank, until no known pair is left",
 }
 
 
@@ -246,14 +295,36 @@ def check_tied_output(cls: type) -> str:
             f"expected {want_n}: the output layer has {n - want_n} of its own, "
             "not 0; use embedding.weight itself (no copy, no nn.Linear of its own)"
         )
+    linear = next(
+        (n for n, m in head.named_modules() if isinstance(m, nn.Linear)), None
+    )
+    if linear is not None:
+        raise ExerciseError(
+            f"the output layer holds an nn.Linear ({linear or 'itself'}), even with "
+            "the embedding's weight tied in: no nn.Linear; compute h @ W.T with "
+            "W = embedding.weight"
+        )
     ids = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     h = torch.tanh(mix(emb(ids)))  # (2, 4, C)
-    logits = head(h)
+    try:
+        logits = head(h)
+    except RuntimeError as e:
+        if "shape" not in str(e):
+            raise
+        raise ExerciseError(
+            f"RuntimeError ({str(e).splitlines()[0]}): W = embedding.weight is "
+            f"(n_vocab, C) = {tuple(emb.weight.shape)}: use h @ W.T"
+        ) from None
     want = h @ emb.weight.T  # (2, 4, V)
     if is_close(logits, want * math.sqrt(C)) or is_close(logits, want / math.sqrt(C)):
         raise ExerciseError(
             "the logits are scaled by sqrt(d_model): that scale belongs to the lookup, "
             "the logits are h @ W^T"
+        )
+    if is_close(logits, want.softmax(-1)) or is_close(logits, want.log_softmax(-1)):
+        raise ExerciseError(
+            "the output is a softmax of the logits: return the logits themselves, "
+            "h @ W^T; the loss (cross_entropy) and sampling apply the softmax"
         )
     compare("MyTiedOutput(embedding)(h)", logits, want)
     g = torch.randn_like(logits)
@@ -322,6 +393,11 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
             "negative, base^(-2i/C), so that pair 0 turns fastest and the last slowest",
         ),
         (
+            _rotate_pairs(x, freq * 10000.0 ** (-2 / 8)),
+            "pair i turns at base^(-2(i+1)/C): pair 0 must turn at base^0 = 1 "
+            "radian per position; the exponent is -2i/C with i from 0",
+        ),
+        (
             _rotate_pairs(x, freq, start=1),
             "the positions start at 1: token 0 is at position 0, where nothing turns",
         ),
@@ -356,6 +432,13 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if hint:
             raise ExerciseError(hint)
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
+    got = fn(x.clone(), base=100.0)
+    if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
+        raise ExerciseError(
+            "my_apply_rope(x, base=100.0) gives the rotation of base 10000: the "
+            "argument base is ignored (hard-coded 10000); use base ** (-2i/C)"
+        )
+    compare("my_apply_rope(x, base=100.0)", got, rope_reference(x, 100.0), atol=1e-9)
     q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
     scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position
     for k in range(1, 7):
@@ -442,6 +525,13 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
     for kwargs, message in _ALIBI_MISTAKES:
         if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
             return message
+    T = w.size(-1)
+    diagonal = w[..., range(T), range(T)]
+    if ((diagonal == 0) | diagonal.isnan()).all():
+        return (
+            "query i gives no weight to key i: query i must see key i (the "
+            "diagonal); mask only the later keys, j > i (triu(1))"
+        )
     if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
         return (
             "the rows of the weights do not sum to 1: each row is a softmax over the "
@@ -455,6 +545,13 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
         return (
             "slopes[h] must multiply head h: the slopes were spread over the keys; use "
             "slopes[:, None, None] against the (T, T) distances"
+        )
+    if w.size(1) == w.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes[None, :, None])[1]
+    ):
+        return (
+            "slopes[h] must multiply head h: the slopes were spread over the queries "
+            "(slopes[:, None]); use slopes[:, None, None] against the (T, T) distances"
         )
     return None
 
@@ -573,6 +670,11 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(d_model) = 4, expected "
                     "sqrt(d_head) = 2: each head has width d_model / n_heads"
                 )
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=1)):
+                raise ExerciseError(
+                    f"{name}: the scores q k^T were not scaled: divide them by "
+                    "sqrt(d_head) = 2, d_head = d_model / n_heads"
+                )
             if any(
                 is_close(
                     got,
@@ -686,10 +788,20 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
 def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
     """fn(ids (B, T), pad_id, window) -> (B, 1, T, T) bool, True = may attend: query t
     sees the non-<pad> keys t - window + 1 .. t."""
-    ids = torch.tensor([[5, 6, 7, 8, 9, 3, 0, 0], [0, 0, 6, 2, 2, 7, 1, 4]])
-    for window in (3, 1, 8):  # 8 = T: plain causal with padding
-        got = fn(ids, 0, window)
-        want = sliding_window_reference(ids, 0, window)
+    ids0 = torch.tensor([[5, 6, 7, 8, 9, 3, 0, 0], [0, 0, 6, 2, 2, 7, 1, 4]])
+    ids1 = torch.tensor([[5, 0, 7, 8, 0, 3, 1, 1], [1, 1, 0, 2, 2, 7, 0, 4]])
+    # window 8 = T: plain causal with padding; pad_id 1, where 0 is a token
+    cases = ((ids0, 0, 3), (ids0, 0, 1), (ids0, 0, 8), (ids1, 1, 3))
+    for ids, pad_id, window in cases:
+        got = fn(ids, pad_id, window)
+        want = sliding_window_reference(ids, pad_id, window)
+        _window_shape_hint(got, want, ids, window)
+        if isinstance(got, Tensor) and pad_id and got.shape == want.shape:
+            if torch.equal(got, sliding_window_reference(ids, 0, window)):
+                raise ExerciseError(
+                    f"pad_id={pad_id}, window={window}: token 0 was masked as <pad> "
+                    "and <pad> was not: compare ids with pad_id, not with 0"
+                )
         if isinstance(got, Tensor) and got.shape == want.shape[:1] + want.shape[2:]:
             raise ExerciseError(
                 f"window={window}: shape {tuple(got.shape)}, expected "
@@ -698,8 +810,28 @@ def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
             )
         same_kind = isinstance(got, Tensor) and got.shape == want.shape
         if same_kind and got.dtype == want.dtype and not torch.equal(got, want):
-            hint = _window_hint(got, ids, 0, window)
+            hint = _window_hint(got, ids, pad_id, window)
             if hint:
-                raise ExerciseError(f"window={window}: {hint}")
-        compare(f"the mask for window={window}", got, want)
-    return "(2, 8) ids padded on the right and on the left; windows 3, 1 and 8"
+                raise ExerciseError(f"pad_id={pad_id}, window={window}: {hint}")
+        compare(f"the mask for pad_id={pad_id}, window={window}", got, want)
+    return (
+        "(2, 8) ids padded on the right and on the left; windows 3, 1 and 8; "
+        "pad_id 0, and 1 where 0 is a token"
+    )
+
+
+def _window_shape_hint(got, want: Tensor, ids: Tensor, window: int) -> None:
+    """A mask of another shape that broadcasts to the one without padding."""
+    if not isinstance(got, Tensor) or got.shape == want.shape:
+        return
+    no_pad = sliding_window_reference(torch.ones_like(ids), 0, window)
+    try:
+        same = torch.equal(got.to(torch.bool).expand_as(want), no_pad)
+    except RuntimeError:
+        return
+    if same and not torch.equal(no_pad, want):
+        raise ExerciseError(
+            f"window={window}: shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
+            "the padding is missing: the mask must also hide each row's <pad> keys, "
+            "so it has one (T, T) per sequence: (B, 1, T, T)"
+        )

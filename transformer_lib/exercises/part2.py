@@ -88,11 +88,41 @@ def check_encoder_layer(cls: type) -> str:
                     "each sublayer has its own, with its own weights",
                 ),
             )
-            for variant, hint in hints:
+            for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
     compare_module("MyEncoderLayer(x, mask)", got, want, mine, ref)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
+
+
+def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
+    """More wrong encoder layers, from the reference's own parts: (output, hint)."""
+    n = ref.norm1(x)
+    swapped = x + ref.self_attn(ref.norm2(x), mask=mask)[0]
+    raw_kv = x + ref.self_attn(n, x, x, mask=mask)[0]
+    normed = ref.norm2(n + ref.self_attn(n, mask=mask)[0])
+    return (
+        (
+            x + ref.self_attn(n, mask=mask)[0] + ref.ff(ref.norm2(x)),
+            "the two sublayers run in parallel on x: the feed-forward one reads the "
+            "attention's result, h = x + self_attn(norm1(x)), then h + ff(norm2(h))",
+        ),
+        (
+            swapped + ref.ff(ref.norm1(swapped)),
+            "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 "
+            "before the feed-forward sublayer",
+        ),
+        (
+            raw_kv + ref.ff(ref.norm2(raw_kv)),
+            "the keys and values came from x, unnormalised: self-attention reads "
+            "norm1(x) as query, keys and values, self_attn(norm1(x), mask=mask)",
+        ),
+        (
+            normed + ref.ff(normed),
+            "each residual starts from the normalised input: x + sublayer(norm(x)), "
+            "the LayerNorm on the sublayer's input only",
+        ),
+    )
 
 
 # 08 · a decoder layer, and the shifted targets ----------------------------------------
@@ -116,6 +146,12 @@ def check_decoder_layer(cls: type) -> str:
     try:
         got = first_output(mine(x, mem, tgt_mask, mem_mask))
     except ValueError as e:
+        if "same length" in str(e):
+            raise ExerciseError(
+                f"ValueError ({str(e).splitlines()[0]}): cross-attention's keys and "
+                "values are both memory: cross_attn(norm2(x), memory, memory, "
+                "memory_mask)"
+            ) from None
         if "does not broadcast" not in str(e):
             raise
         raise ExerciseError(_decoder_mask_error(mine, ref, x, e)) from None
@@ -242,12 +278,22 @@ def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
 def check_shift_targets(fn: Callable) -> str:
     """fn(seqs, bos, eos, pad) -> tgt_in (B, T), tgt_out (B, T): <bos> y and y <eos>,
     padded with pad."""
-    seqs, bos, eos, pad = [[5, 6, 7], [8], [9, 10]], 1, 2, 0
-    want_in = torch.tensor([[1, 5, 6, 7], [1, 8, 0, 0], [1, 9, 10, 0]])
-    want_out = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0], [9, 10, 2, 0]])
-    got = fn(seqs, bos, eos, pad)
+    seqs, bos, eos, pad = [[5, 6, 7], [8], [9, 10]], 1, 2, 3
+    want_in, want_out = _shifted(seqs, bos, eos, pad)
+    try:
+        got = fn(seqs, bos, eos, pad)
+    except ValueError as e:
+        if "expected sequence of length" not in str(e):
+            raise
+        raise ExerciseError(
+            f"ValueError ({e}): the rows are of unequal lengths: <bos> (in tgt_in) "
+            "and <eos> (in tgt_out) make each row one longer than its sequence, so "
+            "pad every row to T = the longest length + 1"
+        ) from None
     if not (isinstance(got, tuple) and len(got) == 2):
         raise ExerciseError("return a pair (tgt_in, tgt_out)")
+    if all(isinstance(g, Tensor) for g in got):
+        _shift_named(got, seqs, bos, eos, pad)
     if is_close(got[0], want_out) and is_close(got[1], want_in):
         raise ExerciseError(
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
@@ -288,7 +334,38 @@ def check_shift_targets(fn: Callable) -> str:
             )
     compare("tgt_in", got[0], want_in)
     compare("tgt_out", got[1], want_out)
-    return "3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets"
+    for name, g in (("tgt_in", got[0]), ("tgt_out", got[1])):
+        if g.dtype != torch.long:
+            raise ExerciseError(
+                f"{name} is {g.dtype}, expected torch.long (int64): embeddings and "
+                "cross_entropy take int64 ids; torch.tensor(rows) gives it"
+            )
+    return f"3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets, pad {pad}"
+
+
+def _shifted(seqs: list, bos: int, eos: int, pad: int) -> tuple[Tensor, Tensor]:
+    """The reference tgt_in = <bos> y and tgt_out = y <eos>, padded with pad."""
+    T = max(map(len, seqs)) + 1
+    rows_in = [[bos, *y] + [pad] * (T - 1 - len(y)) for y in seqs]
+    rows_out = [[*y, eos] + [pad] * (T - 1 - len(y)) for y in seqs]
+    return torch.tensor(rows_in), torch.tensor(rows_out)
+
+
+def _shift_named(got: tuple, seqs: list, bos: int, eos: int, pad: int) -> None:
+    """Name a pad hard-coded to 0, or a tgt_out without <eos>."""
+    want_in, want_out = _shifted(seqs, bos, eos, pad)
+    zero_in, zero_out = _shifted(seqs, bos, eos, 0)
+    if is_close(got[0], zero_in) or is_close(got[1], zero_out):
+        raise ExerciseError(
+            f"padded with 0, but pad is {pad}: use the argument pad, not a hard-coded 0"
+        )
+    T = want_in.size(1)
+    no_eos = torch.tensor([[*y] + [pad] * (T - len(y)) for y in seqs])
+    if is_close(got[0], want_in) and is_close(got[1], no_eos):
+        raise ExerciseError(
+            f"tgt_out has no <eos> ({eos}): it is y <eos>, so that the model learns "
+            "where a translation ends"
+        )
 
 
 # 09 · one training step, and the training loop ----------------------------------------
@@ -378,6 +455,19 @@ def check_train_step(fn: Callable) -> str:
                     ),
                     "the loss is summed over the targets: take their mean (the "
                     "default reduction)",
+                ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.flatten(),
+                        ignore_index=0,
+                        label_smoothing=0.1,
+                        reduction="sum",
+                    )
+                    / tgt_out.numel(),
+                    "the masked losses were averaged over all the positions, <pad> "
+                    "included: divide by the real targets only (ignore_index does "
+                    "it with the mean reduction)",
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
@@ -508,6 +598,11 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
     except ValueError as e:
         if "2" not in str(e):
             raise ExerciseError(f"the error should name the step (2): {e}") from None
+    except AssertionError as e:
+        raise ExerciseError(
+            f"a {bad} loss at step 2 raised AssertionError ({e}): raise ValueError "
+            "naming the step, not assert (python -O drops asserts)"
+        ) from None
     else:
         if math.isinf(bad):
             raise ExerciseError(
@@ -612,7 +707,24 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"min_p={p}: token {t} drawn {f:.0%} of the time, expected "
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
+    _min_p_generator(fn, probs.log())
     return f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each"
+
+
+def _min_p_generator(fn: Callable, logits: Tensor) -> None:
+    """Two calls with equally seeded generators, the global seed changed in between,
+    must draw the same tokens."""
+    logits = logits.repeat(50, 1)
+    draws = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        draws.append(fn(logits.clone(), 0.04, torch.Generator().manual_seed(0)))
+    if not torch.equal(draws[0], draws[1]):
+        raise ExerciseError(
+            "two calls with generators seeded alike drew different tokens: the "
+            "argument generator is ignored; pass it on, torch.multinomial(probs, 1, "
+            "generator=generator)"
+        )
 
 
 _BEAM_TABLE = {
@@ -782,6 +894,9 @@ _BLEU_CORPORA = [
         ("我今天很高兴。", ["我高兴。", "我今天很高兴啊。"]),
         ("他明天去北京。", ["他明天要坐火车去北京看朋友。"]),
     ],
+    [  # 的 twice, once in each reference: clipped to the most of one (1), not the sum
+        ("我的的书在桌子上。", ["我的书在桌子上。", "他的书在桌子上。"]),
+    ],
 ]
 
 
@@ -790,11 +905,18 @@ def _grams(tokens: list[str], n: int) -> Counter:
 
 
 def bleu_reference(
-    corpus, clip=True, bp=True, longest=False, arithmetic=False, shortest=False
+    corpus,
+    clip=True,
+    bp=True,
+    longest=False,
+    arithmetic=False,
+    shortest=False,
+    summed=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
-    shortest reference as r, an arithmetic mean of the precisions."""
+    shortest reference as r, an arithmetic mean of the precisions, counts clipped to
+    the sum over the references."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
     for hyp, refs in corpus:
         c += len(hyp)
@@ -803,8 +925,8 @@ def bleu_reference(
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         for n in range(1, 5):
             got, most = _grams(hyp, n), Counter()
-            for ref in refs:
-                most |= _grams(ref, n)  # the most times any one reference has it
+            for ref in refs:  # the most times any one reference has it
+                most = most + _grams(ref, n) if summed else most | _grams(ref, n)
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
@@ -850,6 +972,11 @@ def check_corpus_bleu(fn: Callable) -> str:
         penalty = 1.0 if c >= r else math.exp(1 - r / c)
         for mistake, value in (
             ("BLEU is on a 0-100 scale: multiply by 100", want / 100),
+            (
+                "counts clipped to their sum over the references: clip each n-gram "
+                "to the most times any one reference has it (the max, not the sum)",
+                bleu_reference(corpus, summed=True),
+            ),
             (
                 "counts not clipped: an n-gram matches at most as often as one "
                 "reference has it",
@@ -900,4 +1027,7 @@ def check_corpus_bleu(fn: Callable) -> str:
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
-    return "five corpora equal sacrebleu.corpus_bleu: clipping, brevity, closest r"
+    return (
+        f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu: clipping (to one "
+        "reference's count), brevity, closest r"
+    )

@@ -97,6 +97,19 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     )
 
 
+def _merged_without_transpose(ref, x: Tensor) -> Tensor:
+    """The block whose attention merges its heads with a plain reshape."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    with torch.no_grad():
+        q, k, v = (
+            t.view(B, T, H, C // H).transpose(1, 2)
+            for t in ref.attn.qkv(ref.norm1(x)).chunk(3, -1)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = x + ref.attn.proj(y.reshape(B, T, C))
+        return a + ref.mlp(ref.norm2(a))
+
+
 @checker("GPT block")
 def check_gpt_block(cls: type) -> str:
     """cls(d_model, n_heads) with norm1, norm2, qkv, proj, fc, fc_out; forward(x) ->
@@ -129,6 +142,11 @@ def check_gpt_block(cls: type) -> str:
     x = torch.randn(2, 6, 16).double()
     got = first_output(mine(x))
     want = ref(x)[0]
+    if is_close(got, _merged_without_transpose(ref, x)):
+        raise ExerciseError(
+            "the heads were merged without the transpose back: y (B, H, T, D) -> "
+            "y.transpose(1, 2).reshape(B, T, C); a plain reshape mixes the tokens"
+        )
     if isinstance(got, Tensor) and got.shape == want.shape:
         x2 = x.clone()
         x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it
@@ -192,6 +210,11 @@ def check_kv_cache(cls: type) -> str:
                 "append them, torch.cat([stored, new], dim=2), so position t stays t"
             )
         compare(f"keys after {total} tokens", keys, want_k)
+        if is_close(values, want_k):
+            raise ExerciseError(
+                f"after {total} tokens the values returned are the keys: store v "
+                "in its own tensor, and return (keys, values)"
+            )
         compare(f"values after {total} tokens", values, want_v)
         if getattr(cache, "length", None) != total:
             raise ExerciseError(
@@ -202,7 +225,27 @@ def check_kv_cache(cls: type) -> str:
     full = F.scaled_dot_product_attention(q, want_k, want_v, is_causal=True)
     last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
     compare("attention of the last token over the cache", last, full[:, :, -1:])
+    _kv_cache_apart(cls, cache, total)
     return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
+
+
+def _kv_cache_apart(cls: type, cache, total: int) -> None:
+    """A second cache starts empty and leaves the first one as it was."""
+    other = cls()
+    k, v = torch.ones(2, 3, 2, 8), torch.zeros(2, 3, 2, 8)
+    keys, _ = other.update(k, v)
+    if not (isinstance(keys, Tensor) and keys.shape == k.shape):
+        shape = tuple(keys.shape) if isinstance(keys, Tensor) else type(keys)
+        raise ExerciseError(
+            f"a second cache, given 2 tokens, returned keys of shape {shape}, "
+            f"expected {tuple(k.shape)}: the caches share their storage (lists or "
+            "tensors set on the class); create them in __init__, self.k = ..."
+        )
+    if getattr(cache, "length", None) != total or other.length != 2:
+        raise ExerciseError(
+            f"a second cache changed the first one's length ({cache.length}, "
+            f"expected {total}): the caches share state; create it in __init__"
+        )
 
 
 # 14 · attention in tiles with an online softmax ---------------------------------------
@@ -223,13 +266,19 @@ class _KeyReads(TorchFunctionMode):
     `n_keys` keys (a dimension of that size, beside another): a softmax over every key
     at once. A loop over torch.arange(0, T_k, 1) reads no key."""
 
-    def __init__(self, n_keys: int):
+    def __init__(self, n_keys: int, keys: Tensor | None = None, queries=None):
         super().__init__()
         self.n_keys, self.first = n_keys, None
+        self.keys, self.slices = keys, 0  # how many times keys[...] was indexed
+        self.queries, self.query_slices = queries, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", str(func))
+        if name == "__getitem__" and args and args[0] is self.keys:
+            self.slices += 1
+        if name == "__getitem__" and args and args[0] is self.queries:
+            self.query_slices += 1  # a tile of queries: it reads every key block
         if self.first is None and name not in _KEY_VIEWS:
             tensors = tree_flatten((args, kwargs, out))[0]
             for t in tensors:
@@ -298,6 +347,12 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
             f"block={block}: each block was normalised on its own and the blocks "
             "averaged: carry one running maximum and one sum across all the blocks"
         )
+    if is_close(got, per_block.sum(0), atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: each block was normalised on its own (a softmax per "
+            "block) and the blocks summed: carry one running maximum and one sum "
+            "across all the blocks, and divide by the sum once, at the end"
+        )
     if not torch.isfinite(got).all():
         top = float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.size(-1))
         raise ExerciseError(
@@ -320,13 +375,20 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)
     )
     n_keys = k.size(-2)
-    for scale, blocks in ((1.0, (1, 4, 13, 32)), (300.0, (4,))):  # then large scores
-        want = F.scaled_dot_product_attention(q * scale, k, v)
+    # keys growing along T: a later block's scores exceed the first block's by > 710
+    grow = torch.arange(1, n_keys + 1, dtype=k.dtype)[:, None] * 30
+    cases = (
+        (q, k, (1, 4, 13, 32)),
+        (q * 300, k, (4,)),
+        (q.abs(), k.abs() * grow, (4,)),
+    )
+    for q, k, blocks in cases:
+        want = F.scaled_dot_product_attention(q, k, v)
         for block in blocks:
-            reads = _KeyReads(n_keys)
+            reads = _KeyReads(n_keys, k, q)
             with reads:
                 try:
-                    got = fn(q * scale, k, v, block)
+                    got = fn(q, k, v, block)
                 except (IndexError, RuntimeError) as e:
                     if "non-zero size" not in str(e):
                         raise
@@ -338,7 +400,8 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     ) from None
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
-                    _tiled_hint(q * scale, k, v, block, got.detach().double())
+                    _first_block_max(q, k, v, block, got)
+                    _tiled_hint(q, k, v, block, got.detach().double())
             compare(f"block={block}", got, want, atol=1e-9)
             if block < n_keys and reads.first is not None:
                 name, shape = reads.first
@@ -347,9 +410,42 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     f"of shape {shape}): the values are right, but every score exists "
                     f"at once, as in a plain softmax; read the keys {block} at a time"
                 )
+            n_blocks = -(-n_keys // block) * max(1, reads.query_slices)
+            if block < n_keys and reads.slices >= 2 * n_blocks:
+                raise ExerciseError(
+                    f"block={block}: the values are right, but k was sliced "
+                    f"{reads.slices} times for {n_blocks} blocks: two passes over the "
+                    "keys (the maximum first, then the sums)? The online softmax "
+                    "reads each block once, rescaling ell and out as the maximum grows"
+                )
     return (
-        "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys and "
-        "scores above 1000, reading at most one block of keys at a time"
+        "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
+        "scores above 1000, and later blocks' scores far above the first's, reading "
+        "at most one block of keys at a time"
+    )
+
+
+def _first_block_max(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
+    """NaN or inf where a later block's scores exceed the first block's max by more
+    than exp can hold: the first block's max kept as the stabiliser, never updated."""
+    if got.isfinite().all():
+        return
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    first = scores[..., :block].amax(-1, keepdim=True)
+    gap = (scores.amax(-1, keepdim=True) - first).max().item()
+    fixed, raw = (scores - first).exp(), scores.exp()  # (B, H, T_q, T_k)
+    finite = got.detach().isfinite().all(-1)
+    if not torch.equal(
+        finite, (fixed @ v / fixed.sum(-1, keepdim=True)).isfinite().all(-1)
+    ):
+        return
+    if torch.equal(finite, (raw @ v / raw.sum(-1, keepdim=True)).isfinite().all(-1)):
+        return  # as a raw exp, without any max
+    raise ExerciseError(
+        f"block={block}: the output holds NaN or inf where a later block's scores "
+        f"exceed the first block's max by up to {gap:.0f} (exp overflows past 709): "
+        "was the first block's max kept as the stabiliser? Update the running max m "
+        "with every block, and rescale ell and out by exp(m_old - m_new)"
     )
 
 
@@ -388,6 +484,23 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         )
     if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
         raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")
+    if got.shape == want.shape and torch.allclose(got, want, atol=1e-9):
+        return  # right here, where the two agree
+    unit = F.normalize(table.double(), dim=1)
+    m, n = (unit @ unit.T).abs(), len(table)
+    absolute = torch.stack([m.diagonal(k).mean() for k in range(n)])
+    if got.shape == want.shape and torch.allclose(got, absolute, atol=1e-9):
+        raise ExerciseError(
+            "the cosines were made positive (.abs()): keep their sign; a negative "
+            "cosine says the two positions point apart"
+        )
+    t = table.double()
+    along = [F.cosine_similarity(t[: n - k], t[k:], dim=0).mean() for k in range(n)]
+    if got.shape == want.shape and torch.allclose(got, torch.stack(along), atol=1e-9):
+        raise ExerciseError(
+            "F.cosine_similarity(..., dim=0) compares the columns: each pair of rows "
+            "is compared along the features, dim=1 (dim=-1)"
+        )
     columns = _by_distance(F.normalize(table, dim=0), unit=False)
     if got.shape == want.shape and torch.allclose(got, columns, atol=1e-9):
         raise ExerciseError(
@@ -442,6 +555,11 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
+    D = q.size(-1)
+    if torch.allclose(got, _grouped_reference(q, k, v, scale=1 / D), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
+        )
     g, n_kv = q.size(1) // k.size(1), k.size(1)
     for h in range(q.size(1)):
         for rk, rv in ((a, b) for a in range(n_kv) for b in range(n_kv)):
@@ -477,12 +595,32 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
             for _ in range(2)
         )
         name = f"H=4 query heads, H_kv={n_kv}"
-        got, want = fn(q, k, v), _grouped_reference(q, k, v)
+        got, want = _without_enable_gqa(fn, q, k, v), _grouped_reference(q, k, v)
         if isinstance(got, Tensor) and got.shape == want.shape:
             if not torch.allclose(got.double(), want, atol=1e-9):
                 _wrong_group(name, q, k, v, got.double())
         compare(name, got, want, atol=1e-9)
     return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
+
+
+def _without_enable_gqa(fn: Callable, q: Tensor, k: Tensor, v: Tensor):
+    """fn(q, k, v), refusing F.scaled_dot_product_attention(..., enable_gqa=True)."""
+    sdpa = F.scaled_dot_product_attention
+
+    def guarded(*args, **kwargs):
+        if kwargs.get("enable_gqa"):
+            raise ExerciseError(
+                "F.scaled_dot_product_attention(..., enable_gqa=True) does the "
+                "grouping for you: build the repetition yourself (each key/value "
+                "head repeated for its group of query heads), then attend"
+            )
+        return sdpa(*args, **kwargs)
+
+    F.scaled_dot_product_attention = guarded
+    try:
+        return fn(q, k, v)
+    finally:
+        F.scaled_dot_product_attention = sdpa
 
 
 # 16 · GeGLU ---------------------------------------------------------------------------
@@ -554,6 +692,11 @@ def check_geglu(cls: type) -> str:
                 (
                     F.gelu(g),
                     "up(x) is missing: the gate multiplies a second, linear branch",
+                ),
+                (
+                    F.gelu(g * u),
+                    "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
+                    "multiplies up(x): gelu(gate(x)) * up(x)",
                 ),
             ):
                 if is_close(got, ref.proj(h)):

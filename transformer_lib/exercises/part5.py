@@ -88,6 +88,13 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
             )
         if len(y) != len(want_y):
             raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
+        kept = [t for t, g in enumerate(y) if g != -100]
+        if y != want_y and kept and all(y[t] == x[t] for t in kept):
+            raise ExerciseError(
+                f"{call}: the targets were not shifted: target {kept[0]} is input "
+                f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
+                "ids[1:] against the inputs ids[:-1]"
+            )
         starts = [0]
         for ids, _ in pairs:
             starts.append(starts[-1] + len(ids) - 1)
@@ -169,6 +176,7 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
         }
+    bases = {name: model.get_submodule(name).base for name in names}
     returned = fn(model)
     if left := [n for n, m in model.named_modules() if _is_lora(m)]:
         raise ExerciseError(
@@ -180,6 +188,11 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         if type(layer) is not nn.Linear:
             raise ExerciseError(
                 f"{name} is a {type(layer).__name__}, expected the nn.Linear it wraps"
+            )
+        if layer is not bases[name] and layer.weight.dtype != torch.float64:
+            raise ExerciseError(
+                f"{name} is a new nn.Linear ({layer.weight.dtype}, the model is "
+                "float64): put the merged base back, layer.base, not a new nn.Linear"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
     n_params = sum(p.numel() for p in model.parameters())
@@ -213,8 +226,14 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
     """What the usual mistakes give at beta 0.5 and alpha 0.3, and what to say."""
     z = 0.5 * ((pc - rc) - (pr - rr))
     dpo = -F.logsigmoid(z)  # (B,)
+    no_ref = (-F.logsigmoid(0.5 * (pc - pr)) - 0.3 * pc / n).mean()
     return [
         (dpo.mean(), "this is DPO alone: add alpha times the chosen outputs' NLL"),
+        (
+            no_ref,
+            "the margin leaves out the reference model: it is (policy_chosen - "
+            "ref_chosen) - (policy_rejected - ref_rejected)",
+        ),
         (
             (dpo + 0.3 * pc / n).mean(),
             "the NLL has the wrong sign: it is minus the log-probability, so that "
@@ -264,6 +283,31 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
     ]
 
 
+def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
+    """The loss's gradient with respect to policy_chosen equals the reference's."""
+    got_pc, want_pc = pc.clone().requires_grad_(), pc.clone().requires_grad_()
+    got = fn(got_pc, pr, rc, rr, n, 0.5, 0.3)
+    _dpo_nll_reference(want_pc, pr, rc, rr, n, 0.5, 0.3).backward()
+    if not (isinstance(got, Tensor) and got.requires_grad):
+        raise ExerciseError(
+            "the loss has no gradient with respect to policy_chosen: was it "
+            "detached (.detach(), .item(), torch.no_grad)? The optimiser needs it"
+        )
+    (grad,) = torch.autograd.grad(got, got_pc, allow_unused=True)
+    if grad is not None and torch.allclose(grad, want_pc.grad, atol=1e-9):
+        return
+    (dpo_only,) = torch.autograd.grad(
+        _dpo_nll_reference(want_pc, pr, rc, rr, n, 0.5, 0.0), want_pc
+    )
+    if grad is not None and torch.allclose(grad, dpo_only, atol=1e-9):
+        raise ExerciseError(
+            "the value is right, but the NLL term sends no gradient to "
+            "policy_chosen: it was detached; keep alpha * policy_chosen / "
+            "chosen_tokens in the graph"
+        )
+    compare("the gradient with respect to policy_chosen", grad, want_pc.grad)
+
+
 @checker("dpo_nll_loss")
 def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
     """fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_tokens, beta,
@@ -282,6 +326,7 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
     compare(
         "dpo_nll_loss", got, _dpo_nll_reference(pc, pr, rc, rr, n, 0.5, 0.3), atol=1e-9
     )
+    _dpo_nll_gradient(fn, pc, pr, rc, rr, n)
     for m in (2000.0, -2000.0):
         one = [torch.tensor([v], dtype=torch.float64) for v in (m, 0.0, 0.0, 0.0)]
         ten = torch.tensor([10])
