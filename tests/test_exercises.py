@@ -508,6 +508,7 @@ def test_shift_targets():
 # build before the reveal (issue 34): the stub of a component, its check and its
 # solution come before the notebook shows the course's own version of the component
 REVEALS = [
+    ("02", "MyTiedOutput", "lm_head.weight = embed.weight"),
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
     ("08", "MyDecoderLayer", "class DecoderLayer("),
