@@ -2353,3 +2353,34 @@ def test_tiled_attention_a_softmax_per_block_summed():
         )
 
     fails(ex.check_tiled_attention, per_block, "normalised on its own .*summed")
+
+
+# The fourth blind review (notebooks 00-06): a digest that is never made, and a rotation
+# with one sign slipped
+
+
+def test_sha256_empty_result_and_rope_one_sign_slipped():
+    def chained(path, chunk=1 << 20):
+        digest = ""
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                digest = hashlib.sha256(digest.encode() + block).hexdigest()
+        return digest
+
+    fails(ex.check_sha256, chained, "got an empty string: return h.hexdigest")
+
+    def rope_signs(first, second):
+        def rope(x, base=10000.0):
+            T, C = x.shape[-2:]
+            freq = base ** (-torch.arange(0, C, 2, dtype=x.dtype) / C)
+            ang = torch.arange(T, dtype=x.dtype)[:, None] * freq
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            c, s = ang.cos(), ang.sin()
+            r1, r2 = x1 * c + first * x2 * s, second * x1 * s + x2 * c
+            return torch.stack([r1, r2], -1).flatten(-2)
+
+        return rope
+
+    assert ex.outcome(ex.check_rope, rope_signs(-1, 1))[0] == "pass"
+    fails(ex.check_rope, rope_signs(1, 1), "the first coordinate's sign is wrong")
+    fails(ex.check_rope, rope_signs(-1, -1), "the second coordinate's sign is wrong")

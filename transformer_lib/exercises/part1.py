@@ -88,6 +88,11 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: the path was hashed, not the file: open it, "
                     "open(path, 'rb'), and hash the bytes it reads"
                 )
+            if got == "":
+                raise ExerciseError(
+                    f"a {n}-byte file: got an empty string: return h.hexdigest() of "
+                    "one hash, created before the loop and updated with every chunk"
+                )
             if got != want:
                 raise ExerciseError(f"a {n}-byte file: got {got!r}, expected {want!r}")
             if n > 2**21 and peak > 2**21 + 2**20:
@@ -354,14 +359,17 @@ def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
     return _rotate_pairs(x, base ** (-torch.arange(0, C, 2, dtype=x.dtype) / C))
 
 
-def _rotate_pairs(x: Tensor, freq: Tensor, start: int = 0) -> Tensor:
+def _rotate_pairs(
+    x: Tensor, freq: Tensor, start: int = 0, signs: tuple[int, int] = (-1, 1)
+) -> Tensor:
     """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle
-    (start + t) * freq[i]."""
+    (start + t) * freq[i]; `signs` are the two sin terms' signs (others are slips)."""
     T = x.size(-2)
     angle = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq  # (T, C/2)
     cos, sin = angle.cos(), angle.sin()
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, T, C/2) each
-    rotated = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    first, second = x1 * cos + signs[0] * x2 * sin, signs[1] * x1 * sin + x2 * cos
+    rotated = torch.stack([first, second], dim=-1)
     return rotated.flatten(-2)  # (B, T, C)
 
 
@@ -400,6 +408,16 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
         (
             _rotate_pairs(x, freq, start=1),
             "the positions start at 1: token 0 is at position 0, where nothing turns",
+        ),
+        (
+            _rotate_pairs(x, freq, signs=(1, 1)),
+            "the first coordinate's sign is wrong, x cos + y sin: a rotation gives "
+            "(x cos - y sin, x sin + y cos)",
+        ),
+        (
+            _rotate_pairs(x, freq, signs=(-1, -1)),
+            "the second coordinate's sign is wrong, -x sin + y cos: a rotation gives "
+            "(x cos - y sin, x sin + y cos)",
         ),
         (
             rope_reference(x)[..., [0, 2, 4, 6, 1, 3, 5, 7]],
