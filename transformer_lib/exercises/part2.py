@@ -419,6 +419,13 @@ def check_train_step(fn: Callable) -> str:
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         with torch.no_grad():
             logits = ref(src, tgt_in).flatten(0, 1)
+            summed = F.cross_entropy(  # the masked, smoothed losses, summed
+                logits,
+                tgt_out.flatten(),
+                ignore_index=0,
+                label_smoothing=0.1,
+                reduction="sum",
+            )
             variants = (
                 (
                     F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=0.1),
@@ -446,25 +453,12 @@ def check_train_step(fn: Callable) -> str:
                     "tgt_out, the next tokens (y <eos>)",
                 ),
                 (
-                    F.cross_entropy(
-                        logits,
-                        tgt_out.flatten(),
-                        ignore_index=0,
-                        label_smoothing=0.1,
-                        reduction="sum",
-                    ),
+                    summed,
                     "the loss is summed over the targets: take their mean (the "
                     "default reduction)",
                 ),
                 (
-                    F.cross_entropy(
-                        logits,
-                        tgt_out.flatten(),
-                        ignore_index=0,
-                        label_smoothing=0.1,
-                        reduction="sum",
-                    )
-                    / tgt_out.numel(),
+                    summed / tgt_out.numel(),
                     "the masked losses were averaged over all the positions, <pad> "
                     "included: divide by the real targets only (ignore_index does "
                     "it with the mean reduction)",
