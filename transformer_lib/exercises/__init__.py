@@ -211,6 +211,9 @@ def register(commands) -> None:
         "check",
         help="which build-it exercises of your notebooks pass",
         description=check_notebooks.__doc__,
+        epilog="To check the cells you have run, not the saved file, call inside the "
+        "notebook: "
+        '`from transformer_lib.exercises import record; record("05", globals())`.',
     )
     c.add_argument("numbers", nargs="*", help="notebooks, e.g. 05 07 (default: all)")
     c.add_argument(
