@@ -1520,11 +1520,14 @@ def test_min_p_threshold_on_the_logits():
             "threshold applied to the logits",
         )
 
-    def broken(logits, min_p, generator=None):  # another RuntimeError: not named so
+    def broken(logits, min_p, generator=None):  # another RuntimeError: said, with its line
         return torch.multinomial(logits.softmax(-1), 1, generator=generator).view(3, -1)
 
-    with pytest.raises(RuntimeError):
-        ex.outcome(ex.check_min_p_sampling, broken)
+    fails(
+        ex.check_min_p_sampling,
+        broken,
+        r"your code raised RuntimeError at line \d+: +return torch.multinomial",
+    )
 
 
 # A second blind review's wrong answers that passed (issue 34): each is named now.

@@ -8,12 +8,17 @@ wraps it into `check(fn) -> None`, which prints
     ✓ TITLE passes: what was checked
     ✗ TITLE: what is wrong
     · TITLE: not implemented yet
+
+An error the learner's code raises is a failure too, said in one line with the line
+of the learner's code it came from.
 """
 
 from __future__ import annotations
 
 import functools
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -82,6 +87,16 @@ def is_close(got, want: Tensor, atol: float = 1e-6, equal_nan: bool = False) -> 
 def first_output(got):
     """The output of a module that returns (output, weights) or the output alone."""
     return got[0] if isinstance(got, tuple) else got
+
+
+def tensor_output(got, name: str):
+    """The output of a layer whose docstring returns one tensor; a tuple is refused."""
+    if isinstance(got, tuple):
+        raise ExerciseError(
+            f"{name} returned a tuple of {len(got)}: the layer returns its output "
+            "tensor alone, not (output, weights)"
+        )
+    return got
 
 
 def load_weights(mine: nn.Module, state: dict, name: str) -> None:
@@ -154,6 +169,25 @@ def outcome(check: Callable, fn) -> tuple[str, str]:
         return "todo", TODO
     except ExerciseError as e:
         return "fail", str(e)
+    except Exception as e:  # the learner's code failed: say what, and where
+        return "fail", raised(e)
+
+
+_LIBRARIES = (Path(__file__).resolve().parent, Path(torch.__file__).resolve().parent)
+
+
+def raised(e: Exception) -> str:
+    """One line for an error: its type and message, and the last line of the traceback
+    that is the learner's (outside this package and torch)."""
+    mine = [
+        f
+        for f in traceback.extract_tb(e.__traceback__)
+        if not any(Path(f.filename).resolve().is_relative_to(d) for d in _LIBRARIES)
+    ]
+    if not mine:
+        return f"the check stopped on {type(e).__name__}: {e}"
+    at = f"line {mine[-1].lineno}" + (f": {mine[-1].line}" if mine[-1].line else "")
+    return f"your code raised {type(e).__name__} at {at}: {e}"
 
 
 _MARK = {"pass": "\u2713", "fail": "\u2717", "todo": "\u00b7"}

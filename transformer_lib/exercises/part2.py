@@ -18,10 +18,10 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_module,
-    first_output,
     is_close,
     jitter,
     load_weights,
+    tensor_output,
 )
 
 # 07 · an encoder layer ----------------------------------------------------------------
@@ -40,7 +40,7 @@ def check_encoder_layer(cls: type) -> str:
     mine.double().eval()
     x = torch.randn(2, 5, 16).double()
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
-    got = first_output(mine(x, mask))
+    got = tensor_output(mine(x, mask), "MyEncoderLayer")
     want = ref(x, mask)
     if not is_close(got, want):
         with torch.no_grad():
@@ -101,7 +101,13 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
     swapped = x + ref.self_attn(ref.norm2(x), mask=mask)[0]
     raw_kv = x + ref.self_attn(n, x, x, mask=mask)[0]
     normed = ref.norm2(n + ref.self_attn(n, mask=mask)[0])
+    inverted = x + ref.self_attn(n, mask=~mask)[0]
     return (
+        (
+            inverted + ref.ff(ref.norm2(inverted)),
+            "the mask is inverted: True means 'may attend', so pass the mask as "
+            "given, not ~mask",
+        ),
         (
             x + ref.self_attn(n, mask=mask)[0] + ref.ff(ref.norm2(x)),
             "the two sublayers run in parallel on x: the feed-forward one reads the "
@@ -144,7 +150,7 @@ def check_decoder_layer(cls: type) -> str:
     mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
     mem_mask = mem_mask[:, None, None]  # (B, 1, 1, S)
     try:
-        got = first_output(mine(x, mem, tgt_mask, mem_mask))
+        got = tensor_output(mine(x, mem, tgt_mask, mem_mask), "MyDecoderLayer")
     except ValueError as e:
         if "same length" in str(e):
             raise ExerciseError(
@@ -242,7 +248,7 @@ def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     with torch.no_grad():
         try:
-            got = first_output(mine(x, mem, causal, pad))
+            got = tensor_output(mine(x, mem, causal, pad), "MyDecoderLayer")
         except ValueError:
             got = None
         h = x + ref.self_attn(ref.norm1(x), mask=causal)[0]

@@ -19,10 +19,10 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_module,
-    first_output,
     is_close,
     jitter,
     load_weights,
+    tensor_output,
 )
 
 # 12 · a GPT block, and the KV cache ---------------------------------------------------
@@ -97,6 +97,81 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     )
 
 
+def _block_with(ref, x: Tensor, split=None, weights=None, merge=None) -> Tensor:
+    """The reference block with one step of its attention done another way: split(z)
+    -> q, k, v from qkv's output z (B, T, 3C); weights(scores, keep) -> (B, H, T, T)
+    from the scaled scores and the causal mask; merge(y) -> (B, T, C)."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    D, z = C // H, ref.attn.qkv(ref.norm1(x))
+    heads = lambda t: t.view(B, T, H, D).transpose(1, 2)  # noqa: E731
+    q, k, v = split(z) if split else (heads(t) for t in z.chunk(3, -1))
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
+    w = weights(scores, keep) if weights else scores.masked_fill(~keep, -math.inf)
+    y = (w.softmax(-1) if weights is None else w) @ v  # (B, H, T, D)
+    a = x + ref.attn.proj(merge(y) if merge else y.transpose(1, 2).reshape(B, T, C))
+    return a + ref.mlp(ref.norm2(a))
+
+
+def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """Wrong attentions inside the block, which also leak across positions, so they
+    are told apart before the causality test: (output, hint)."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    D = C // H
+
+    def no_diag(fill: float) -> Callable:
+        return lambda s, keep: s.masked_fill(~keep.tril(-1), fill).softmax(-1)
+
+    def heads(*parts: Tensor) -> tuple:
+        return tuple(t.view(B, T, H, D).transpose(1, 2) for t in parts)
+
+    diag = (
+        "the mask hides the diagonal too: a token may attend to itself, tril(), "
+        "not tril(-1)"
+    )
+    return (
+        (_block_with(ref, x, weights=no_diag(-1e9)), diag),
+        (_block_with(ref, x, weights=no_diag(-math.inf)), diag),
+        (
+            _block_with(
+                ref, x, weights=lambda s, k: s.masked_fill(~k, -math.inf).softmax(-2)
+            ),
+            "the softmax runs over the queries (dim -2): each query's weights over "
+            "the keys sum to 1, softmax(dim=-1)",
+        ),
+        (
+            _block_with(
+                ref,
+                x,
+                split=lambda z: (t.reshape(B, H, T, D) for t in z.chunk(3, -1)),
+                merge=lambda y: y.reshape(B, T, C),
+            ),
+            "the heads were split with a plain reshape to (B, H, T, D), which mixes "
+            "the tokens: view(B, T, H, D), then transpose(1, 2)",
+        ),
+        (
+            _block_with(
+                ref,
+                x,
+                split=lambda z: z.view(B, T, H, 3 * D).transpose(1, 2).chunk(3, -1),
+            ),
+            "q, k and v were split per head (view(B, T, H, 3 * D)): qkv(x) holds q, "
+            "then k, then v, each C wide: qkv(x).split(C, dim=-1)",
+        ),
+        (
+            _block_with(ref, x, split=lambda z: heads(*_qvk(z))),
+            "q, v and k came out in the wrong order: qkv(x).split(C, dim=-1) gives "
+            "q, k, v in that order",
+        ),
+    )
+
+
+def _qvk(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """qkv's output read as q, v, k."""
+    q, v, k = z.chunk(3, -1)
+    return q, k, v
+
+
 def _merged_without_transpose(ref, x: Tensor) -> Tensor:
     """The block whose attention merges its heads with a plain reshape."""
     (B, T, C), H = x.shape, ref.attn.n_heads
@@ -140,17 +215,21 @@ def check_gpt_block(cls: type) -> str:
     load_weights(mine, state, "MyBlock")
     mine.double().eval()
     x = torch.randn(2, 6, 16).double()
-    got = first_output(mine(x))
+    got = tensor_output(mine(x), "MyBlock")
     want = ref(x)[0]
     if is_close(got, _merged_without_transpose(ref, x)):
         raise ExerciseError(
             "the heads were merged without the transpose back: y (B, H, T, D) -> "
             "y.transpose(1, 2).reshape(B, T, C); a plain reshape mixes the tokens"
         )
+    with torch.no_grad():
+        for variant, hint in _attention_hints(ref, x):
+            if is_close(got, variant, equal_nan=True):
+                raise ExerciseError(hint)
     if isinstance(got, Tensor) and got.shape == want.shape:
         x2 = x.clone()
         x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it
-        changed = (first_output(mine(x2)) - got)[:, :3].abs().amax().item()
+        changed = (tensor_output(mine(x2), "MyBlock") - got)[:, :3].abs().amax().item()
         if changed > 1e-9:
             raise ExerciseError(
                 "the output at positions 0-2 changed when token 3 changed: the "
@@ -209,6 +288,7 @@ def check_kv_cache(cls: type) -> str:
                 f"after {total} tokens the new keys come before the stored ones: "
                 "append them, torch.cat([stored, new], dim=2), so position t stays t"
             )
+        _kv_named(keys, values, want_k, want_v, total)
         compare(f"keys after {total} tokens", keys, want_k)
         if is_close(values, want_k):
             raise ExerciseError(
@@ -227,6 +307,25 @@ def check_kv_cache(cls: type) -> str:
     compare("attention of the last token over the cache", last, full[:, :, -1:])
     _kv_cache_apart(cls, cache, total)
     return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
+
+
+def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:
+    """Two mistakes told apart from a bare difference: the pair swapped, and a
+    preallocated buffer returned whole."""
+    if is_close(keys, want_v) and is_close(values, want_k):
+        raise ExerciseError(
+            f"after {total} tokens keys and values are swapped: return (keys, values)"
+        )
+    if (
+        isinstance(keys, Tensor)
+        and keys.dim() == 4
+        and keys.size(2) > total
+        and is_close(keys[:, :, :total], want_k)
+    ):
+        raise ExerciseError(
+            f"after {total} tokens update returned {keys.size(2)} positions: a "
+            "preallocated buffer is returned up to its length, buffer[:, :, :length]"
+        )
 
 
 def _kv_cache_apart(cls: type, cache, total: int) -> None:
@@ -289,12 +388,12 @@ class _KeyReads(TorchFunctionMode):
 
 
 def _online_softmax(
-    q, k, v, block, sum_rescaled=True, out_rescaled=True, divided=True, short=0
+    q, k, v, block, sum_rescaled=True, out_rescaled=True, divided=True, short=0, m0=None
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
-    each block `short` keys short."""
-    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+    each block `short` keys short, the running max started at m0, not -inf."""
+    m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), block):
         end = s + block - short
@@ -306,6 +405,27 @@ def _online_softmax(
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
         m = m_new
     return out / ell if divided else out
+
+
+def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor):
+    """Two slips of sizes: the last, shorter block dropped; the scores divided by
+    the square root of the values' width, not of q's and k's."""
+    n, D, D_v = k.size(-2), q.size(-1), v.size(-1)
+    full = n // block * block
+    if 0 < full < n:
+        kept = F.scaled_dot_product_attention(q, k[..., :full, :], v[..., :full, :])
+        if is_close(got, kept, atol=1e-9):
+            raise ExerciseError(
+                f"block={block}: the last block ({n - full} of the {n} keys) was dropped: loop "
+                "over range(0, T_k, block); the last slice is simply shorter"
+            )
+    if D_v != D:
+        by_v = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(D_v))
+        if is_close(got, by_v, atol=1e-9):
+            raise ExerciseError(
+                f"block={block}: the scores were divided by sqrt({D_v}), the values' "
+                f"width: divide by sqrt(D) = sqrt({D}), the width of q and k"
+            )
 
 
 def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
@@ -322,13 +442,18 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
         (dict(divided=False), "the output was never divided by the running sum ell: "
          "at the end, return out / ell"),
     ]  # fmt: skip
+    slips.append((dict(m0=0.0), "the running max started at 0, not -inf: when every "
+                  "score of a row is far below 0, exp(score - 0) underflows and ell "
+                  "stays 0; start m at -inf (torch.full(..., -math.inf))"))  # fmt: skip
     if block > 1:  # with block 1, the slice is empty and amax raises
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
                       "holds the block's keys"))  # fmt: skip
     for slip, hint in slips:
-        if is_close(got, _online_softmax(q, k, v, block, **slip), atol=1e-9):
+        wrong = _online_softmax(q, k, v, block, **slip)
+        if is_close(got, wrong, atol=1e-9, equal_nan=True):
             raise ExerciseError(f"block={block}: {hint}")
+    _tiled_shapes_hint(q, k, v, block, got)
     per_block = torch.stack(
         [
             F.scaled_dot_product_attention(
@@ -372,7 +497,8 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
     `block`, never all T_k at once: no operation but a view may touch all 13 keys."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (
-        torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64) for n in (9, 13, 13)
+        torch.randn(2, 3, n, d, generator=g, dtype=torch.float64)
+        for n, d in ((9, 8), (13, 8), (13, 5))  # the values narrower: D_v = 5
     )
     n_keys = k.size(-2)
     # keys growing along T: a later block's scores exceed the first block's by > 710
@@ -381,14 +507,16 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         (q, k, (1, 4, 13, 32)),
         (q * 300, k, (4,)),
         (q.abs(), k.abs() * grow, (4,)),
+        (q.abs() + 1, -1000 * (k.abs() + 1), (4,)),  # every score far below 0
     )
     for q, k, blocks in cases:
         want = F.scaled_dot_product_attention(q, k, v)
         for block in blocks:
-            reads = _KeyReads(n_keys, k, q)
+            mine = q.clone(), k.clone(), v.clone()
+            reads = _KeyReads(n_keys, mine[1], mine[0])
             with reads:
                 try:
-                    got = fn(q, k, v, block)
+                    got = fn(*mine, block)
                 except (IndexError, RuntimeError) as e:
                     if "non-zero size" not in str(e):
                         raise
@@ -398,6 +526,13 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                         "k[..., s : s + block, :] holds the block's keys, the end of "
                         "a slice being excluded"
                     ) from None
+            for name, given, kept in zip("qkv", (q, k, v), mine):
+                if not torch.equal(given, kept):
+                    raise ExerciseError(
+                        f"block={block}: {name} was changed in place (q /= ...?): "
+                        f"the caller's {name} must stay as it was; write "
+                        f"{name} / ... into a new tensor"
+                    )
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _first_block_max(q, k, v, block, got)
@@ -420,8 +555,9 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                 )
     return (
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
-        "scores above 1000, and later blocks' scores far above the first's, reading "
-        "at most one block of keys at a time"
+        "scores above 1000 and far below 0, later blocks' scores far above the "
+        "first's, values narrower than the keys, reading at most one block of keys at "
+        "a time, leaving q, k and v as they were"
     )
 
 
@@ -506,6 +642,21 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         raise ExerciseError(
             "the columns were normalised (dim=0): normalise each row, one position's "
             "vector (dim=1)"
+        )
+    wrapped = torch.stack([(unit * unit.roll(-k, 0)).sum(-1).mean() for k in range(n)])
+    if got.shape == want.shape and torch.allclose(got, wrapped, atol=1e-9):
+        raise ExerciseError(
+            "the rows wrap around (roll): the last row is not next to the first; "
+            "distance k has the N - k pairs (i, i + k), the k-th diagonal"
+        )
+    if (
+        got.dim() == 1
+        and len(got) == n - 1
+        and torch.allclose(got, want[:-1], atol=1e-9)
+    ):
+        raise ExerciseError(
+            f"{n - 1} entries for {n} rows: the distances are k = 0 .. N - 1, the "
+            "last one a single pair (range(N), not range(N - 1))"
         )
 
 
