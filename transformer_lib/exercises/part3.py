@@ -416,8 +416,8 @@ def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor)
         kept = F.scaled_dot_product_attention(q, k[..., :full, :], v[..., :full, :])
         if is_close(got, kept, atol=1e-9):
             raise ExerciseError(
-                f"block={block}: the last block ({n - full} of the {n} keys) was dropped: loop "
-                "over range(0, T_k, block); the last slice is simply shorter"
+                f"block={block}: the last block ({n - full} of the {n} keys) was "
+                "dropped: loop over range(0, T_k, block); the last slice is shorter"
             )
     if D_v != D:
         by_v = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(D_v))
