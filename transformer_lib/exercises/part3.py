@@ -684,14 +684,21 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
 
 
 def _grouped_reference(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Query head h attends with key/value head h // (H / H_kv), one head at a time;
-    scale=1.0: the scores not divided by sqrt(D), a usual mistake."""
+    scale=1.0: the scores not divided by sqrt(D), a usual mistake; mask: the keys
+    each query keeps, in place of the causal mask."""
     g = q.size(1) // k.size(1)
+    causal = causal and mask is None
     heads = [
         F.scaled_dot_product_attention(
-            q[:, h], k[:, h // g], v[:, h // g], is_causal=causal, scale=scale
+            q[:, h], k[:, h // g], v[:, h // g], mask, is_causal=causal, scale=scale
         )
         for h in range(q.size(1))
     ]
@@ -704,6 +711,12 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         raise ExerciseError(
             f"{name}: queries also see later keys: apply the causal mask"
         )
+    later = torch.ones(q.size(2), q.size(2), dtype=torch.bool).triu()
+    if torch.allclose(got, _grouped_reference(q, k, v, mask=later), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the causal mask is inverted: query t saw keys t and later; it "
+            "keeps the keys j <= t, the lower triangle (tril), and hides the rest"
+        )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
     D = q.size(-1)
@@ -712,6 +725,12 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
         )
     g, n_kv = q.size(1) // k.size(1), k.size(1)
+    first = _grouped_reference(q, k[:, :1].expand_as(k), v[:, :1].expand_as(v))
+    if n_kv > 1 and torch.allclose(got, first, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: every query head read key/value head 0: query head h reads "
+            "head h // (H / H_kv)"
+        )
     for h in range(q.size(1)):
         for rk, rv in ((a, b) for a in range(n_kv) for b in range(n_kv)):
             one = F.scaled_dot_product_attention(
@@ -721,6 +740,12 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
                 got[:, h], one, atol=1e-9
             ):
                 continue
+            if rk == rv and g == 1:
+                raise ExerciseError(
+                    f"{name}: query head {h} read key/value head {rk}, expected head "
+                    f"{h}: with as many key/value heads as query heads, each query "
+                    "head has its own"
+                )
             if rk == rv:
                 raise ExerciseError(
                     f"{name}: query head {h} read key/value head {rk}, expected "
@@ -746,7 +771,17 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
             for _ in range(2)
         )
         name = f"H=4 query heads, H_kv={n_kv}"
-        got, want = _without_enable_gqa(fn, q, k, v), _grouped_reference(q, k, v)
+        try:
+            got = _without_enable_gqa(fn, q, k, v)
+        except RuntimeError as e:
+            if n_kv == 4 or "must match the size" not in str(e):
+                raise
+            raise ExerciseError(
+                f"{name}: RuntimeError ({str(e).splitlines()[0]}): were k and v "
+                "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
+                "repeat_interleave(H // H_kv, dim=1)"
+            ) from None
+        want = _grouped_reference(q, k, v)
         if isinstance(got, Tensor) and got.shape == want.shape:
             if not torch.allclose(got.double(), want, atol=1e-9):
                 _wrong_group(name, q, k, v, got.double())
