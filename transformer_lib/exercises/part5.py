@@ -68,52 +68,68 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
     cases = [
         [([1, 10, 11, 2, 20, 21, 3], 4), ([1, 5, 2, 9, 3], 3)],
         [([1, 5, 6, 7, 2, 9], 5), ([1, 2, 20, 3], 2), ([1, 8, 2, 30, 31, 3], 3)],
+        [([4, 10, 11, 2, 20, 3], 4), ([7, 1, 2, 9, 1, 3], 3)],  # no <bos> = 1 first
     ]
-    for pairs in cases:
-        call = f"pack_pairs({pairs})"
-        want_x, want_y, want_mask = _pack_reference(pairs)
-        got = fn([(list(ids), n) for ids, n in pairs])
-        if not (isinstance(got, tuple) and len(got) == 3):
-            raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
-        x, y, mask = list(got[0]), list(got[1]), got[2]
-        if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
+    for i, pairs in enumerate(cases):
+        try:
+            _check_packed(fn, pairs)
+        except ExerciseError as e:
+            if i < 2:
+                raise
             raise ExerciseError(
-                f"{call}: {len(x)} inputs and {len(y)} targets, expected "
-                f"{len(want_x)}: shift each pair on its own (its inputs are ids[:-1]), "
-                "or a pair's <eos> learns to predict the next pair's <bos>"
-            )
-        if x != want_x:
-            raise ExerciseError(
-                f"{call}: inputs {x}, expected {want_x} (each pair's ids[:-1], joined)"
-            )
-        if len(y) != len(want_y):
-            raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
-        kept = [t for t, g in enumerate(y) if g != -100]
-        if y != want_y and kept and all(y[t] == x[t] for t in kept):
-            raise ExerciseError(
-                f"{call}: the targets were not shifted: target {kept[0]} is input "
-                f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
-                "ids[1:] against the inputs ids[:-1]"
-            )
-        starts = [0]
-        for ids, _ in pairs:
-            starts.append(starts[-1] + len(ids) - 1)
-        for t, (g, w) in enumerate(zip(y, want_y)):
-            if g != w:
-                k = max(i for i, s in enumerate(starts) if s <= t) + 1
-                if g == -100:
-                    what = f"masked, but it is part of pair {k}'s translation"
-                elif w == -100:
-                    what = f"kept, but it lies inside pair {k}'s prompt"
-                else:
-                    what = f"{g}, expected {w}"
-                raise ExerciseError(f"{call}: target {t} is {what}")
-        _wrong_pack_mask(call, mask, want_mask)
-        compare(f"{call}: the attention mask", mask, want_mask)
+                "pairs that do not start with 1 fail where pairs that do passed: are "
+                "the pairs found by looking for a token? Take each pair's place from "
+                f"the lengths of the ids given ({e})"
+            ) from None
     return (
-        "two and three pairs: each shifted and its prompt masked on its own; the "
-        "attention mask causal inside each pair, False across pairs"
+        "two and three pairs, and pairs that do not start with 1: each shifted and "
+        "its prompt masked on its own; the attention mask causal inside each pair, "
+        "False across pairs"
     )
+
+
+def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
+    """One case of check_pack_pairs."""
+    call = f"pack_pairs({pairs})"
+    want_x, want_y, want_mask = _pack_reference(pairs)
+    got = fn([(list(ids), n) for ids, n in pairs])
+    if not (isinstance(got, tuple) and len(got) == 3):
+        raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
+    x, y, mask = list(got[0]), list(got[1]), got[2]
+    if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
+        raise ExerciseError(
+            f"{call}: {len(x)} inputs and {len(y)} targets, expected "
+            f"{len(want_x)}: shift each pair on its own (its inputs are ids[:-1]), "
+            "or a pair's <eos> learns to predict the next pair's <bos>"
+        )
+    if x != want_x:
+        raise ExerciseError(
+            f"{call}: inputs {x}, expected {want_x} (each pair's ids[:-1], joined)"
+        )
+    if len(y) != len(want_y):
+        raise ExerciseError(f"{call}: {len(y)} targets, expected {len(want_y)}")
+    kept = [t for t, g in enumerate(y) if g != -100]
+    if y != want_y and kept and all(y[t] == x[t] for t in kept):
+        raise ExerciseError(
+            f"{call}: the targets were not shifted: target {kept[0]} is input "
+            f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
+            "ids[1:] against the inputs ids[:-1]"
+        )
+    starts = [0]
+    for ids, _ in pairs:
+        starts.append(starts[-1] + len(ids) - 1)
+    for t, (g, w) in enumerate(zip(y, want_y)):
+        if g != w:
+            k = max(i for i, s in enumerate(starts) if s <= t) + 1
+            if g == -100:
+                what = f"masked, but it is part of pair {k}'s translation"
+            elif w == -100:
+                what = f"kept, but it lies inside pair {k}'s prompt"
+            else:
+                what = f"{g}, expected {w}"
+            raise ExerciseError(f"{call}: target {t} is {what}")
+    _wrong_pack_mask(call, mask, want_mask)
+    compare(f"{call}: the attention mask", mask, want_mask)
 
 
 def _is_lora(module) -> bool:
@@ -177,7 +193,16 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
         }
     bases = {name: model.get_submodule(name).base for name in names}
-    returned = fn(model)
+    try:
+        returned = fn(model)
+    except (RuntimeError, ValueError) as e:
+        if "leaf" not in str(e):
+            raise
+        raise ExerciseError(
+            f"{type(e).__name__} ({str(e).splitlines()[0].split('. ')[0]}): a weight "
+            "that requires "
+            "grad was changed in place with autograd on: merge under torch.no_grad()"
+        ) from None
     if left := [n for n, m in model.named_modules() if _is_lora(m)]:
         raise ExerciseError(
             f"{left[0]} is still a LoRALinear: put its base nn.Linear back in its "
@@ -189,10 +214,20 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             raise ExerciseError(
                 f"{name} is a {type(layer).__name__}, expected the nn.Linear it wraps"
             )
-        if layer is not bases[name] and layer.weight.dtype != torch.float64:
+        base = bases[name]
+        if layer is not base and (layer.bias is None) != (base.bias is None):
             raise ExerciseError(
-                f"{name} is a new nn.Linear ({layer.weight.dtype}, the model is "
-                "float64): put the merged base back, layer.base, not a new nn.Linear"
+                f"{name} is a new nn.Linear "
+                + ("without the bias" if layer.bias is None else "with a bias")
+                + " the base layer "
+                + ("has" if layer.bias is None else "does not have")
+                + ": put the merged base back, layer.base (it keeps its bias)"
+            )
+        if layer is not base and layer.weight.dtype != torch.float64:
+            raise ExerciseError(
+                f"{name} is a new nn.Linear in {layer.weight.dtype}, the model is in "
+                "float64: make it in the model's dtype, or put the merged base back, "
+                "layer.base"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
     n_params = sum(p.numel() for p in model.parameters())
@@ -238,6 +273,16 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             (dpo + 0.3 * pc / n).mean(),
             "the NLL has the wrong sign: it is minus the log-probability, so that "
             "the term falls as the chosen outputs become more likely",
+        ),
+        (
+            (-F.logsigmoid(0.5 * ((pc - pr) - (rr - rc))) - 0.3 * pc / n).mean(),
+            "the reference's log-probabilities are paired wrong: the margin is "
+            "(policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)",
+        ),
+        (
+            (dpo - 0.3 * torch.div(pc, n, rounding_mode="floor")).mean(),
+            "the NLL per token was floor-divided (//): divide with /, "
+            "policy_chosen / chosen_tokens",
         ),
         (
             (dpo - 0.3 * pc).mean(),
@@ -319,6 +364,12 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
     )
     n = torch.randint(3, 15, (6,), generator=gen)  # each chosen output's tokens
     got = fn(pc, pr, rc, rr, n, 0.5, 0.3)
+    per_pair = -F.logsigmoid(0.5 * ((pc - rc) - (pr - rr))) - 0.3 * pc / n
+    if isinstance(got, Tensor) and is_close(got, per_pair, atol=1e-9):
+        raise ExerciseError(
+            f"a loss per pair, shape {tuple(got.shape)}: the loss is one number, the "
+            "mean over the batch (.mean())"
+        )
     if isinstance(got, Tensor) and got.shape == ():
         for wrong, what in _dpo_nll_mistakes(pc, pr, rc, rr, n):
             if torch.allclose(got, wrong):
