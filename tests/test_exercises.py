@@ -1520,7 +1520,9 @@ def test_min_p_threshold_on_the_logits():
             "threshold applied to the logits",
         )
 
-    def broken(logits, min_p, generator=None):  # another RuntimeError: said, with its line
+    def broken(
+        logits, min_p, generator=None
+    ):  # another RuntimeError: said, with its line
         return torch.multinomial(logits.softmax(-1), 1, generator=generator).view(3, -1)
 
     fails(
@@ -2387,3 +2389,262 @@ def test_sha256_empty_result_and_rope_one_sign_slipped():
     assert ex.outcome(ex.check_rope, rope_signs(-1, 1))[0] == "pass"
     fails(ex.check_rope, rope_signs(1, 1), "the first coordinate's sign is wrong")
     fails(ex.check_rope, rope_signs(-1, -1), "the second coordinate's sign is wrong")
+
+
+# The fifth blind review (notebooks 07 and 12-19): passes, bare diffs, misnames, raw
+# errors; every one is named now
+
+
+def test_an_error_of_the_learners_code_is_one_line_with_its_line():
+    def broken(q, k, v):
+        return q @ torch.ones(3, 4)
+
+    fails(
+        ex.check_grouped_attention,
+        broken,
+        r"your code raised RuntimeError at line \d+: +return q @ torch.ones",
+    )
+
+
+def test_encoder_layer_tuple_and_inverted_mask():
+    base = solution("07").MyEncoderLayer
+
+    class Pair(base):
+        def forward(self, x, mask=None):
+            return super().forward(x, mask), None
+
+    class Inverted(base):
+        def forward(self, x, mask=None):
+            return super().forward(x, None if mask is None else ~mask)
+
+    fails(ex.check_encoder_layer, Pair, "returned a tuple of 2: .* alone")
+    fails(ex.check_encoder_layer, Inverted, r"mask is inverted: .*not ~mask")
+
+
+def _block_with_attention(attend):
+    """notebook 12's solution block with its attention replaced by attend(self, x)."""
+
+    class Wrong(solution("12").MyBlock):
+        def attn(self, x):
+            return attend(self, x)
+
+    return Wrong
+
+
+def _heads(self, x, split=None):
+    B, T, C = x.shape
+    z = self.qkv(x)
+    if split:
+        return split(z, B, T, C, self.n_heads)
+    return (
+        t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+        for t in z.chunk(3, -1)
+    )
+
+
+def _manual(self, x, split=None, keep=0, dim=-1, fill=-math.inf, merge=None):
+    B, T, C = x.shape
+    q, k, v = _heads(self, x, split)
+    s = q @ k.transpose(-2, -1) / math.sqrt(C // self.n_heads)
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(keep), fill)
+    y = s.softmax(dim) @ v
+    return self.proj(merge(y, B, T, C) if merge else y.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize(
+    "attend, message",
+    [
+        (lambda s, x: _manual(s, x, keep=-1, fill=-1e9), "hides the diagonal too"),
+        (lambda s, x: _manual(s, x, keep=-1), "hides the diagonal too"),
+        (lambda s, x: _manual(s, x, dim=-2), "softmax runs over the queries"),
+        (
+            lambda s, x: _manual(
+                s,
+                x,
+                split=lambda z, B, T, C, H: (
+                    t.reshape(B, H, T, C // H) for t in z.split(C, -1)
+                ),
+                merge=lambda y, B, T, C: y.reshape(B, T, C),
+            ),
+            "split with a plain reshape",
+        ),
+        (
+            lambda s, x: _manual(
+                s,
+                x,
+                split=lambda z, B, T, C, H: (
+                    z.view(B, T, H, 3 * C // H).transpose(1, 2).chunk(3, -1)
+                ),
+            ),
+            "split per head",
+        ),
+        (
+            lambda s, x: _manual(
+                s,
+                x,
+                split=lambda z, B, T, C, H: (
+                    z.split(C, -1)[i].view(B, T, H, C // H).transpose(1, 2)
+                    for i in (0, 2, 1)
+                ),
+            ),
+            "q, v and k came out in the wrong order",
+        ),
+    ],
+    ids=["tril-1", "tril-1-inf", "dim-2", "reshape-split", "per-head", "qvk"],
+)
+def test_gpt_block_attention_slips(attend, message):
+    fails(ex.check_gpt_block, _block_with_attention(attend), message)
+
+
+def test_gpt_block_tuple():
+    class Pair(solution("12").MyBlock):
+        def forward(self, x):
+            return super().forward(x), None
+
+    fails(ex.check_gpt_block, Pair, "returned a tuple of 2")
+
+
+def test_kv_cache_swapped_and_unsliced_buffer():
+    base = solution("12").MyKVCache
+
+    class Swapped(base):
+        def update(self, k, v):
+            keys, values = super().update(k, v)
+            return values, keys
+
+    class Buffer:
+        def __init__(self):
+            self.length, self.k = 0, None
+
+        def update(self, k, v):
+            B, H, T, D = k.shape
+            if self.k is None:
+                self.k, self.v = k.new_zeros(B, H, 64, D), v.new_zeros(B, H, 64, D)
+            self.k[:, :, self.length : self.length + T] = k
+            self.v[:, :, self.length : self.length + T] = v
+            self.length += T
+            return self.k, self.v
+
+    fails(ex.check_kv_cache, Swapped, "keys and values are swapped")
+    fails(ex.check_kv_cache, Buffer, r"returned 64 positions: .*\[:, :, :length\]")
+
+
+def test_cosine_by_distance_wraps_around_or_stops_short():
+    def wraps(table):
+        u = F.normalize(table, dim=-1)
+        return torch.stack([(u * u.roll(-k, 0)).sum(-1).mean() for k in range(len(u))])
+
+    def short(table):
+        u = F.normalize(table, dim=-1)
+        s = u @ u.T
+        return torch.stack([s.diagonal(k).mean() for k in range(len(u) - 1)])
+
+    fails(ex.check_cosine_by_distance, wraps, "wrap around")
+    fails(ex.check_cosine_by_distance, short, r"range\(N\), not range\(N - 1\)")
+
+
+def _online(q, k, v, block, m0=-math.inf, stop=None, scale=None):
+    """An online softmax with a slip: the running max started at m0, the keys cut at
+    stop, the scores divided by `scale`."""
+    m = torch.full(q.shape[:-1] + (1,), m0, dtype=q.dtype)
+    ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+    for s in range(0, stop or k.size(-2), block):
+        scores = q @ k[..., s : s + block, :].transpose(-2, -1)
+        scores = scores / (scale or math.sqrt(q.size(-1)))
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p, factor = (scores - m_new).exp(), (m - m_new).exp()
+        ell = ell * factor + p.sum(-1, keepdim=True)
+        out, m = out * factor + p @ v[..., s : s + block, :], m_new
+    return out / ell
+
+
+def test_tiled_attention_narrow_values_low_scores_in_place_last_block():
+    def by_v(q, k, v, block):
+        return _online(q, k, v, block, scale=math.sqrt(v.size(-1)))
+
+    def from_zero(q, k, v, block):
+        return _online(q, k, v, block, m0=0.0)
+
+    def in_place(q, k, v, block):
+        q /= math.sqrt(q.size(-1))  # the caller's q, scaled
+        return _online(q, k, v, block, scale=1.0)
+
+    def drop_last(q, k, v, block):
+        return _online(q, k, v, block, stop=k.size(-2) // block * block)
+
+    fails(ex.check_tiled_attention, by_v, r"divided by sqrt\(5\), the values' width")
+    fails(ex.check_tiled_attention, from_zero, "running max started at 0, not -inf")
+    fails(ex.check_tiled_attention, in_place, "q was changed in place")
+    fails(ex.check_tiled_attention, drop_last, r"the last block \(1 of the 13 keys\)")
+
+
+def test_grouped_attention_wrong_axis_inverted_mask_head_zero():
+    def repeated(q, k, v, dim=1, keep=None, first=False):
+        g = q.size(1) // k.size(1)
+        if first:
+            k, v = k[:, :1], v[:, :1]
+            g = q.size(1)
+        k, v = k.repeat_interleave(g, dim), v.repeat_interleave(g, dim)
+        if keep is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+    T = 6
+    later = torch.ones(T, T, dtype=torch.bool).triu()
+    fails(
+        ex.check_grouped_attention,
+        lambda q, k, v: repeated(q, k, v, dim=2),
+        r"repeated along another axis\? .*dim=1",
+    )
+    fails(
+        ex.check_grouped_attention,
+        lambda q, k, v: repeated(q, k, v, keep=later),
+        "causal mask is inverted",
+    )
+    fails(
+        ex.check_grouped_attention,
+        lambda q, k, v: repeated(q, k, v, first=True),
+        "every query head read key/value head 0",
+    )
+
+
+def test_pack_pairs_found_by_a_token_id():
+    right = solution("17").pack_pairs
+
+    def by_bos(pairs):  # splits the joined ids at every 1
+        flat = [t for ids, _ in pairs for t in ids]
+        starts = [i for i, t in enumerate(flat) if t == 1] + [len(flat)]
+        found = [flat[a:b] for a, b in zip(starts, starts[1:])]
+        return right(list(zip(found, [n for _, n in pairs])))
+
+    fails(ex.check_pack_pairs, by_bos, "are the pairs found by looking for a token")
+
+
+def test_merge_and_unload_in_place_with_autograd_on():
+    def in_place(model):
+        names = [
+            n for n, m in model.named_modules() if type(m).__name__ == "LoRALinear"
+        ]
+        for name in names:
+            parent, _, leaf = name.rpartition(".")
+            layer = model.get_submodule(name)
+            layer.base.weight += layer.delta_weight()  # autograd on
+            setattr(model.get_submodule(parent), leaf, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, in_place, r"merge under torch.no_grad\(\)")
+
+
+def test_dpo_nll_pairing_floor_division_per_pair():
+    def loss(pair_wrong=False, floor=False, mean=True):
+        def fn(pc, pr, rc, rr, n, beta, alpha):
+            margin = (pc - pr) - (rr - rc) if pair_wrong else (pc - rc) - (pr - rr)
+            nll = torch.div(pc, n, rounding_mode="floor") if floor else pc / n
+            per = -F.logsigmoid(beta * margin) - alpha * nll
+            return per.mean() if mean else per
+
+        return fn
+
+    fails(ex.check_dpo_nll_loss, loss(pair_wrong=True), "paired wrong")
+    fails(ex.check_dpo_nll_loss, loss(floor=True), r"floor-divided \(//\)")
+    fails(ex.check_dpo_nll_loss, loss(mean=False), r"a loss per pair, shape \(6,\)")
