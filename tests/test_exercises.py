@@ -1256,6 +1256,11 @@ def test_check_command_refuses_an_unknown_notebook(capsys):
     assert "no notebook '99'" in capsys.readouterr().out
 
 
+def test_check_command_reads_7_as_07(capsys):
+    assert main(["check", "7"]) == 1  # the stub: not implemented yet
+    assert "07 MyEncoderLayer: not implemented yet" in capsys.readouterr().out
+
+
 # issue 34's learner review (h-review): wrong answers that passed before --------------
 
 

@@ -182,6 +182,7 @@ def check_notebooks(args: argparse.Namespace) -> int:
     folder = Path(args.notebooks)
     total = passed = 0
     for nb in args.numbers or sorted(BUILD_ITS):
+        nb = nb.zfill(2) if nb.isdigit() else nb  # "7" is notebook 07
         if nb not in BUILD_ITS:
             print(f"check: no notebook {nb!r}; choose from {', '.join(BUILD_ITS)}")
             return 2
