@@ -212,6 +212,11 @@ def check_decoder_layer(cls: type) -> str:
                     "memory went through norm2 too: norm2 normalises x only; the keys "
                     "and values are memory as given",
                 ),
+                (
+                    _norms_swapped(ref, h, mem, mem_mask),
+                    "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
+                    "norm3 before the feed-forward network",
+                ),
             )
             for variant, hint in hints:
                 if is_close(got, variant):
@@ -230,6 +235,13 @@ def check_decoder_layer(cls: type) -> str:
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
     )
+
+
+def _norms_swapped(ref, h: Tensor, mem: Tensor, mem_mask: Tensor) -> Tensor:
+    """The layer's output after self-attention gave h, with norm3 before cross-attention
+    and norm2 before the feed-forward network."""
+    h = h + ref.cross_attn(ref.norm3(h), mem, mem, mask=mem_mask)[0]
+    return h + ref.ff(ref.norm2(h))
 
 
 def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
