@@ -398,14 +398,18 @@ def train_step_reference(model, optimizer, src, tgt_in, tgt_out, pad_id, eps=0.1
     return loss.item()
 
 
+_PAD = 3  # the training step's pad id: not 0, so that a hard-coded 0 shows
+
+
 def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
-    """Two small padded batches (src, tgt_in, tgt_out) for a vocabulary of 12."""
+    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, padded with
+    _PAD; token 0 is a real target here."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(2):
-        src = torch.randint(3, 12, (3, 6), generator=g)
-        y = torch.randint(3, 12, (3, 5), generator=g)
-        src[0, 4:], y[1, 3:] = 0, 0  # padding
+        src = torch.randint(4, 12, (3, 6), generator=g)
+        y = torch.randint(4, 12, (3, 5), generator=g)
+        src[0, 4:], y[1, 3:], y[0, 1], y[2, 0] = _PAD, _PAD, 0, 0  # padding; 0 is real
         tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), y[:, :-1]], 1)
         out.append((src, tgt_in, y))
     return out
@@ -418,7 +422,8 @@ def check_train_step(fn: Callable) -> str:
     from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 
     torch.manual_seed(0)
-    model = Transformer(Seq2SeqConfig.tiny(12, 12)).double()
+    config = Seq2SeqConfig.tiny(12, 12, src_pad_id=_PAD, tgt_pad_id=_PAD)
+    model = Transformer(config).double()
     ref = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
@@ -430,28 +435,40 @@ def check_train_step(fn: Callable) -> str:
     )
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         with torch.no_grad():
-            logits = ref(src, tgt_in).flatten(0, 1)
+            logits3 = ref(src, tgt_in)  # (B, T, n_vocab)
+            logits = logits3.flatten(0, 1)
             summed = F.cross_entropy(  # the masked, smoothed losses, summed
                 logits,
                 tgt_out.flatten(),
-                ignore_index=0,
+                ignore_index=_PAD,
                 label_smoothing=0.1,
                 reduction="sum",
             )
+            real = (tgt_out != _PAD).double()  # (B, T)
+            per_target = F.cross_entropy(
+                logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=0.1
+            )  # (B, T)
             variants = (
+                (
+                    F.cross_entropy(
+                        logits, tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+                    ),
+                    f"ignore_index is a hard-coded 0, but pad_id is {_PAD}: pass "
+                    "ignore_index=pad_id",
+                ),
                 (
                     F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=0.1),
                     "padded targets were counted: pass ignore_index=pad_id",
                 ),
                 (
-                    F.cross_entropy(logits, tgt_out.flatten(), ignore_index=0),
+                    F.cross_entropy(logits, tgt_out.flatten(), ignore_index=_PAD),
                     "this is plain cross-entropy: pass label_smoothing",
                 ),
                 (
                     F.cross_entropy(
                         ref(src, tgt_out).flatten(0, 1),
                         tgt_out.flatten(),
-                        ignore_index=0,
+                        ignore_index=_PAD,
                         label_smoothing=0.1,
                     ),
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
@@ -459,10 +476,26 @@ def check_train_step(fn: Callable) -> str:
                 ),
                 (
                     F.cross_entropy(
-                        logits, tgt_in.flatten(), ignore_index=0, label_smoothing=0.1
+                        logits, tgt_in.flatten(), ignore_index=_PAD, label_smoothing=0.1
                     ),
                     "the loss compared the predictions with tgt_in: the targets are "
                     "tgt_out, the next tokens (y <eos>)",
+                ),
+                (
+                    F.cross_entropy(
+                        logits3[:, :-1].flatten(0, 1),
+                        tgt_out[:, 1:].flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=0.1,
+                    ),
+                    "the targets were shifted once more (logits[:, :-1] against "
+                    "tgt_out[:, 1:]): tgt_out is already shifted, so logits[:, t] "
+                    "predicts tgt_out[:, t]",
+                ),
+                (
+                    ((per_target * real).sum(1) / real.sum(1)).mean(),
+                    "a mean of per-sentence means: a short sentence's targets weigh "
+                    "more; take one mean over all the real targets of the batch",
                 ),
                 (
                     summed,
@@ -477,8 +510,8 @@ def check_train_step(fn: Callable) -> str:
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
-        got = fn(model, opt, src, tgt_in, tgt_out, 0, 0.1)
-        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, 0, 0.1)
+        got = fn(model, opt, src, tgt_in, tgt_out, _PAD, 0.1)
+        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, _PAD, 0.1)
         if not isinstance(got, float):
             raise ExerciseError(
                 f"return the loss as a float (loss.item()), got {type(got).__name__}"
@@ -502,6 +535,12 @@ def check_train_step(fn: Callable) -> str:
                     f"step {step}: the weights did not change: call optimizer.step() "
                     "after loss.backward()"
                 )
+            if _scaled_step(model, ref, before):
+                raise ExerciseError(
+                    f"step {step}: every weight moved in the right direction but a "
+                    "shorter way: the gradients were clipped (or scaled); this step "
+                    "asks for none: zero_grad, backward, step"
+                )
             if step == 2:
                 raise ExerciseError(
                     f"step 2: the loss is right but {name} moved too far: step 1's "
@@ -509,6 +548,18 @@ def check_train_step(fn: Callable) -> str:
                 )
             raise ExerciseError(f"step {step}: {name} differs from the reference")
     return "two steps of a tiny translator with padding: losses and weights match"
+
+
+def _scaled_step(model, ref, before: list) -> bool:
+    """Did every weight of model move along the reference's update, all by one factor
+    below 1 (the gradients clipped by their norm)?"""
+    mine, want = [], []
+    for p, r, b in zip(model.parameters(), ref.parameters(), before):
+        mine.append((p - b).detach().flatten())
+        want.append((r - b).detach().flatten())
+    mine, want = torch.cat(mine), torch.cat(want)
+    k = (mine @ want / (want @ want)).item()
+    return 0 < k < 1 - 1e-6 and torch.allclose(mine, k * want, atol=1e-9)
 
 
 def _regression_step(log: list) -> Callable:
