@@ -764,8 +764,23 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"min_p={p}: token {t} drawn {f:.0%} of the time, expected "
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
+    _min_p_tie(fn)
     _min_p_generator(fn, probs.log())
     return f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each"
+
+
+def _min_p_tie(fn: Callable) -> None:
+    """At min_p 0.5, probabilities [0.5, 0.25, 0.25] keep all three: 0.25 is exactly
+    min_p times the top one, and 'at least' keeps it."""
+    logits = torch.tensor([[0.5, 0.25, 0.25]]).log().repeat(400, 1)
+    got = fn(logits, 0.5, torch.Generator().manual_seed(0))
+    drawn = sorted(set(torch.as_tensor(got).flatten().tolist()))
+    if drawn == [0]:
+        raise ExerciseError(
+            "min_p=0.5, probabilities [0.5, 0.25, 0.25]: only token 0 was drawn, but "
+            "0.25 is exactly 0.5 * 0.5: keep p >= min_p * p_max (at least, not more "
+            "than: >=, not >)"
+        )
 
 
 def _min_p_generator(fn: Callable, logits: Tensor) -> None:
