@@ -816,19 +816,25 @@ def _toy_step(prefix: tuple[int, ...]) -> Tensor:
 
 
 def beam_search_reference(
-    step: Callable, beam: int, max_len: int, eos: int = 2
+    step: Callable,
+    beam: int,
+    max_len: int,
+    eos: int = 2,
+    product: bool = False,
+    ascending: bool = False,
 ) -> tuple[list[int], float]:
     """The best finished sequence (eos included) and its log-probability, keeping `beam`
-    prefixes per step."""
-    alive, done = [((), 0.0)], []
+    prefixes per step; or two typical mistakes: log-probs multiplied (from 1), the
+    prefixes sorted worst first."""
+    alive, done = [((), 1.0 if product else 0.0)], []
     for _ in range(max_len):
         grown = [
-            (p + (t,), s + lp)
+            (p + (t,), s * lp if product else s + lp)
             for p, s in alive
             for t, lp in enumerate(step(p).tolist())
             if lp > -math.inf
         ]
-        grown.sort(key=lambda c: -c[1])
+        grown.sort(key=lambda c: c[1] if ascending else -c[1])
         alive = []
         for p, s in grown[:beam]:
             (done if p[-1] == eos else alive).append((p, s))
@@ -853,6 +859,22 @@ def check_beam_search(fn: Callable) -> str:
             )
         if tokens != want:
             greedy = " = greedy's answer: keep the beam best prefixes, not one"
+            for wrong, hint in (
+                (
+                    dict(product=True),
+                    "the log-probabilities were multiplied: a prefix's score is "
+                    "their sum (the log of the product of the probabilities)",
+                ),
+                (
+                    dict(ascending=True),
+                    "the prefixes were sorted in ascending order, so the beam kept "
+                    "the worst ones: sort by score, highest first",
+                ),
+            ):
+                if tokens == beam_search_reference(_toy_step, beam, 4, **wrong)[0]:
+                    raise ExerciseError(
+                        f"beam={beam}: got tokens {tokens}, expected {want}: {hint}"
+                    )
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
@@ -863,6 +885,13 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but {score:.4f} is the probability: "
                 "return the log-probability, the sum of the log-probs "
                 f"({want_score:.4f})"
+            )
+        if math.isclose(score, want_score / len(want), rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the log-prob divided "
+                f"by the length ({len(want)}), a length-normalised score: return the "
+                f"raw sum of the log-probs ({want_score:.4f}), as the docstring asks "
+                "(no length penalty)"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
