@@ -998,6 +998,12 @@ _BLEU_CORPORA = [
     [  # 的 twice, once in each reference: clipped to the most of one (1), not the sum
         ("我的的书在桌子上。", ["我的书在桌子上。", "他的书在桌子上。"]),
     ],
+    [  # no 4-gram matches (p_4 = 0): BLEU 0 with no smoothing, never a log(0) error
+        ("我们明天去学校。", ["明天我们去学校了。"]),
+    ],
+    [  # a reference one shorter and one longer (and a far longer): r is the shorter
+        ("我喜欢小猫。", ["我喜欢猫。", "我很喜欢小猫。", "我真的非常非常喜欢这只小猫。"]),
+    ],
 ]
 
 
@@ -1013,15 +1019,20 @@ def bleu_reference(
     arithmetic=False,
     shortest=False,
     summed=False,
+    tie_longer=False,
+    orders=4,
+    add_k=0,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
     shortest reference as r, an arithmetic mean of the precisions, counts clipped to
-    the sum over the references."""
+    the sum over the references, the longer of two closest references, only the first
+    `orders` precisions, add_k added to every match and n-gram count."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
+    sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
         c += len(hyp)
-        closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), len(ref)))
+        closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), sign * len(ref)))
         lengths = list(map(len, refs))
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         for n in range(1, 5):
@@ -1032,15 +1043,16 @@ def bleu_reference(
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
             total[n - 1] += sum(got.values())
-    if min(match) == 0:
+    if min(match) == 0 and not add_k:
         return 0.0
-    p = [m / t for m, t in zip(match, total)]
-    mean = sum(p) / 4 if arithmetic else math.exp(sum(map(math.log, p)) / 4)
+    p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
+    mean = sum(p) / orders if arithmetic else math.exp(sum(map(math.log, p)) / orders)
     return 100 * (1.0 if not bp or c >= r else math.exp(1 - r / c)) * mean
 
 
-def _sacrebleu(corpus) -> float:
-    """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists."""
+def _sacrebleu(corpus, smooth_method: str = "none") -> float:
+    """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists, unsmoothed
+    unless smooth_method says otherwise (a zero precision gives 0)."""
     import sacrebleu
 
     n = max(len(refs) for _, refs in corpus)
@@ -1049,7 +1061,9 @@ def _sacrebleu(corpus) -> float:
         for j in range(n)
     ]
     hyps = [" ".join(hyp) for hyp, _ in corpus]
-    return sacrebleu.corpus_bleu(hyps, streams, tokenize="none").score
+    return sacrebleu.corpus_bleu(
+        hyps, streams, tokenize="none", smooth_method=smooth_method
+    ).score
 
 
 @checker("corpus BLEU")
@@ -1058,7 +1072,15 @@ def check_corpus_bleu(fn: Callable) -> str:
     for k, sentences in enumerate(_BLEU_CORPORA, 1):
         corpus = [(list(h), [list(r) for r in refs]) for h, refs in sentences]
         want = _sacrebleu(corpus)
-        got = fn([h for h, _ in corpus], [refs for _, refs in corpus])
+        try:
+            got = fn([h for h, _ in corpus], [refs for _, refs in corpus])
+        except ValueError as e:
+            if "domain" not in str(e):
+                raise
+            raise ExerciseError(
+                f"corpus {k}: ValueError ({e}): no 4-gram matches, a precision of 0, "
+                "and log(0) is undefined: with no smoothing BLEU is 0 then, return 0.0"
+            ) from None
         if not isinstance(got, (int, float)) and not torch.is_tensor(got):
             raise ExerciseError(f"corpus {k}: expected a number, got {type(got)}")
         got = float(got)
@@ -1088,6 +1110,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 bleu_reference(corpus, bp=False),
             ),
             (
+                "of two references as close, the longer was taken for r: take the "
+                "shorter one on a tie",
+                bleu_reference(corpus, tie_longer=True),
+            ),
+            (
                 "r is the longest reference: take each sentence's closest one",
                 bleu_reference(corpus, longest=True),
             ),
@@ -1100,6 +1127,21 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "only each sentence's first reference was used: clip the counts "
                 "against all its references, and take r from the closest of them",
                 bleu_reference([(h, refs[:1]) for h, refs in corpus]),
+            ),
+            (
+                "only unigram precision: BLEU takes the geometric mean of the "
+                "precisions of n = 1..4",
+                bleu_reference(corpus, orders=1),
+            ),
+            (
+                "add-one smoothing, (matches + 1) / (n-grams + 1): BLEU here has no "
+                "smoothing; a zero precision gives 0",
+                bleu_reference(corpus, add_k=1),
+            ),
+            (
+                "sacreBLEU's default smoothing (exp): BLEU here has none; a zero "
+                "precision gives 0",
+                _sacrebleu(corpus, "exp"),
             ),
             (
                 "an arithmetic mean of the precisions: BLEU takes the geometric one, "
