@@ -766,7 +766,10 @@ def check_min_p_sampling(fn: Callable) -> str:
                     )
     _min_p_tie(fn)
     _min_p_generator(fn, probs.log())
-    return f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each"
+    return (
+        f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each; a tie "
+        "(0.25 = 0.5 * 0.5) kept"
+    )
 
 
 def _min_p_tie(fn: Callable) -> None:
@@ -1071,7 +1074,8 @@ def _sacrebleu(corpus, smooth_method: str = "none") -> float:
 
 @checker("corpus BLEU")
 def check_corpus_bleu(fn: Callable) -> str:
-    """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's."""
+    """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's with no
+    smoothing (smooth_method="none"): a zero precision gives 0."""
     for k, sentences in enumerate(_BLEU_CORPORA, 1):
         corpus = [(list(h), [list(r) for r in refs]) for h, refs in sentences]
         want = _sacrebleu(corpus)
@@ -1174,6 +1178,7 @@ def check_corpus_bleu(fn: Callable) -> str:
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
     return (
-        f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu: clipping (to one "
-        "reference's count), brevity, closest r"
+        f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
+        "clipping (to one reference's count), brevity, closest r (the shorter on a "
+        "tie), a zero 4-gram precision gives 0"
     )
