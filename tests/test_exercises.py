@@ -2653,3 +2653,141 @@ def test_dpo_nll_pairing_floor_division_per_pair():
     fails(ex.check_dpo_nll_loss, loss(pair_wrong=True), "paired wrong")
     fails(ex.check_dpo_nll_loss, loss(floor=True), r"floor-divided \(//\)")
     fails(ex.check_dpo_nll_loss, loss(mean=False), r"a loss per pair, shape \(6,\)")
+
+
+# The fifth blind review (notebooks 08-11): swapped norms, a hard-coded pad id, a strict
+# min-p threshold, beam scores, BLEU's zero precision and ties
+
+
+def test_decoder_layer_norm2_and_norm3_swapped():
+    class Swapped(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            x = x + self.cross_attn(self.norm3(x), memory, memory, mask=memory_mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_decoder_layer, Swapped, "norm2 and norm3 are swapped")
+
+
+def _train_step(loss_of, clip=None):
+    """A training step whose loss is loss_of(logits, tgt_out, pad_id, eps)."""
+
+    def step(model, optimizer, src, tgt_in, tgt_out, pad_id, label_smoothing):
+        loss = loss_of(model(src, tgt_in), tgt_out, pad_id, label_smoothing)
+        optimizer.zero_grad()
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def test_train_step_hard_coded_pad_sentence_means_extra_shift_clipping():
+    def ce(logits, targets, ignore, eps, **kw):
+        return F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), ignore_index=ignore,
+            label_smoothing=eps, **kw,
+        )  # fmt: skip
+
+    def sentence_means(logits, tgt_out, pad_id, eps):
+        losses = F.cross_entropy(
+            logits.transpose(1, 2), tgt_out, reduction="none", label_smoothing=eps
+        )
+        real = (tgt_out != pad_id).float()
+        return ((losses * real).sum(1) / real.sum(1)).mean()
+
+    def shifted(logits, tgt_out, pad_id, eps):
+        return ce(logits[:, :-1], tgt_out[:, 1:], pad_id, eps)
+
+    def right(logits, tgt_out, pad_id, eps):
+        return ce(logits, tgt_out, pad_id, eps)
+
+    check = ex.check_train_step
+    fails(check, _train_step(lambda lg, y, p, e: ce(lg, y, 0, e)), "hard-coded 0")
+    fails(check, _train_step(sentence_means), "a mean of per-sentence means")
+    fails(check, _train_step(shifted), r"shifted once more \(logits\[:, :-1\]")
+    fails(check, _train_step(right, clip=1.0), "the gradients were clipped")
+    assert ex.outcome(check, _train_step(right))[0] == "pass"
+
+
+def test_min_p_strict_threshold_drops_a_tie():
+    def strict(logits, min_p, generator=None):
+        p = logits.softmax(-1)
+        p = p * (p > min_p * p.max(-1, keepdim=True).values)
+        return torch.multinomial(p, 1, generator=generator).squeeze(-1)
+
+    fails(ex.check_min_p_sampling, strict, r"at least, not more than: >=, not >")
+
+
+def test_beam_search_product_ascending_and_length_normalised():
+    right = solution("10").my_beam_search
+
+    def search(combine, start, best_first=True):
+        def beam_search(step, beam, max_len, eos):
+            live, done = [((), start)], []
+            for _ in range(max_len):
+                grown = [
+                    (p + (t,), combine(s, lp))
+                    for p, s in live
+                    for t, lp in enumerate(step(p).tolist())
+                ]
+                grown.sort(key=lambda c: -c[1] if best_first else c[1])
+                live = []
+                for p, s in grown[:beam]:
+                    (done if p[-1] == eos else live).append((p, s))
+                if not live:
+                    break
+            return max(done or live, key=lambda c: c[1])
+
+        return beam_search
+
+    def normalised(step, beam, max_len, eos):
+        tokens, score = right(step, beam, max_len, eos)
+        return tokens, score / len(tokens)
+
+    fails(ex.check_beam_search, search(lambda s, lp: s * lp, 1.0), "multiplied")
+    fails(
+        ex.check_beam_search,
+        search(lambda s, lp: s + lp, 0.0, best_first=False),
+        "sorted in ascending order, so the beam kept the worst",
+    )
+    fails(ex.check_beam_search, normalised, "length-normalised score: return the raw")
+
+
+def _bleu(orders=4, add_k=0, tie="shorter", guard=True):
+    """Corpus BLEU with one of the fifth review's slips."""
+    from collections import Counter
+
+    def grams(tokens, n):
+        return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+    def bleu(hypotheses, references):
+        match, total, c, r = [0] * 4, [0] * 4, 0, 0
+        sign = 1 if tie == "shorter" else -1
+        for hyp, refs in zip(hypotheses, references):
+            c += len(hyp)
+            r += len(min(refs, key=lambda x: (abs(len(x) - len(hyp)), sign * len(x))))
+            for n in range(1, 5):
+                most = Counter()
+                for ref in refs:
+                    most |= grams(ref, n)
+                match[n - 1] += sum((grams(hyp, n) & most).values())
+                total[n - 1] += sum(grams(hyp, n).values())
+        if guard and min(match) == 0 and not add_k:
+            return 0.0
+        p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
+        bp = 1.0 if c >= r else math.exp(1 - r / c)
+        return 100 * bp * math.exp(sum(map(math.log, p)) / orders)
+
+    return bleu
+
+
+def test_corpus_bleu_zero_precision_ties_unigrams_and_smoothing():
+    check = ex.check_corpus_bleu
+    assert ex.outcome(check, _bleu())[0] == "pass"
+    fails(check, _bleu(guard=False), r"ValueError \(math domain error\): no 4-gram")
+    fails(check, _bleu(tie="longer"), "the longer was taken for r: take the shorter")
+    fails(check, _bleu(orders=1), "only unigram precision")
+    fails(check, _bleu(add_k=1), "add-one smoothing")

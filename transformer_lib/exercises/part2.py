@@ -218,6 +218,11 @@ def check_decoder_layer(cls: type) -> str:
                     "memory went through norm2 too: norm2 normalises x only; the keys "
                     "and values are memory as given",
                 ),
+                (
+                    _norms_swapped(ref, h, mem, mem_mask),
+                    "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
+                    "norm3 before the feed-forward network",
+                ),
             )
             for variant, hint in hints:
                 if is_close(got, variant):
@@ -236,6 +241,13 @@ def check_decoder_layer(cls: type) -> str:
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
     )
+
+
+def _norms_swapped(ref, h: Tensor, mem: Tensor, mem_mask: Tensor) -> Tensor:
+    """The layer's output after self-attention gave h, with norm3 before cross-attention
+    and norm2 before the feed-forward network."""
+    h = h + ref.cross_attn(ref.norm3(h), mem, mem, mask=mem_mask)[0]
+    return h + ref.ff(ref.norm2(h))
 
 
 def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
@@ -392,14 +404,18 @@ def train_step_reference(model, optimizer, src, tgt_in, tgt_out, pad_id, eps=0.1
     return loss.item()
 
 
+_PAD = 3  # the training step's pad id: not 0, so that a hard-coded 0 shows
+
+
 def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
-    """Two small padded batches (src, tgt_in, tgt_out) for a vocabulary of 12."""
+    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, padded with
+    _PAD; token 0 is a real target here."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(2):
-        src = torch.randint(3, 12, (3, 6), generator=g)
-        y = torch.randint(3, 12, (3, 5), generator=g)
-        src[0, 4:], y[1, 3:] = 0, 0  # padding
+        src = torch.randint(4, 12, (3, 6), generator=g)
+        y = torch.randint(4, 12, (3, 5), generator=g)
+        src[0, 4:], y[1, 3:], y[0, 1], y[2, 0] = _PAD, _PAD, 0, 0  # padding; 0 is real
         tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), y[:, :-1]], 1)
         out.append((src, tgt_in, y))
     return out
@@ -412,7 +428,8 @@ def check_train_step(fn: Callable) -> str:
     from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
 
     torch.manual_seed(0)
-    model = Transformer(Seq2SeqConfig.tiny(12, 12)).double()
+    config = Seq2SeqConfig.tiny(12, 12, src_pad_id=_PAD, tgt_pad_id=_PAD)
+    model = Transformer(config).double()
     ref = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
@@ -424,28 +441,40 @@ def check_train_step(fn: Callable) -> str:
     )
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         with torch.no_grad():
-            logits = ref(src, tgt_in).flatten(0, 1)
+            logits3 = ref(src, tgt_in)  # (B, T, n_vocab)
+            logits = logits3.flatten(0, 1)
             summed = F.cross_entropy(  # the masked, smoothed losses, summed
                 logits,
                 tgt_out.flatten(),
-                ignore_index=0,
+                ignore_index=_PAD,
                 label_smoothing=0.1,
                 reduction="sum",
             )
+            real = (tgt_out != _PAD).double()  # (B, T)
+            per_target = F.cross_entropy(
+                logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=0.1
+            )  # (B, T)
             variants = (
+                (
+                    F.cross_entropy(
+                        logits, tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+                    ),
+                    f"ignore_index is a hard-coded 0, but pad_id is {_PAD}: pass "
+                    "ignore_index=pad_id",
+                ),
                 (
                     F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=0.1),
                     "padded targets were counted: pass ignore_index=pad_id",
                 ),
                 (
-                    F.cross_entropy(logits, tgt_out.flatten(), ignore_index=0),
+                    F.cross_entropy(logits, tgt_out.flatten(), ignore_index=_PAD),
                     "this is plain cross-entropy: pass label_smoothing",
                 ),
                 (
                     F.cross_entropy(
                         ref(src, tgt_out).flatten(0, 1),
                         tgt_out.flatten(),
-                        ignore_index=0,
+                        ignore_index=_PAD,
                         label_smoothing=0.1,
                     ),
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
@@ -453,10 +482,26 @@ def check_train_step(fn: Callable) -> str:
                 ),
                 (
                     F.cross_entropy(
-                        logits, tgt_in.flatten(), ignore_index=0, label_smoothing=0.1
+                        logits, tgt_in.flatten(), ignore_index=_PAD, label_smoothing=0.1
                     ),
                     "the loss compared the predictions with tgt_in: the targets are "
                     "tgt_out, the next tokens (y <eos>)",
+                ),
+                (
+                    F.cross_entropy(
+                        logits3[:, :-1].flatten(0, 1),
+                        tgt_out[:, 1:].flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=0.1,
+                    ),
+                    "the targets were shifted once more (logits[:, :-1] against "
+                    "tgt_out[:, 1:]): tgt_out is already shifted, so logits[:, t] "
+                    "predicts tgt_out[:, t]",
+                ),
+                (
+                    ((per_target * real).sum(1) / real.sum(1)).mean(),
+                    "a mean of per-sentence means: a short sentence's targets weigh "
+                    "more; take one mean over all the real targets of the batch",
                 ),
                 (
                     summed,
@@ -471,8 +516,8 @@ def check_train_step(fn: Callable) -> str:
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
-        got = fn(model, opt, src, tgt_in, tgt_out, 0, 0.1)
-        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, 0, 0.1)
+        got = fn(model, opt, src, tgt_in, tgt_out, _PAD, 0.1)
+        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, _PAD, 0.1)
         if not isinstance(got, float):
             raise ExerciseError(
                 f"return the loss as a float (loss.item()), got {type(got).__name__}"
@@ -496,6 +541,12 @@ def check_train_step(fn: Callable) -> str:
                     f"step {step}: the weights did not change: call optimizer.step() "
                     "after loss.backward()"
                 )
+            if _scaled_step(model, ref, before):
+                raise ExerciseError(
+                    f"step {step}: every weight moved in the right direction but a "
+                    "shorter way: the gradients were clipped (or scaled); this step "
+                    "asks for none: zero_grad, backward, step"
+                )
             if step == 2:
                 raise ExerciseError(
                     f"step 2: the loss is right but {name} moved too far: step 1's "
@@ -503,6 +554,18 @@ def check_train_step(fn: Callable) -> str:
                 )
             raise ExerciseError(f"step {step}: {name} differs from the reference")
     return "two steps of a tiny translator with padding: losses and weights match"
+
+
+def _scaled_step(model, ref, before: list) -> bool:
+    """Did every weight of model move along the reference's update, all by one factor
+    below 1 (the gradients clipped by their norm)?"""
+    mine, want = [], []
+    for p, r, b in zip(model.parameters(), ref.parameters(), before):
+        mine.append((p - b).detach().flatten())
+        want.append((r - b).detach().flatten())
+    mine, want = torch.cat(mine), torch.cat(want)
+    k = (mine @ want / (want @ want)).item()
+    return 0 < k < 1 - 1e-6 and torch.allclose(mine, k * want, atol=1e-9)
 
 
 def _regression_step(log: list) -> Callable:
@@ -707,8 +770,26 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"min_p={p}: token {t} drawn {f:.0%} of the time, expected "
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
+    _min_p_tie(fn)
     _min_p_generator(fn, probs.log())
-    return f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each"
+    return (
+        f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each; a tie "
+        "(0.25 = 0.5 * 0.5) kept"
+    )
+
+
+def _min_p_tie(fn: Callable) -> None:
+    """At min_p 0.5, probabilities [0.5, 0.25, 0.25] keep all three: 0.25 is exactly
+    min_p times the top one, and 'at least' keeps it."""
+    logits = torch.tensor([[0.5, 0.25, 0.25]]).log().repeat(400, 1)
+    got = fn(logits, 0.5, torch.Generator().manual_seed(0))
+    drawn = sorted(set(torch.as_tensor(got).flatten().tolist()))
+    if drawn == [0]:
+        raise ExerciseError(
+            "min_p=0.5, probabilities [0.5, 0.25, 0.25]: only token 0 was drawn, but "
+            "0.25 is exactly 0.5 * 0.5: keep p >= min_p * p_max (at least, not more "
+            "than: >=, not >)"
+        )
 
 
 def _min_p_generator(fn: Callable, logits: Tensor) -> None:
@@ -744,19 +825,25 @@ def _toy_step(prefix: tuple[int, ...]) -> Tensor:
 
 
 def beam_search_reference(
-    step: Callable, beam: int, max_len: int, eos: int = 2
+    step: Callable,
+    beam: int,
+    max_len: int,
+    eos: int = 2,
+    product: bool = False,
+    ascending: bool = False,
 ) -> tuple[list[int], float]:
     """The best finished sequence (eos included) and its log-probability, keeping `beam`
-    prefixes per step."""
-    alive, done = [((), 0.0)], []
+    prefixes per step; or two typical mistakes: log-probs multiplied (from 1), the
+    prefixes sorted worst first."""
+    alive, done = [((), 1.0 if product else 0.0)], []
     for _ in range(max_len):
         grown = [
-            (p + (t,), s + lp)
+            (p + (t,), s * lp if product else s + lp)
             for p, s in alive
             for t, lp in enumerate(step(p).tolist())
             if lp > -math.inf
         ]
-        grown.sort(key=lambda c: -c[1])
+        grown.sort(key=lambda c: c[1] if ascending else -c[1])
         alive = []
         for p, s in grown[:beam]:
             (done if p[-1] == eos else alive).append((p, s))
@@ -781,6 +868,22 @@ def check_beam_search(fn: Callable) -> str:
             )
         if tokens != want:
             greedy = " = greedy's answer: keep the beam best prefixes, not one"
+            for wrong, hint in (
+                (
+                    dict(product=True),
+                    "the log-probabilities were multiplied: a prefix's score is "
+                    "their sum (the log of the product of the probabilities)",
+                ),
+                (
+                    dict(ascending=True),
+                    "the prefixes were sorted in ascending order, so the beam kept "
+                    "the worst ones: sort by score, highest first",
+                ),
+            ):
+                if tokens == beam_search_reference(_toy_step, beam, 4, **wrong)[0]:
+                    raise ExerciseError(
+                        f"beam={beam}: got tokens {tokens}, expected {want}: {hint}"
+                    )
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
@@ -791,6 +894,13 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but {score:.4f} is the probability: "
                 "return the log-probability, the sum of the log-probs "
                 f"({want_score:.4f})"
+            )
+        if math.isclose(score, want_score / len(want), rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the log-prob divided "
+                f"by the length ({len(want)}), a length-normalised score: return the "
+                f"raw sum of the log-probs ({want_score:.4f}), as the docstring asks "
+                "(no length penalty)"
             )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
@@ -897,6 +1007,15 @@ _BLEU_CORPORA = [
     [  # 的 twice, once in each reference: clipped to the most of one (1), not the sum
         ("我的的书在桌子上。", ["我的书在桌子上。", "他的书在桌子上。"]),
     ],
+    [  # no 4-gram matches (p_4 = 0): BLEU 0 with no smoothing, never a log(0) error
+        ("我们明天去学校。", ["明天我们去学校了。"]),
+    ],
+    [  # a reference one shorter and one longer (and a far longer): r is the shorter
+        (
+            "我喜欢小猫。",
+            ["我喜欢猫。", "我很喜欢小猫。", "我真的非常非常喜欢这只小猫。"],
+        ),
+    ],
 ]
 
 
@@ -912,15 +1031,20 @@ def bleu_reference(
     arithmetic=False,
     shortest=False,
     summed=False,
+    tie_longer=False,
+    orders=4,
+    add_k=0,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
     shortest reference as r, an arithmetic mean of the precisions, counts clipped to
-    the sum over the references."""
+    the sum over the references, the longer of two closest references, only the first
+    `orders` precisions, add_k added to every match and n-gram count."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
+    sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
         c += len(hyp)
-        closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), len(ref)))
+        closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), sign * len(ref)))
         lengths = list(map(len, refs))
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         for n in range(1, 5):
@@ -931,15 +1055,16 @@ def bleu_reference(
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
             total[n - 1] += sum(got.values())
-    if min(match) == 0:
+    if min(match) == 0 and not add_k:
         return 0.0
-    p = [m / t for m, t in zip(match, total)]
-    mean = sum(p) / 4 if arithmetic else math.exp(sum(map(math.log, p)) / 4)
+    p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
+    mean = sum(p) / orders if arithmetic else math.exp(sum(map(math.log, p)) / orders)
     return 100 * (1.0 if not bp or c >= r else math.exp(1 - r / c)) * mean
 
 
-def _sacrebleu(corpus) -> float:
-    """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists."""
+def _sacrebleu(corpus, smooth_method: str = "none") -> float:
+    """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists, unsmoothed
+    unless smooth_method says otherwise (a zero precision gives 0)."""
     import sacrebleu
 
     n = max(len(refs) for _, refs in corpus)
@@ -948,16 +1073,27 @@ def _sacrebleu(corpus) -> float:
         for j in range(n)
     ]
     hyps = [" ".join(hyp) for hyp, _ in corpus]
-    return sacrebleu.corpus_bleu(hyps, streams, tokenize="none").score
+    return sacrebleu.corpus_bleu(
+        hyps, streams, tokenize="none", smooth_method=smooth_method
+    ).score
 
 
 @checker("corpus BLEU")
 def check_corpus_bleu(fn: Callable) -> str:
-    """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's."""
+    """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's with no
+    smoothing (smooth_method="none"): a zero precision gives 0."""
     for k, sentences in enumerate(_BLEU_CORPORA, 1):
         corpus = [(list(h), [list(r) for r in refs]) for h, refs in sentences]
         want = _sacrebleu(corpus)
-        got = fn([h for h, _ in corpus], [refs for _, refs in corpus])
+        try:
+            got = fn([h for h, _ in corpus], [refs for _, refs in corpus])
+        except ValueError as e:
+            if "domain" not in str(e):
+                raise
+            raise ExerciseError(
+                f"corpus {k}: ValueError ({e}): no 4-gram matches, a precision of 0, "
+                "and log(0) is undefined: with no smoothing BLEU is 0 then, return 0.0"
+            ) from None
         if not isinstance(got, (int, float)) and not torch.is_tensor(got):
             raise ExerciseError(f"corpus {k}: expected a number, got {type(got)}")
         got = float(got)
@@ -987,6 +1123,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 bleu_reference(corpus, bp=False),
             ),
             (
+                "of two references as close, the longer was taken for r: take the "
+                "shorter one on a tie",
+                bleu_reference(corpus, tie_longer=True),
+            ),
+            (
                 "r is the longest reference: take each sentence's closest one",
                 bleu_reference(corpus, longest=True),
             ),
@@ -999,6 +1140,21 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "only each sentence's first reference was used: clip the counts "
                 "against all its references, and take r from the closest of them",
                 bleu_reference([(h, refs[:1]) for h, refs in corpus]),
+            ),
+            (
+                "only unigram precision: BLEU takes the geometric mean of the "
+                "precisions of n = 1..4",
+                bleu_reference(corpus, orders=1),
+            ),
+            (
+                "add-one smoothing, (matches + 1) / (n-grams + 1): BLEU here has no "
+                "smoothing; a zero precision gives 0",
+                bleu_reference(corpus, add_k=1),
+            ),
+            (
+                "sacreBLEU's default smoothing (exp): BLEU here has none; a zero "
+                "precision gives 0",
+                _sacrebleu(corpus, "exp"),
             ),
             (
                 "an arithmetic mean of the precisions: BLEU takes the geometric one, "
@@ -1028,6 +1184,7 @@ def check_corpus_bleu(fn: Callable) -> str:
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
     return (
-        f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu: clipping (to one "
-        "reference's count), brevity, closest r"
+        f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
+        "clipping (to one reference's count), brevity, closest r (the shorter on a "
+        "tie), a zero 4-gram precision gives 0"
     )
