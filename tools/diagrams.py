@@ -744,13 +744,13 @@ def translator_shapes():
         "The whole translator, with the shape on every arrow",
         "Read from the bottom up. Left, the encoder: source token ids (B, S) go "
         "through the token embedding times the square root of C plus the positional "
-        "encoding, (B, S, C), then N encoder layers and a final LayerNorm, giving "
+        "encoding, (B, S, C), then L encoder layers and a final LayerNorm, giving "
         "the memory (B, S, C). Right, the decoder: target token ids shifted right, "
         "<bos> first, (B, T), through their own embedding and positions, (B, T, C), "
-        "then N decoder layers, each masked self-attention, cross-attention whose "
+        "then L decoder layers, each masked self-attention, cross-attention whose "
         "keys and values are the memory, and feed-forward; a final LayerNorm; the "
         "output projection, whose weight is the target embedding's table, gives the "
-        "logits (B, T, V). Under it, the sizes of the course's translator.",
+        "logits (B, T, n_vocab). Under it, the sizes of the course's translator.",
     )
     ex, dx = 190, 670  # the centres of the encoder and the decoder column
     s.text(ex, 30, "encoder · 07", size=15, weight="bold")
@@ -760,7 +760,7 @@ def translator_shapes():
     _shape_arrow(s, ex, 640, 600, "(B, S)")
     _shape_arrow(s, dx, 640, 600, "(B, T)")
     for x, w in ((40, 300), (500, 340)):
-        sub = "02 · 03" if x == 40 else "a (V, C) table, shared with the output"
+        sub = "02 · 03" if x == 40 else "a (n_vocab, C) table, shared with the output"
         s.box(x, 550, w, 50, "token embedding × √C + positions", "embed", sub=sub)
     _shape_arrow(s, ex, 550, 510, "(B, S, C)")
     s.box(
@@ -768,7 +768,7 @@ def translator_shapes():
         430,
         300,
         80,
-        "encoder layer × N",
+        "encoder layer × L",
         "attn",
         sub="self-attention, feed-forward",
     )
@@ -776,7 +776,7 @@ def translator_shapes():
     s.box(40, 350, 300, 40, "final LayerNorm", "norm")
     _shape_arrow(s, ex, 350, 310, "(B, S, C)")
     s.box(40, 260, 300, 50, "memory", "data", sub="encoder output")
-    s.frame(500, 302, 340, 208, "decoder layer × N")
+    s.frame(500, 302, 340, 208, "decoder layer × L")
     parts = [
         ("masked self-attention", "causal + padding mask"),
         ("cross-attention", "Q from here; K, V from memory"),
@@ -805,7 +805,7 @@ def translator_shapes():
         sub="weight: the target embedding's",
     )
     s.line([(840, 575), (870, 575), (870, 149), (840, 149)], dash=True, color=MUTED)
-    _shape_arrow(s, dx, 124, 88, "(B, T, V)")
+    _shape_arrow(s, dx, 124, 88, "(B, T, n_vocab)")
     s.box(500, 48, 340, 40, "logits: a score per target token", "out")
     s.text(
         40,
@@ -815,8 +815,8 @@ def translator_shapes():
         anchor="start",
         color=MUTED,
     )
-    sizes = f"C = {c['d_model']}, H = {c['n_heads']}, N = {c['n_layers']}, "
-    sizes += f"d_ff = {c['d_ff']}, V = {c['vocab']:,} (Chinese tokens)"
+    sizes = f"C = {c['d_model']}, H = {c['n_heads']}, L = {c['n_layers']}, "
+    sizes += f"F = {c['d_ff']}, n_vocab = {c['vocab']:,} (Chinese tokens)"
     s.text(40, 742, sizes, size=13, anchor="start", mono=True)
     return s
 
