@@ -732,7 +732,7 @@ def _translator_sizes() -> dict:
 def _shape_arrow(s, x, y_from, y_to, shape):
     """An upward arrow with the shape of what travels on it, right of it."""
     s.arrow(x, y_from, x, y_to)
-    s.text(x + 8, (y_from + y_to) / 2 + 5, shape, size=13, anchor="start", mono=True)
+    s.text(x + 8, (y_from + y_to) / 2 + 5, shape, size=14, anchor="start", mono=True)
 
 
 @diagram
@@ -755,13 +755,24 @@ def translator_shapes():
     ex, dx = 190, 670  # the centres of the encoder and the decoder column
     s.text(ex, 30, "encoder · 07", size=15, weight="bold")
     s.text(dx, 30, "decoder · 08", size=15, weight="bold")
-    s.box(40, 640, 300, 44, "source ids", "data", size=14, sub="English BPE tokens")
-    s.box(500, 640, 340, 44, "target ids, shifted right", "data", sub="<bos> first")
+    s.box(40, 640, 300, 44, "source ids", "data", size=15, sub="English BPE tokens")
+    s.box(
+        500,
+        640,
+        340,
+        44,
+        "target ids, shifted right",
+        "data",
+        sub="<bos> first",
+        size=15,
+    )
     _shape_arrow(s, ex, 640, 600, "(B, S)")
     _shape_arrow(s, dx, 640, 600, "(B, T)")
     for x, w in ((40, 300), (500, 340)):
         sub = "02 · 03" if x == 40 else "a (n_vocab, C) table, shared with the output"
-        s.box(x, 550, w, 50, "token embedding × √C + positions", "embed", sub=sub)
+        s.box(
+            x, 550, w, 50, "token embedding × √C + positions", "embed", sub=sub, size=15
+        )
     _shape_arrow(s, ex, 550, 510, "(B, S, C)")
     s.box(
         40,
@@ -771,11 +782,12 @@ def translator_shapes():
         "encoder layer × L",
         "attn",
         sub="self-attention, feed-forward",
+        size=15,
     )
     _shape_arrow(s, ex, 430, 390, "(B, S, C)")
-    s.box(40, 350, 300, 40, "final LayerNorm", "norm")
+    s.box(40, 350, 300, 40, "final LayerNorm", "norm", size=15)
     _shape_arrow(s, ex, 350, 310, "(B, S, C)")
-    s.box(40, 260, 300, 50, "memory", "data", sub="encoder output")
+    s.box(40, 260, 300, 50, "memory", "data", sub="encoder output", size=15)
     s.frame(500, 302, 340, 208, "decoder layer × L")
     parts = [
         ("masked self-attention", "causal + padding mask"),
@@ -784,16 +796,17 @@ def translator_shapes():
     ]
     for i, (label, sub) in enumerate(parts):
         y = 460 - 64 * i
-        s.box(540, y, 260, 40, label, "ffn" if sub is None else "attn", sub=sub)
+        s.box(
+            540, y, 260, 40, label, "ffn" if sub is None else "attn", sub=sub, size=15
+        )
         if i:
             _shape_arrow(s, dx, y + 64, y + 40, "(B, T, C)")
     _shape_arrow(s, dx, 550, 500, "(B, T, C)")
     s.line([(340, 285), (420, 285), (420, 416), (540, 416)], color=PALETTE["attn"][1])
-    s.text(
-        428, 404, "K, V (B, S, C)", size=13, anchor="start", color=PALETTE["attn"][1]
-    )
+    s.text(428, 390, "K, V", size=14, anchor="start", color=PALETTE["attn"][1])
+    s.text(428, 408, "(B, S, C)", size=13, anchor="start", mono=True)
     _shape_arrow(s, dx, 332, 250, "(B, T, C)")
-    s.box(500, 214, 340, 36, "final LayerNorm", "norm")
+    s.box(500, 214, 340, 36, "final LayerNorm", "norm", size=15)
     _shape_arrow(s, dx, 214, 174, "(B, T, C)")
     s.box(
         500,
@@ -803,21 +816,22 @@ def translator_shapes():
         "output projection",
         "out",
         sub="weight: the target embedding's",
+        size=15,
     )
     s.line([(840, 575), (870, 575), (870, 149), (840, 149)], dash=True, color=MUTED)
     _shape_arrow(s, dx, 124, 88, "(B, T, n_vocab)")
-    s.box(500, 48, 340, 40, "logits: a score per target token", "out")
+    s.box(500, 48, 340, 40, "logits: a score per target token", "out", size=15)
     s.text(
         40,
         720,
         "the course's translator (Seq2SeqConfig, notebook 09's run):",
-        size=13,
+        size=14,
         anchor="start",
         color=MUTED,
     )
     sizes = f"C = {c['d_model']}, H = {c['n_heads']}, L = {c['n_layers']}, "
     sizes += f"F = {c['d_ff']}, n_vocab = {c['vocab']:,} (Chinese tokens)"
-    s.text(40, 742, sizes, size=13, anchor="start", mono=True)
+    s.text(40, 742, sizes, size=14, anchor="start", mono=True)
     return s
 
 
