@@ -16,6 +16,11 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 QUOTES = [
     (
+        "05_multi_head_attention",
+        r"\*bought\*, ([\d.]+) of a row's weight",
+        r"head 0: most weight on 'bought' \(([\d.]+) of a row",
+    ),
+    (
         "07_encoder",
         r"the first layer gets\s+([\d.]+) times the top layer's",
         r"post-norm, layer 1 / layer 12: ([\d.]+)",

@@ -2,6 +2,7 @@
 label checks, CJK fonts."""
 
 import warnings
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -12,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from transformer_lib.viz import (  # noqa: E402
     ATTENTION_CMAP,
+    load_stored_attention,
     plot_attention,
     plot_heads,
     use_cjk_fallback_fonts,
@@ -73,3 +75,19 @@ def test_cjk_font_fallback():
         ax = plot_attention(torch.rand(2, 2), ["我", "猫"], ["我", "猫"], "中文")
         ax.figure.canvas.draw()
     plt.close("all")
+
+
+def test_load_stored_attention_finds_the_export_from_a_notebook_folder(tmp_path):
+    """From notebooks/ (or zh/notebooks/) the loader walks up to _static/explorer."""
+    root = Path(__file__).resolve().parents[1]
+    for start in (root / "notebooks", root / "zh" / "notebooks"):
+        stored = load_stored_attention("translator", start=start)
+        s = stored["sentences"][0]
+        n_layers, n_heads = stored["config"]["n_layers"], stored["config"]["n_heads"]
+        assert (
+            torch.tensor(s["enc_self"]).shape
+            == (n_layers, n_heads) + (len(s["src_tokens"]),) * 2
+        )
+    assert (
+        load_stored_attention("translator", start=tmp_path) is None
+    )  # a lone notebook

@@ -713,6 +713,128 @@ def teacher_forcing():
     return s
 
 
+def _translator_sizes() -> dict:
+    """The course translator's sizes: Seq2SeqConfig's defaults (its d_model, n_heads,
+    n_layers, d_ff) and the target vocabulary of notebook 09's stored run."""
+    from dataclasses import fields
+
+    from transformer_lib.seq2seq import Seq2SeqConfig
+    from transformer_lib.viz import load_stored_attention
+
+    sizes = {f.name: f.default for f in fields(Seq2SeqConfig)}
+    run = load_stored_attention("translator", start=ROOT)["config"]
+    for name in ("d_model", "n_heads", "n_layers", "d_ff"):
+        if run[name] != sizes[name]:
+            sys.exit(f"translator_shapes: the stored run's {name} is not the default")
+    return {**sizes, "vocab": run["tgt_vocab_size"]}
+
+
+def _shape_arrow(s, x, y_from, y_to, shape):
+    """An upward arrow with the shape of what travels on it, right of it."""
+    s.arrow(x, y_from, x, y_to)
+    s.text(x + 8, (y_from + y_to) / 2 + 5, shape, size=14, anchor="start", mono=True)
+
+
+@diagram
+def translator_shapes():
+    c = _translator_sizes()
+    s = Svg(
+        900,
+        760,
+        "The whole translator, with the shape on every arrow",
+        "Read from the bottom up. Left, the encoder: source token ids (B, S) go "
+        "through the token embedding times the square root of C plus the positional "
+        "encoding, (B, S, C), then L encoder layers and a final LayerNorm, giving "
+        "the memory (B, S, C). Right, the decoder: target token ids shifted right, "
+        "<bos> first, (B, T), through their own embedding and positions, (B, T, C), "
+        "then L decoder layers, each masked self-attention, cross-attention whose "
+        "keys and values are the memory, and feed-forward; a final LayerNorm; the "
+        "output projection, whose weight is the target embedding's table, gives the "
+        "logits (B, T, n_vocab). Under it, the sizes of the course's translator.",
+    )
+    ex, dx = 190, 670  # the centres of the encoder and the decoder column
+    s.text(ex, 30, "encoder · 07", size=15, weight="bold")
+    s.text(dx, 30, "decoder · 08", size=15, weight="bold")
+    s.box(40, 640, 300, 44, "source ids", "data", size=15, sub="English BPE tokens")
+    s.box(
+        500,
+        640,
+        340,
+        44,
+        "target ids, shifted right",
+        "data",
+        sub="<bos> first",
+        size=15,
+    )
+    _shape_arrow(s, ex, 640, 600, "(B, S)")
+    _shape_arrow(s, dx, 640, 600, "(B, T)")
+    for x, w in ((40, 300), (500, 340)):
+        sub = "02 · 03" if x == 40 else "a (n_vocab, C) table, shared with the output"
+        s.box(
+            x, 550, w, 50, "token embedding × √C + positions", "embed", sub=sub, size=15
+        )
+    _shape_arrow(s, ex, 550, 510, "(B, S, C)")
+    s.box(
+        40,
+        430,
+        300,
+        80,
+        "encoder layer × L",
+        "attn",
+        sub="self-attention, feed-forward",
+        size=15,
+    )
+    _shape_arrow(s, ex, 430, 390, "(B, S, C)")
+    s.box(40, 350, 300, 40, "final LayerNorm", "norm", size=15)
+    _shape_arrow(s, ex, 350, 310, "(B, S, C)")
+    s.box(40, 260, 300, 50, "memory", "data", sub="encoder output", size=15)
+    s.frame(500, 302, 340, 208, "decoder layer × L")
+    parts = [
+        ("masked self-attention", "causal + padding mask"),
+        ("cross-attention", "Q from here; K, V from memory"),
+        ("feed-forward", None),
+    ]
+    for i, (label, sub) in enumerate(parts):
+        y = 460 - 64 * i
+        s.box(
+            540, y, 260, 40, label, "ffn" if sub is None else "attn", sub=sub, size=15
+        )
+        if i:
+            _shape_arrow(s, dx, y + 64, y + 40, "(B, T, C)")
+    _shape_arrow(s, dx, 550, 500, "(B, T, C)")
+    s.line([(340, 285), (420, 285), (420, 416), (540, 416)], color=PALETTE["attn"][1])
+    s.text(428, 390, "K, V", size=14, anchor="start", color=PALETTE["attn"][1])
+    s.text(428, 408, "(B, S, C)", size=13, anchor="start", mono=True)
+    _shape_arrow(s, dx, 332, 250, "(B, T, C)")
+    s.box(500, 214, 340, 36, "final LayerNorm", "norm", size=15)
+    _shape_arrow(s, dx, 214, 174, "(B, T, C)")
+    s.box(
+        500,
+        124,
+        340,
+        50,
+        "output projection",
+        "out",
+        sub="weight: the target embedding's",
+        size=15,
+    )
+    s.line([(840, 575), (870, 575), (870, 149), (840, 149)], dash=True, color=MUTED)
+    _shape_arrow(s, dx, 124, 88, "(B, T, n_vocab)")
+    s.box(500, 48, 340, 40, "logits: a score per target token", "out", size=15)
+    s.text(
+        40,
+        720,
+        "the course's translator (Seq2SeqConfig, notebook 09's run):",
+        size=14,
+        anchor="start",
+        color=MUTED,
+    )
+    sizes = f"C = {c['d_model']}, H = {c['n_heads']}, L = {c['n_layers']}, "
+    sizes += f"F = {c['d_ff']}, n_vocab = {c['vocab']:,} (Chinese tokens)"
+    s.text(40, 742, sizes, size=14, anchor="start", mono=True)
+    return s
+
+
 @diagram
 def gpt_block():
     s = Svg(

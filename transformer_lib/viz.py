@@ -8,11 +8,15 @@ a change to what it draws makes them stale, so keep its behaviour as it is.
   per key, labelled with the tokens, one colour map (`ATTENTION_CMAP`) starting at 0, so
   a masked key is always the darkest colour;
 - `plot_heads`: a grid of such heatmaps, a head each, on one colour scale;
+- `load_stored_attention`: the attention weights a trained run stored for the book
+  (`_static/explorer/*.json`), so a notebook can draw trained heads without training;
 - `use_cjk_fallback_fonts`: DejaVu Sans, then the fonts of `CJK_FONTS` found on the
   system, so that Chinese labels draw; called at import, with the course's theme.
 """
 
+import json
 import math
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -27,6 +31,7 @@ __all__ = [
     "use_cjk_fallback_fonts",
     "plot_attention",
     "plot_heads",
+    "load_stored_attention",
 ]
 
 ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap
@@ -169,3 +174,23 @@ def plot_heads(
     fig.colorbar(cbar, ax=axes, fraction=0.02, pad=0.02, label="weight")
     fig.suptitle(title)
     return fig
+
+
+def load_stored_attention(
+    name: str = "translator", start: Path | None = None
+) -> dict | None:
+    """The stored export `_static/explorer/<name>.json` of a trained run, or None.
+
+    tools/export_attention.py wrote it ("translator": notebook 09's translator;
+    "gpt": notebook 12's language model). Each of its `sentences` holds the tokens
+    and, as nested lists, the weights (layer, head, query, key), e.g. the
+    translator's `enc_self` (N, H, S, S). Looked for in `start` (default: the
+    working directory, notebooks/ or zh/notebooks/) and the folders above; a notebook
+    opened alone (Colab) finds None.
+    """
+    here = Path.cwd() if start is None else Path(start)
+    for folder in (here, *here.parents):
+        path = folder / "_static" / "explorer" / f"{name}.json"
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    return None
