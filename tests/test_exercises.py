@@ -1256,6 +1256,23 @@ def test_check_command_refuses_an_unknown_notebook(capsys):
     assert "no notebook '99'" in capsys.readouterr().out
 
 
+def test_check_command_names_the_line_of_a_saved_cell_that_raises(tmp_path, capsys):
+    nb = next((ROOT / "notebooks").glob("15_*.ipynb"))
+    data = json.loads(nb.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        if "build-it" in cell["metadata"].get("tags", []):
+            stub = "".join(cell["source"])
+            cell["source"] = stub.replace(
+                "raise NotImplementedError", "return q @ torch.ones(3, 4)  #"
+            )
+    (tmp_path / nb.name).write_text(json.dumps(data), encoding="utf-8")
+    assert main(["check", "15", "--notebooks", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"raised RuntimeError at line \d+: return q @ torch.ones", out), (
+        out
+    )
+
+
 def test_check_command_reads_7_as_07(capsys):
     assert main(["check", "7"]) == 1  # the stub: not implemented yet
     assert "07 MyEncoderLayer: not implemented yet" in capsys.readouterr().out

@@ -27,6 +27,7 @@ definitions.
 
 import argparse
 import json
+import linecache
 from collections.abc import Callable
 from pathlib import Path
 
@@ -192,9 +193,11 @@ def check_notebooks(args: argparse.Namespace) -> int:
             return 2
         namespace: dict = {"__name__": f"build_its_{nb}"}
         raised: dict = {}
-        for source in build_it_cells(paths[0]):
+        for i, source in enumerate(build_it_cells(paths[0]), 1):
+            cell = f"<{paths[0].name}, build-it cell {i}>"  # what a traceback names
+            linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
             try:
-                exec(compile(source, str(paths[0]), "exec"), namespace)
+                exec(compile(source, cell, "exec"), namespace)
             except Exception as e:  # a half-written cell: its build-it fails below
                 print(f"  a build-it cell of {paths[0].name} raised {e!r}")
                 for name, _ in BUILD_ITS[nb]:
