@@ -3429,7 +3429,7 @@ def _r225(env: Env) -> Outcome:
     import torch
 
     from transformer_lib.checkpoints import resume_run
-    from transformer_lib.mt_train import RESUMABLE, TrainConfig, TranslatorRun
+    from transformer_lib.mt_train import RESUMABLE, BudgetedRun, TrainConfig
     from transformer_lib.seq2seq import Seq2SeqConfig, Transformer
     from transformer_lib.training import make_adamw
     from transformer_lib.translator import CHECKPOINT_FORMAT
@@ -3448,7 +3448,7 @@ def _r225(env: Env) -> Outcome:
                 bad,
                 model,
                 opt,
-                TranslatorRun,
+                BudgetedRun,
                 settings,
                 RESUMABLE,
                 good["tokenizer"],

@@ -59,8 +59,7 @@ class TrainConfig:
     src_vocab_size: int = setting(4000, "size of the English BPE vocabulary", COUNT)
     model: dict = setting({}, "Seq2SeqConfig sizes to change", SIZES)
     max_tokens: int = setting(2500, "padded tokens per batch (longer side)", COUNT)
-    epochs: int = setting(20, "most epochs to train", COUNT)
-    max_minutes: float | None = setting(24.0, "training-time budget", OPTIONAL)
+    epochs: int = setting(20, "epochs to train; the cosine ends with the last", COUNT)
     schedule: str = setting("cosine", "decay after warm-up", SCHEDULES)
     lr: float = setting(1e-3, "peak learning rate, after the warm-up", POSITIVE)
     min_lr: float = setting(2e-5, "learning rate at the end of the cosine", AT_LEAST_0)
@@ -82,7 +81,7 @@ class TrainConfig:
         """A tiny model on 2,000 pairs for two epochs: checks that everything runs."""
         tiny = dict(d_model=64, n_heads=2, n_layers=2, d_ff=128)
         small = dict(train_limit=2000, src_vocab_size=500, max_tokens=2000, epochs=2)
-        return cls(**small, max_minutes=None, warmup_steps=20, model=tiny)
+        return cls(**small, warmup_steps=20, model=tiny)
 
 # %% ../notebooks/09_training_a_translator.ipynb #6a0d3b12
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -157,32 +156,29 @@ def validation_loss(model: Transformer, examples: list, max_tokens=8000) -> floa
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-runstate
 @dataclass
 class TranslatorRun:
-    """Where a run stands; appendix A1 saves it in its checkpoints and resumes it."""
+    """Where a run stands: step, epoch, the weights kept and the history."""
 
-    planned_epochs: int  # the cosine ends with the last (re-planned for the budget)
-    stop_after: int  # epochs to train: the plan, or more when A1 extends a run
     best_model: dict  # the weights of the best validation loss so far
     best_valid: float = math.inf
     bad_epochs: int = 0  # epochs since the best validation loss
     recent_models: list = field(default_factory=list)  # the last epochs' weights
     step: int = 0
     epoch: int = 0  # epochs finished
-    batch: int = 0  # batches of the current epoch done (A1 resumes from there)
-    epoch_loss: float = 0.0  # the current epoch's loss, summed over its tokens
-    epoch_tokens: int = 0
-    epoch_seconds: float = 0.0  # its training time
     lr: float = 0.0  # the learning rate of the last step
     seconds: float = 0.0  # training and validation of the finished epochs
-    finished: bool = False  # early-stopped, out of time or out of epochs
+    finished: bool = False  # early-stopped or out of epochs
     history: list = field(default_factory=list)  # one row per epoch
     curve: list = field(default_factory=list)  # [step, training loss] every 10 steps
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-finish
-def finish_epoch(model, valid, cfg, run: TranslatorRun, log=print, check=None) -> bool:
-    """Validate, keep the best and last weights, record, re-plan; True: stop."""
+def finish_epoch(
+    model, valid, cfg, run: TranslatorRun, train_loss: float, seconds: float,
+    log=print, check=None
+) -> bool:  # fmt: skip
+    """Validate, keep the best and last weights, record the epoch; True: stop."""
     start = time.perf_counter()
     loss = validation_loss(model, valid)
-    seconds = run.epoch_seconds + time.perf_counter() - start  # training, validation
+    seconds += time.perf_counter() - start  # the epoch's training, then validation
     if check is not None:
         check(loss)  # appendix A1 refuses a diverged loss before anything is kept
     run.bad_epochs = 0 if loss < run.best_valid else run.bad_epochs + 1
@@ -190,40 +186,34 @@ def finish_epoch(model, valid, cfg, run: TranslatorRun, log=print, check=None) -
         run.best_valid, run.best_model = loss, copy_weights(model)
     run.recent_models = (run.recent_models + [copy_weights(model)])[-cfg.keep_last :]
     row = dict(epoch=run.epoch + 1, step=run.step, lr=run.lr, seconds=seconds)
-    row |= dict(train_loss=run.epoch_loss / max(run.epoch_tokens, 1), valid_loss=loss)
+    row |= dict(train_loss=train_loss, valid_loss=loss)
     run.history.append(row)
     line = "epoch {epoch:>2}  step {step:>5}  train loss {train_loss:.3f}  valid loss "
     log((line + "{valid_loss:.3f}  lr {lr:.2e}  {seconds:.0f} s").format(**row))
-    run.epoch, run.batch, run.seconds = run.epoch + 1, 0, run.seconds + seconds
-    run.epoch_loss, run.epoch_tokens, run.epoch_seconds = 0.0, 0, 0.0
-    if cfg.max_minutes is not None and run.stop_after == run.planned_epochs:
-        left, per_epoch = 60 * cfg.max_minutes - run.seconds, run.seconds / run.epoch
-        fits = run.epoch + int(left // per_epoch)  # epochs that fit, at the mean time
-        run.planned_epochs = run.stop_after = max(run.epoch, min(cfg.epochs, fits))
-    run.finished = run.bad_epochs >= cfg.patience or run.epoch >= run.stop_after
+    run.epoch, run.seconds = run.epoch + 1, run.seconds + seconds
+    run.finished = run.bad_epochs >= cfg.patience or run.epoch >= cfg.epochs
     return run.finished
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-loop
 def train_loop(model, train: list, valid: list, cfg, log=print) -> TranslatorRun:
-    """Train until budget, epoch limit or early stop: the run; model keeps its best."""
+    """Train `cfg.epochs` epochs (fewer on an early stop); model keeps its best."""
     optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
-    steps_per_epoch = len(epoch_batches(train, cfg.max_tokens, cfg.seed))
-    run = TranslatorRun(cfg.epochs, cfg.epochs, best_model=copy_weights(model))
+    total_steps = cfg.epochs * len(epoch_batches(train, cfg.max_tokens, cfg.seed))
+    run = TranslatorRun(best_model=copy_weights(model))
     for epoch in range(cfg.epochs):
         model.train()
-        start = time.perf_counter()
+        start, loss_sum, tokens = time.perf_counter(), 0.0, 0
         for idx in epoch_batches(train, cfg.max_tokens, cfg.seed + epoch):
-            run.lr = lr = lr_at(run.step, cfg, run.planned_epochs * steps_per_epoch)
+            run.lr = lr = lr_at(run.step, cfg, total_steps)
             loss, n = train_step(model, optimizer, [train[i] for i in idx], cfg, lr)
-            run.epoch_loss += loss * n
-            run.epoch_tokens += n
+            loss_sum, tokens = loss_sum + loss * n, tokens + n
             run.step += 1
             if run.step % 10 == 0:  # the loss curve
                 run.curve.append([run.step, loss])
             if run.step % 100 == 0:
                 log(f"step {run.step:>5}  loss {loss:.3f}  lr {lr:.2e}")
-        run.epoch_seconds = time.perf_counter() - start
-        if finish_epoch(model, valid, cfg, run, log):
+        seconds = time.perf_counter() - start
+        if finish_epoch(model, valid, cfg, run, loss_sum / tokens, seconds, log):
             break
     model.load_state_dict(run.best_model)
     return run
