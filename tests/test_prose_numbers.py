@@ -368,16 +368,6 @@ QUOTES = [
         r"ends at a loss of ([\d.]+) instead",
         r"without positions, 400 steps: final loss ([\d.]+)",
     ),
-    (  # the plan grew after epoch 17: the learning rate steps back up
-        "09_training_a_translator",
-        r"once: ([\d.e-]+) at the\s+end of epoch 17",
-        r"epoch 17  step  1870 .* lr ([\d.e-]+)",
-    ),
-    (
-        "09_training_a_translator",
-        r"then ([\d.e-]+) at step 1,900",
-        r"step  1900  loss [\d.]+  lr ([\d.e-]+)",
-    ),
 ]
 
 
