@@ -182,7 +182,7 @@ def load_stored_attention(
     """The stored export `_static/explorer/<name>.json` of a trained run, or None.
 
     tools/export_attention.py wrote it ("translator": notebook 09's translator;
-    "gpt": notebook 12's language model). Each of its `sentences` holds the tokens
+    "gpt": appendix A2's Part IV speedrun). Each of its `sentences` holds the tokens
     and, as nested lists, the weights (layer, head, query, key), e.g. the
     translator's `enc_self` (N, H, S, S). Looked for in `start` (default: the
     working directory, notebooks/ or zh/notebooks/) and the folders above; a notebook
