@@ -1,6 +1,10 @@
 """Attention heatmaps (viz.py, notebook 04): labels, one colour map, readable sizes,
 label checks, CJK fonts."""
 
+import io
+import json
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from transformer_lib.viz import (  # noqa: E402
     ATTENTION_CMAP,
+    STORED_URL,
     load_stored_attention,
     plot_attention,
     plot_heads,
@@ -91,3 +96,41 @@ def test_load_stored_attention_finds_the_export_from_a_notebook_folder(tmp_path)
     assert (
         load_stored_attention("translator", start=tmp_path) is None
     )  # a lone notebook
+
+
+class _Response(io.BytesIO):
+    """What urlopen gives, enough for load_stored_attention."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_load_stored_attention_downloads_where_no_repository_is(tmp_path, monkeypatch):
+    """A notebook opened alone (Colab) gets the export from the course's repository;
+    without a network, or with a file that is not an export, it gets None."""
+    asked = []
+
+    def served(body: bytes):
+        def urlopen(url, timeout):
+            asked.append(url)
+            return _Response(body)
+
+        return urlopen
+
+    export = {"command": "python tools/export_attention.py", "samples": []}
+    monkeypatch.setattr(urllib.request, "urlopen", served(json.dumps(export).encode()))
+    assert load_stored_attention("gpt", start=tmp_path, online=True) == export
+    assert asked == [STORED_URL.format(name="gpt")]
+    assert load_stored_attention("gpt", start=tmp_path) is None  # not on Colab: offline
+    assert len(asked) == 1
+    monkeypatch.setattr(urllib.request, "urlopen", served(b"<html>404</html>"))
+    assert load_stored_attention("gpt", start=tmp_path, online=True) is None
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    assert load_stored_attention("gpt", start=tmp_path, online=True) is None

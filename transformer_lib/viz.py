@@ -16,6 +16,8 @@ a change to what it draws makes them stale, so keep its behaviour as it is.
 
 import json
 import math
+import sys
+import urllib.request
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -32,6 +34,7 @@ __all__ = [
     "plot_attention",
     "plot_heads",
     "load_stored_attention",
+    "STORED_URL",
 ]
 
 ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap
@@ -176,8 +179,14 @@ def plot_heads(
     return fig
 
 
+STORED_URL = (  # where a notebook opened alone (Colab) finds the stored exports
+    "https://raw.githubusercontent.com/transformer-course/transformer-from-scratch/"
+    "main/_static/explorer/{name}.json"
+)
+
+
 def load_stored_attention(
-    name: str = "translator", start: Path | None = None
+    name: str = "translator", start: Path | None = None, online: bool | None = None
 ) -> dict | None:
     """The stored export `_static/explorer/<name>.json` of a trained run, or None.
 
@@ -185,12 +194,28 @@ def load_stored_attention(
     "gpt": appendix A2's Part IV speedrun). Each of its `sentences` holds the tokens
     and, as nested lists, the weights (layer, head, query, key), e.g. the
     translator's `enc_self` (N, H, S, S). Looked for in `start` (default: the
-    working directory, notebooks/ or zh/notebooks/) and the folders above; a notebook
-    opened alone (Colab) finds None.
+    working directory, notebooks/ or zh/notebooks/) and the folders above; else, when
+    `online` (default: on Colab, where a notebook is opened alone), downloaded from
+    the course's repository (`STORED_URL`). None when neither finds it.
     """
     here = Path.cwd() if start is None else Path(start)
     for folder in (here, *here.parents):
         path = folder / "_static" / "explorer" / f"{name}.json"
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8"))
-    return None
+    if online is None:
+        online = "google.colab" in sys.modules
+    return _download_stored(name) if online else None
+
+
+def _download_stored(name: str, max_bytes: int = 4_000_000) -> dict | None:
+    """The export `name` from `STORED_URL`, or None when the network or file fails."""
+    try:
+        with urllib.request.urlopen(STORED_URL.format(name=name), timeout=30) as r:
+            data = r.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            return None  # not an export of ours
+        stored = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):  # no network, HTTP error, not JSON
+        return None
+    return stored if isinstance(stored, dict) and "command" in stored else None
