@@ -71,3 +71,23 @@ def test_settings_are_refused_where_they_are_made(change, message):
 def test_every_setting_has_a_help_line():
     for name, f in TrainConfig.__dataclass_fields__.items():
         assert f.metadata.get("help"), name
+
+
+def test_the_saved_translator_holds_the_best_and_the_last_weights(tmp_path):
+    """load_translator(best=False): the last epoch's weights, not the best again."""
+    from transformer_lib.translator import (
+        TranslatorRun,
+        load_translator,
+        save_translator,
+    )
+
+    cfg, data = test_mt_train._tiny_translator_data()
+    model = Transformer(data["model_config"])
+    best = {k: v.clone() for k, v in model.state_dict().items()}
+    last = {k: v + 1 if v.is_floating_point() else v for k, v in best.items()}
+    run = TranslatorRun(best_model=best, recent_models=[last])
+    model.load_state_dict(best)  # as train_loop leaves it
+    save_translator(tmp_path / "t.pt", model, run, cfg, data)
+    for flag, want in ((True, best), (False, last)):
+        got = load_translator(tmp_path / "t.pt", best=flag)[0].state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want)

@@ -123,6 +123,10 @@ def scores() -> dict[str, tuple[str, str]]:
         "bleu_public": printed(r"Challenge test\s+beam\s+[\d,]+\s+([\d.]+)"),
         "bleu_ours": printed(r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
         "mt_minutes": printed(r"\d+ epochs, \d+ steps, ([\d.]+) min of training"),
+        "mt_threads": printed(  # the machine line that ends the notebook of that run
+            r"\d+ epochs, \d+ steps, [\d.]+ min of training[\s\S]*?"
+            r"executed in [\d.]+ s on [^,\n]+, (\d+) CPU thread"
+        ),
         "mt_params": printed(r"([\d,]+) parameters \| \d+ pairs"),
         "lm_loss": printed(r"val loss ([\d.]+) over every validation token \|"),
         "kv_speedup": printed(r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
@@ -150,9 +154,9 @@ def scores() -> dict[str, tuple[str, str]]:
 SCOREBOARD = [
     (
         "**Part II**, an English → Chinese translator: {mt_params} parameters,"
-        " trained in {mt_minutes} minutes on 2 CPU threads",
-        "**第二部分**，英译中翻译器：{mt_params} 个参数，在 2 个 CPU 线程上训练了"
-        " {mt_minutes} 分钟",
+        " trained in {mt_minutes} minutes on {mt_threads} CPU thread{mt_threads_s}",
+        "**第二部分**，英译中翻译器：{mt_params} 个参数，"
+        "在 {mt_threads} 个 CPU 线程上训练了 {mt_minutes} 分钟",
     ),
     (
         "its BLEU-zh on the public Tatoeba test (beam 4): **{bleu_public}**, against"
@@ -213,6 +217,7 @@ def scoreboard(lang: str) -> str:
     rows = []
     for en, zh in SCOREBOARD:
         values = {name: value for name, (value, _) in figures.items()}
+        values["mt_threads_s"] = "" if values["mt_threads"] == "1" else "s"
         what = (en if lang == "en" else zh).format(**values)
         stem = figures[re.search(r"\{(\w+)\}", en)[1]][1]
         rows.append(f"| {what} | [{title(lang, stem)}](../notebooks/{stem}.ipynb) |")

@@ -231,7 +231,8 @@ def save_translator(path, model: Transformer, run: TranslatorRun, cfg, data: dic
             "save under another name"
         )
     state = dict(vars(run), format=CHECKPOINT_FORMAT, train_config=asdict(cfg))
-    state |= dict(finished=True, model=model.state_dict(), src_chars=data["src_chars"])
+    last = run.recent_models[-1]  # the last epoch's weights: `model` holds the best
+    state |= dict(finished=True, model=last, src_chars=data["src_chars"])
     state |= dict(config=model.config.to_dict(), tokenizer=data["tokenizers"])
     return atomic_write(path, lambda f: torch.save(state, f))
 
