@@ -134,16 +134,35 @@ def compare_grads(mine: nn.Module, ref: nn.Module, name: str, rename=None) -> No
         compare(f"{name}, the gradient of {key}", p.grad, r.grad, atol=1e-8)
 
 
+def name_unused(name: str, got, mine: nn.Module) -> None:
+    """Raise ExerciseError naming the parameters of `mine` that the output `got` does
+    not depend on: a layer left unused explains a wrong output better than numbers."""
+    params = [(k, p) for k, p in mine.named_parameters() if p.requires_grad]
+    if not (isinstance(got, Tensor) and got.requires_grad and params):
+        return
+    grads = torch.autograd.grad(
+        got.sum(), [p for _, p in params], retain_graph=True, allow_unused=True
+    )
+    unused = [k for (k, _), g in zip(params, grads) if g is None]
+    if unused:
+        raise ExerciseError(
+            f"{name}: the output does not depend on {', '.join(unused)}: is each "
+            "used in forward, where the docstring says, and not detached?"
+        )
+
+
 def compare_module(
     call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module, rename=None
 ) -> None:
     """The learner's module's output `got` equals the reference's `want` (named `call`,
-    "MyBlock(x)"); then, after backward of the sum of squares through both, so does
-    each parameter's gradient."""
+    "MyBlock(x)"), every parameter reaching it; then, after backward of the sum of
+    squares through both, so does each parameter's gradient."""
+    name = call.split("(")[0]
+    name_unused(name, got, mine)
     compare(call, got, want)
     got.pow(2).sum().backward()
     want.pow(2).sum().backward()
-    compare_grads(mine, ref, call.split("(")[0], rename)
+    compare_grads(mine, ref, name, rename)
 
 
 def jitter(module: nn.Module) -> nn.Module:
@@ -173,7 +192,12 @@ def outcome(check: Callable, fn) -> tuple[str, str]:
         return "fail", raised(e)
 
 
-_LIBRARIES = (Path(__file__).resolve().parent, Path(torch.__file__).resolve().parent)
+# the course's library and torch: an error raised in them is reported at the learner's
+# line that called them
+_LIBRARIES = (
+    Path(__file__).resolve().parents[1],  # transformer_lib
+    Path(torch.__file__).resolve().parent,
+)
 
 
 def raised(e: Exception) -> str:
@@ -184,10 +208,12 @@ def raised(e: Exception) -> str:
         for f in traceback.extract_tb(e.__traceback__)
         if not any(Path(f.filename).resolve().is_relative_to(d) for d in _LIBRARIES)
     ]
+    lines = str(e).strip().splitlines() or [""]
+    message = lines[0] + (" (...)" if len(lines) > 1 else "")  # torch's can run long
     if not mine:
-        return f"the check stopped on {type(e).__name__}: {e}"
+        return f"the check stopped on {type(e).__name__}: {message}"
     at = f"line {mine[-1].lineno}" + (f": {mine[-1].line}" if mine[-1].line else "")
-    return f"your code raised {type(e).__name__} at {at}: {e}"
+    return f"your code raised {type(e).__name__} at {at}: {message}"
 
 
 _MARK = {"pass": "\u2713", "fail": "\u2717", "todo": "\u00b7"}

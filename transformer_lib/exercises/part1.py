@@ -22,6 +22,7 @@ from transformer_lib.exercises.framework import (
     first_output,
     is_close,
     load_weights,
+    name_unused,
 )
 
 # 00 · a file's checksum ---------------------------------------------------------------
@@ -88,6 +89,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: the path was hashed, not the file: open it, "
                     "open(path, 'rb'), and hash the bytes it reads"
                 )
+            if got != want and n and got == hashlib.sha256(b"").hexdigest():
+                raise ExerciseError(
+                    f"a {n}-byte file: got the sha256 of no bytes at all: its last "
+                    "(here its only) chunk, shorter than a full one, was dropped; "
+                    "loop until read() returns b'' and update the hash with every chunk"
+                )
             if got == "":
                 raise ExerciseError(
                     f"a {n}-byte file: got an empty string: return h.hexdigest() of "
@@ -111,7 +118,8 @@ def _check_chunk_argument(fn: Callable) -> None:
     chunk, n = 4096, 3 * 2**20
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "file.bin"
-        path.write_bytes(bytes(range(256)) * (n // 256))
+        no_newline = bytes(b for b in range(256) if b != ord("\n"))  # no "lines"
+        path.write_bytes(no_newline * (n // 255))
         try:
             got, peak = _run_traced(lambda p: fn(p, chunk=chunk), path)
         except TypeError as e:
@@ -127,8 +135,9 @@ def _check_chunk_argument(fn: Callable) -> None:
         if peak > 64 * chunk:
             raise ExerciseError(
                 f"fn(path, chunk={chunk}): {peak / 2**10:.0f} KiB were held at once, "
-                f"expected about {chunk // 2**10} KiB: the argument chunk is ignored; "
-                "read chunk bytes at a time, f.read(chunk)"
+                f"expected about {chunk // 2**10} KiB: the argument chunk is ignored "
+                "(a loop over the file's lines reads up to each b'\\n', here the whole "
+                "file); read chunk bytes at a time, f.read(chunk)"
             )
 
 
@@ -343,6 +352,14 @@ def check_tied_output(cls: type) -> str:
             "of embedding.weight: the output use sends none (detached, or a copy?)"
         )
     compare("the gradient of embedding.weight (both uses)", emb.weight.grad, grad_w)
+    with torch.no_grad():  # an optimizer step changes W: the logits must follow
+        emb.weight.add_(0.5 * torch.randn_like(emb.weight))
+        if not is_close(head(h), h @ emb.weight.T):
+            raise ExerciseError(
+                "after embedding.weight changed (as an optimizer step changes it), the "
+                "logits did not follow: the layer keeps a copy of W made in __init__ "
+                "(clone, or a tensor of its own); read embedding.weight in forward"
+            )
     return (
         f"no parameters of its own ({want_n} in all, not {want_n + V * C}); logits "
         "h @ W^T; W's gradient sums the lookup's and the output's"
@@ -742,6 +759,7 @@ def check_multi_head_attention(cls: type) -> str:
                     "becomes 0, not -inf, and still gets weight; masked_fill(~mask, "
                     "float('-inf'))"
                 )
+        name_unused(name, got, mine)
         compare(name, got, want)
     try:  # forward(query, key): the values are the keys' sequence
         got = first_output(mine(x, mem, mask=pad))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 
@@ -298,8 +299,9 @@ def check_shift_targets(fn: Callable) -> str:
     padded with pad."""
     seqs, bos, eos, pad = [[5, 6, 7], [8], [9, 10]], 1, 2, 3
     want_in, want_out = _shifted(seqs, bos, eos, pad)
+    given = copy.deepcopy(seqs)  # the caller's lists, which fn must leave as they are
     try:
-        got = fn(seqs, bos, eos, pad)
+        got = fn(given, bos, eos, pad)
     except ValueError as e:
         if "expected sequence of length" not in str(e):
             raise
@@ -310,6 +312,11 @@ def check_shift_targets(fn: Callable) -> str:
         ) from None
     if not (isinstance(got, tuple) and len(got) == 2):
         raise ExerciseError("return a pair (tgt_in, tgt_out)")
+    if given != seqs:
+        raise ExerciseError(
+            f"the caller's sequences changed, {seqs} became {given}: build new rows "
+            "([bos] + y, y + [eos]) instead of appending to the lists given"
+        )
     if all(isinstance(g, Tensor) for g in got):
         _shift_named(got, seqs, bos, eos, pad)
     if is_close(got[0], want_out) and is_close(got[1], want_in):
@@ -440,6 +447,7 @@ def check_train_step(fn: Callable) -> str:
         )
     )
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
+        eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
             logits3 = ref(src, tgt_in)  # (B, T, n_vocab)
             logits = logits3.flatten(0, 1)
@@ -447,23 +455,33 @@ def check_train_step(fn: Callable) -> str:
                 logits,
                 tgt_out.flatten(),
                 ignore_index=_PAD,
-                label_smoothing=0.1,
+                label_smoothing=eps,
                 reduction="sum",
             )
             real = (tgt_out != _PAD).double()  # (B, T)
             per_target = F.cross_entropy(
-                logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=0.1
+                logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=eps
             )  # (B, T)
             variants = (
                 (
                     F.cross_entropy(
-                        logits, tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+                        logits,
+                        tgt_out.flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=0.1,
+                    ),
+                    f"label_smoothing is a hard-coded 0.1, but this step passes {eps}: "
+                    "pass label_smoothing=label_smoothing",
+                ),
+                (
+                    F.cross_entropy(
+                        logits, tgt_out.flatten(), ignore_index=0, label_smoothing=eps
                     ),
                     f"ignore_index is a hard-coded 0, but pad_id is {_PAD}: pass "
                     "ignore_index=pad_id",
                 ),
                 (
-                    F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=0.1),
+                    F.cross_entropy(logits, tgt_out.flatten(), label_smoothing=eps),
                     "padded targets were counted: pass ignore_index=pad_id",
                 ),
                 (
@@ -475,14 +493,14 @@ def check_train_step(fn: Callable) -> str:
                         ref(src, tgt_out).flatten(0, 1),
                         tgt_out.flatten(),
                         ignore_index=_PAD,
-                        label_smoothing=0.1,
+                        label_smoothing=eps,
                     ),
                     "the model read tgt_out: it reads tgt_in (<bos> y) and predicts "
                     "tgt_out",
                 ),
                 (
                     F.cross_entropy(
-                        logits, tgt_in.flatten(), ignore_index=_PAD, label_smoothing=0.1
+                        logits, tgt_in.flatten(), ignore_index=_PAD, label_smoothing=eps
                     ),
                     "the loss compared the predictions with tgt_in: the targets are "
                     "tgt_out, the next tokens (y <eos>)",
@@ -492,7 +510,7 @@ def check_train_step(fn: Callable) -> str:
                         logits3[:, :-1].flatten(0, 1),
                         tgt_out[:, 1:].flatten(),
                         ignore_index=_PAD,
-                        label_smoothing=0.1,
+                        label_smoothing=eps,
                     ),
                     "the targets were shifted once more (logits[:, :-1] against "
                     "tgt_out[:, 1:]): tgt_out is already shifted, so logits[:, t] "
@@ -516,8 +534,23 @@ def check_train_step(fn: Callable) -> str:
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
-        got = fn(model, opt, src, tgt_in, tgt_out, _PAD, 0.1)
-        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, _PAD, 0.1)
+        try:
+            got = fn(model, opt, src, tgt_in, tgt_out, _PAD, eps)
+        except RuntimeError as e:
+            sizes = re.search(r"Expected target size \[\d+, (\d+)\]", str(e))
+            if sizes is None:
+                raise
+            if int(sizes[1]) == config.tgt_vocab_size:  # (B, T, n_vocab) as it came
+                raise ExerciseError(
+                    "cross_entropy wants the classes on dim 1: flatten the logits to "
+                    "(B*T, n_vocab) and the targets to (B*T,), or pass "
+                    "logits.transpose(1, 2) (B, n_vocab, T)"
+                ) from None
+            raise ExerciseError(
+                f"the logits have {sizes[1]} positions, tgt_out {tgt_out.shape[1]}: "
+                "the model reads model(src, tgt_in), the source first"
+            ) from None
+        want = train_step_reference(ref, ref_opt, src, tgt_in, tgt_out, _PAD, eps)
         if not isinstance(got, float):
             raise ExerciseError(
                 f"return the loss as a float (loss.item()), got {type(got).__name__}"
@@ -918,7 +951,7 @@ def check_beam_search(fn: Callable) -> str:
             2,
             [2],
             "rank by the total log-probability, with no length penalty: "
-            "[<eos>] (p = 0.3) beats [0, 0, 0, <eos>] (p = 0.168); a mean per token "
+            "[<eos>] (p = 0.3) beats [0, 0, 0, <eos>] (p = 0.185); a mean per token "
             "prefers the longer one",
         ),
     ):
@@ -978,7 +1011,7 @@ def _check_beam_places(fn: Callable) -> None:
 
 def _length_step(prefix: tuple[int, ...]) -> Tensor:
     """A toy where the shortest sentence, [<eos>], has the highest total probability."""
-    table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.5, 0.0, 0.5]}
+    table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.55, 0.0, 0.45]}
     return torch.tensor(table.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
 
 

@@ -260,7 +260,7 @@ def check_kv_cache(cls: type) -> str:
     g = torch.Generator().manual_seed(0)
     cache = cls()
     ks, vs, total = [], [], 0
-    for t in (4, 1, 1, 3):  # a prompt of 4 tokens, then generation
+    for t in (4, 1, 1, 3, 40):  # a prompt of 4 tokens, generation, a long chunk
         k, v = (torch.randn(2, 3, t, 8, generator=g) for _ in range(2))
         ks.append(k)
         vs.append(v)
@@ -268,11 +268,15 @@ def check_kv_cache(cls: type) -> str:
         try:
             got = cache.update(k, v)
         except RuntimeError as e:
+            said = f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
             if "must match except in dimension" not in str(e):
-                raise
+                raise ExerciseError(
+                    f"{said}{total - t} stored: a cache takes any number of tokens, "
+                    "with no fixed capacity: torch.cat along dim 2"
+                ) from e
             raise ExerciseError(
-                f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
-                f"{total - t} stored: join along dim 2, the tokens of (B, H, T, D)"
+                f"{said}{total - t} stored: join along dim 2, the tokens of "
+                "(B, H, T, D)"
             ) from e
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("update should return a pair (keys, values)")
@@ -282,6 +286,11 @@ def check_kv_cache(cls: type) -> str:
             raise ExerciseError(
                 f"after {total} tokens update returned {t} keys: return everything "
                 "stored so far"
+            )
+        if isinstance(keys, Tensor) and keys.dim() == 4 and keys.shape[2] == 1 < total:
+            raise ExerciseError(
+                f"after {total} tokens update returned one position: keep every token "
+                "stored, not only the last one"
             )
         if total > t and is_close(keys, torch.cat([k, *ks[:-1]], 2)):
             raise ExerciseError(
@@ -306,7 +315,7 @@ def check_kv_cache(cls: type) -> str:
     last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
     compare("attention of the last token over the cache", last, full[:, :, -1:])
     _kv_cache_apart(cls, cache, total)
-    return "a prompt of 4 tokens, then 1, 1 and 3: keys, values and length match"
+    return "a prompt of 4 tokens, then 1, 1, 3 and 40: keys, values and length match"
 
 
 def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:

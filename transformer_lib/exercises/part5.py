@@ -165,7 +165,8 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     from transformer_lib.lora import add_lora, lora_layers
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig.tiny(vocab_size=17, n_layers=2)).eval()
+    # with biases, so that a new nn.Linear put in the base's place shows what it lacks
+    model = GPT(GPTConfig.tiny(vocab_size=17, n_layers=2, bias=True)).eval()
     n_plain = sum(p.numel() for p in model.parameters())
     names = add_lora(model, rank=4, alpha=8.0)  # alpha / r = 2
     model.double()
@@ -183,6 +184,9 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             ),
             "W + alpha B A: the scale is alpha / r = 2, not alpha": _merged_weights(
                 model, names, 4.0
+            ),
+            "W + (r / alpha) B A: the scale is alpha / r = 2, not r / alpha = 0.5": (
+                _merged_weights(model, names, 0.25)
             ),
             "W alone: the update was dropped; merge (W += (alpha / r) B A) before "
             "taking the base layer out": _merged_weights(model, names, 0.0),
@@ -203,6 +207,11 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "that requires "
             "grad was changed in place with autograd on: merge under torch.no_grad()"
         ) from None
+    if isinstance(returned, nn.Module):
+        raise ExerciseError(
+            "fn returned the model: change the model in place and return the list of "
+            "the names of the layers it replaced"
+        )
     if left := [n for n, m in model.named_modules() if _is_lora(m)]:
         raise ExerciseError(
             f"{left[0]} is still a LoRALinear: put its base nn.Linear back in its "
