@@ -2808,3 +2808,155 @@ def test_corpus_bleu_zero_precision_ties_unigrams_and_smoothing():
     fails(check, _bleu(tie="longer"), "the longer was taken for r: take the shorter")
     fails(check, _bleu(orders=1), "only unigram precision")
     fails(check, _bleu(add_k=1), "add-one smoothing")
+
+
+# The seventh blind review (issue 34): the wrong answers that passed, and more -------
+
+
+def test_sha256_a_loop_over_lines_and_the_last_partial_chunk_dropped():
+    def lines(path, chunk=1 << 20):  # binary "lines": as long as the file has no \n
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for line in f:
+                h.update(line)
+        return h.hexdigest()
+
+    def full_chunks_only(path, chunk=1 << 20):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while len(block := f.read(chunk)) == chunk:
+                h.update(block)
+        return h.hexdigest()
+
+    fails(ex.check_sha256, lines, r"a loop over the file's lines")
+    fails(ex.check_sha256, full_chunks_only, "the sha256 of no bytes at all")
+
+
+def test_tied_output_a_copy_of_w_made_in_init():
+    class Copied(nn.Module):
+        def __init__(self, embedding):
+            super().__init__()
+            self.w = embedding.weight.clone()  # follows the gradient, not the steps
+
+        def forward(self, h):
+            return h @ self.w.T
+
+    fails(ex.check_tied_output, Copied, "keeps a copy of W made in __init__")
+
+
+def test_multi_head_attention_a_projection_left_unused():
+    right = solution("05").MyMultiHeadAttention
+
+    def without(name):
+        class Unused(right):
+            def __init__(self, d_model, n_heads):
+                super().__init__(d_model, n_heads)
+                getattr(self, name).forward = lambda x: x  # its weights never used
+
+        return Unused
+
+    fails(ex.check_multi_head_attention, without("v_proj"), "does not depend on v_proj")
+    fails(ex.check_multi_head_attention, without("k_proj"), "does not depend on k_proj")
+
+
+def test_shift_targets_that_change_the_callers_lists():
+    def appends(seqs, bos, eos, pad):
+        T = max(map(len, seqs)) + 1
+        for s in seqs:
+            s.append(eos)  # the caller's lists grow
+        tgt_out = [s + [pad] * (T - len(s)) for s in seqs]
+        tgt_in = [[bos] + s[:-1] + [pad] * (T - len(s)) for s in seqs]
+        return torch.tensor(tgt_in), torch.tensor(tgt_out)
+
+    fails(ex.check_shift_targets, appends, "the caller's sequences changed")
+
+
+def test_train_step_hard_coded_smoothing_and_the_classes_on_the_last_dim():
+    def ce(logits, targets, ignore, eps):
+        return F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), ignore_index=ignore,
+            label_smoothing=eps,
+        )  # fmt: skip
+
+    fixed = _train_step(lambda lg, y, p, e: ce(lg, y, p, 0.1))
+    fails(ex.check_train_step, fixed, "label_smoothing is a hard-coded 0.1")
+    unflattened = _train_step(
+        lambda lg, y, p, e: F.cross_entropy(lg, y, ignore_index=p, label_smoothing=e)
+    )
+    fails(ex.check_train_step, unflattened, "cross_entropy wants the classes on dim 1")
+
+
+def test_beam_search_toys_have_no_exact_tie():
+    """Two continuations of one prefix with the same probability would make two
+    answers right; the checker's toys keep every row's non-zero entries distinct."""
+    from transformer_lib.exercises.part2 import _BEAM_TABLE, _length_step
+
+    rows = [torch.tensor(r) for r in _BEAM_TABLE.values()]
+    rows += [_length_step(p).exp() for p in [(), (0,), (0, 0), (0, 0, 0)]]
+    for row in rows:
+        kept = row[row > 0]
+        assert len(set(kept.tolist())) == len(kept), row
+
+
+def test_kv_cache_of_a_fixed_size_and_one_that_keeps_the_last_token():
+    class Fixed:
+        def __init__(self, slots=16):
+            self.slots, self.k, self.v, self.length = slots, None, None, 0
+
+        def update(self, k, v):
+            if self.k is None:
+                B, H, _, D = k.shape
+                self.k, self.v = (k.new_zeros(B, H, self.slots, D) for _ in "kv")
+            end = self.length + k.shape[2]
+            self.k[:, :, self.length : end], self.v[:, :, self.length : end] = k, v
+            self.length = end
+            return self.k[:, :, :end], self.v[:, :, :end]
+
+    class LastOnly:
+        def __init__(self):
+            self.length = 0
+
+        def update(self, k, v):
+            self.k, self.v = k[:, :, -1:], v[:, :, -1:]
+            self.length += k.shape[2]
+            return self.k, self.v
+
+    fails(ex.check_kv_cache, Fixed, "no fixed capacity")
+    fails(ex.check_kv_cache, LastOnly, "returned one position")
+
+
+def test_merge_and_unload_r_over_alpha_a_linear_without_bias_and_the_model_returned():
+    fails(ex.check_merge_and_unload, unload_with(scale=0.25), "not r / alpha")
+
+    def no_bias(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            base = layer.base
+            new = nn.Linear(base.in_features, base.out_features, bias=False).double()
+            with torch.no_grad():
+                new.weight.copy_(base.weight + layer.delta_weight())
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, new)
+        return names
+
+    fails(ex.check_merge_and_unload, no_bias, "without the bias the base layer has")
+
+    def returns_model(model):
+        unload_with()(model)
+        return model
+
+    fails(ex.check_merge_and_unload, returns_model, "fn returned the model")
+
+
+def test_an_error_in_the_library_is_reported_at_the_learners_line():
+    right = solution("07").MyEncoderLayer
+
+    class Positional(right):
+        def forward(self, x, mask=None):
+            return x + self.self_attn(self.norm1(x), mask)[0]  # mask as the key
+
+    status, text = ex.outcome(ex.check_encoder_layer, Positional)
+    assert status == "fail" and "your code raised" in text, text
+    assert "self.self_attn(self.norm1(x), mask)" in text, text
+    assert "\n" not in text

@@ -843,8 +843,8 @@ def _min_p_generator(fn: Callable, logits: Tensor) -> None:
 
 _BEAM_TABLE = {
     (): [0.5, 0.4, 0.1],
-    (0,): [0.4, 0.3, 0.3],
-    (1,): [0.05, 0.9, 0.05],
+    (0,): [0.4, 0.32, 0.28],
+    (1,): [0.06, 0.9, 0.04],
     (0, 0): [0.0, 0.0, 1.0],
     (0, 1): [0.0, 0.0, 1.0],
     (1, 1): [0.0, 0.0, 1.0],
@@ -854,7 +854,7 @@ _BEAM_TABLE = {
 def _toy_step(prefix: tuple[int, ...]) -> Tensor:
     """Log-probabilities of tokens 0, 1 and 2 (= <eos>) after `prefix`: greedy picks 0,
     the best is 1 1."""
-    return torch.tensor(_BEAM_TABLE.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
+    return torch.tensor(_BEAM_TABLE.get(tuple(prefix), [0.12, 0.08, 0.8])).log()
 
 
 def beam_search_reference(
@@ -979,7 +979,7 @@ def _check_beam_places(fn: Callable) -> None:
     def step(prefix) -> Tensor:
         prefix = tuple(int(t) for t in prefix)
         grown.add(prefix)
-        return torch.tensor(_PLACES_TABLE.get(prefix, [0.1, 0.1, 0.8])).log()
+        return torch.tensor(_PLACES_TABLE.get(prefix, [0.12, 0.08, 0.8])).log()
 
     fn(step, 2, 4, 2)
     want = {(), (0,), (0, 0), (0, 1)}
@@ -1012,7 +1012,7 @@ def _check_beam_places(fn: Callable) -> None:
 def _length_step(prefix: tuple[int, ...]) -> Tensor:
     """A toy where the shortest sentence, [<eos>], has the highest total probability."""
     table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.55, 0.0, 0.45]}
-    return torch.tensor(table.get(tuple(prefix), [0.1, 0.1, 0.8])).log()
+    return torch.tensor(table.get(tuple(prefix), [0.12, 0.08, 0.8])).log()
 
 
 # 11 · corpus BLEU ---------------------------------------------------------------------
