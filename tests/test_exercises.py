@@ -644,7 +644,7 @@ def test_min_p_sampling():
     fails(check, min_p_with(absolute=True), "min_p=0.12: kept the tokens of probab")
     fails(check, min_p_with(greedy=True), "min_p=0.12: only token 0 was drawn")
     fails(check, min_p_with(no_filter=True), "min_p=0.45: drew token 1 .*, below")
-    fails(check, min_p_with(uniform=True), "renormalise the kept probabilities")
+    fails(check, min_p_with(uniform=True), "every kept token drawn about equally often")
 
 
 def test_beam_search():
@@ -2960,3 +2960,27 @@ def test_an_error_in_the_library_is_reported_at_the_learners_line():
     assert status == "fail" and "your code raised" in text, text
     assert "self.self_attn(self.norm1(x), mask)" in text, text
     assert "\n" not in text
+
+
+def test_min_p_softmax_over_the_batch_or_twice_and_a_transposed_window_mask():
+    def batch_axis(logits, min_p, generator=None):
+        p = logits.softmax(0)  # over the rows, not the vocabulary
+        q = p * (p >= min_p * p.max(-1, keepdim=True).values)
+        return torch.multinomial(q / q.sum(-1, keepdim=True), 1, generator=generator)[
+            :, 0
+        ]
+
+    def twice(logits, min_p, generator=None):
+        p = logits.softmax(-1)
+        keep = p >= min_p * p.max(-1, keepdim=True).values
+        q = p.masked_fill(~keep, float("-inf")).softmax(-1)  # softmax of probabilities
+        return torch.multinomial(q, 1, generator=generator)[:, 0]
+
+    fails(ex.check_min_p_sampling, batch_axis, r"softmax was taken over the batch")
+    fails(ex.check_min_p_sampling, twice, "went through a second softmax")
+    right = solution("06").my_sliding_window_mask
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: right(ids, pad_id, window).transpose(-1, -2),
+        "the mask is transposed",
+    )

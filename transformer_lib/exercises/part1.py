@@ -796,6 +796,12 @@ def sliding_window_reference(ids: Tensor, pad_id: int, window: int) -> Tensor:
 
 def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | None:
     """Name the usual mistake that gives the mask `got`, if any."""
+    want = sliding_window_reference(ids, pad_id, window)
+    if got.shape == want.shape and torch.equal(got, want.transpose(-1, -2)):
+        return (
+            "the mask is transposed: rows are queries and columns keys, "
+            "mask[b, 0, t, s] says whether query t may see key s"
+        )
     later = got[:, 0].triu(1)  # (B, T, T): keys after their query
     if later.any():
         b, t, s = later.nonzero()[0].tolist()

@@ -793,7 +793,8 @@ def check_min_p_sampling(fn: Callable) -> str:
         got = got.reshape(n, 2)
         for row in range(2):
             freq = torch.bincount(got[:, row], minlength=5).double() / n
-            message = _min_p_message(p, probs[row], freq > 0, keep[row])
+            message = _min_p_axis_message(p, probs, row, freq, want[row])
+            message = message or _min_p_message(p, probs[row], freq > 0, keep[row])
             if message:
                 raise ExerciseError(message)
             for t in range(5):
@@ -809,6 +810,49 @@ def check_min_p_sampling(fn: Callable) -> str:
         f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each; a tie "
         "(0.25 = 0.5 * 0.5) kept"
     )
+
+
+def _min_p_axis_message(
+    p: float, probs: Tensor, row: int, freq: Tensor, want: Tensor
+) -> str | None:
+    """Two slips told apart by the frequencies they draw: the softmax over the batch
+    (each column normalised across the rows) and a second softmax (too flat)."""
+
+    def min_p_of(q: Tensor) -> Tensor:  # the draws' distribution from probabilities q
+        kept = q * (q >= p * q.max())
+        return kept / kept.sum()
+
+    def close(a: Tensor, b: Tensor) -> bool:
+        return (a - b).abs().max().item() < 0.03
+
+    slips = (
+        (
+            min_p_of((probs / probs.sum(0))[row]),
+            "the softmax was taken over the batch (dim 0), so each token's column "
+            "sums to 1: take it over the vocabulary, softmax(dim=-1)",
+        ),
+        (
+            min_p_of(probs[row].softmax(-1)),
+            "the draws follow softmax(softmax(logits)), a flatter distribution: fn "
+            "gets logits; apply the softmax once",
+        ),
+        (
+            min_p_of(probs[row]).gt(0)
+            * probs[row].exp()
+            / (min_p_of(probs[row]).gt(0) * probs[row].exp()).sum(),
+            "the kept probabilities went through a second softmax, which flattens "
+            "them: renormalise by dividing by their sum",
+        ),
+        (
+            min_p_of(probs[row]).gt(0) / min_p_of(probs[row]).gt(0).sum(),
+            "every kept token drawn about equally often: draw in proportion to the "
+            "kept probabilities, not uniformly",
+        ),
+    )
+    for dist, slip in slips:
+        if close(freq, dist) and not close(want, dist):
+            return f"min_p={p}: {slip}"
+    return None
 
 
 def _min_p_tie(fn: Callable) -> None:
