@@ -2984,3 +2984,50 @@ def test_min_p_softmax_over_the_batch_or_twice_and_a_transposed_window_mask():
         lambda ids, pad_id, window: right(ids, pad_id, window).transpose(-1, -2),
         "the mask is transposed",
     )
+
+
+def test_encoder_layer_final_norm_feed_forward_first_and_the_pair_added():
+    right = solution("07").MyEncoderLayer
+
+    class FinalNorm(right):
+        def forward(self, x, mask=None):
+            return self.norm2(super().forward(x, mask))
+
+    class FeedForwardFirst(right):
+        def forward(self, x, mask=None):
+            x = x + self.ff(self.norm2(x))
+            return x + self.self_attn(self.norm1(x), mask=mask)[0]
+
+    class PairAdded(right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)  # (output, weights)
+            return x + self.ff(self.norm2(x))
+
+    check = ex.check_encoder_layer
+    fails(check, FinalNorm, "a LayerNorm was applied to the layer's output")
+    fails(check, FeedForwardFirst, "the feed-forward sublayer ran first")
+    fails(check, PairAdded, r"return a pair \(output, weights\); take the output")
+
+
+def test_decoder_layer_cross_first_norms_one_two_swapped_and_inverted_tgt_mask():
+    right = solution("08").MyDecoderLayer
+
+    def layer(order):
+        class Wrong(right):
+            def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+                for kind, norm in order:
+                    n = getattr(self, norm)(x)
+                    if kind == "self":
+                        x = x + self.self_attn(n, mask=tgt_mask)[0]
+                    elif kind == "inverted":
+                        x = x + self.self_attn(n, mask=~tgt_mask)[0]
+                    else:
+                        x = x + self.cross_attn(n, memory, memory, mask=memory_mask)[0]
+                return x + self.ff(self.norm3(x))
+
+        return Wrong
+
+    check = ex.check_decoder_layer
+    fails(check, layer([("cross", "norm1"), ("self", "norm2")]), "cross-attention came")
+    fails(check, layer([("self", "norm2"), ("cross", "norm1")]), "norm1 and norm2 are")
+    fails(check, layer([("inverted", "norm1"), ("cross", "norm2")]), "tgt_mask is inv")

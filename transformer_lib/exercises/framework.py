@@ -144,6 +144,11 @@ def name_unused(name: str, got, mine: nn.Module) -> None:
         got.sum(), [p for _, p in params], retain_graph=True, allow_unused=True
     )
     unused = [k for (k, _), g in zip(params, grads) if g is None]
+    top = {k.split(".")[0] for k in unused}  # a whole sublayer unused: named once
+    whole = {m for m in top if all(k in unused for k, _ in params if k.startswith(m))}
+    unused = [m for m in sorted(whole)] + [
+        k for k in unused if k.split(".")[0] not in whole
+    ]
     if unused:
         raise ExerciseError(
             f"{name}: the output does not depend on {', '.join(unused)}: is each "

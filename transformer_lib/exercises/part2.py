@@ -28,6 +28,20 @@ from transformer_lib.exercises.framework import (
 # 07 · an encoder layer ----------------------------------------------------------------
 
 
+def _forward(layer: nn.Module, *args) -> Tensor:
+    """layer(*args), with one slip of a layer built on MultiHeadAttention named: its
+    (output, weights) pair used as if it were the output."""
+    try:
+        return layer(*args)
+    except TypeError as e:
+        if "'tuple'" not in str(e):
+            raise
+        raise ExerciseError(
+            f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn and "
+            "cross_attn return a pair (output, weights); take the output, [0]"
+        ) from None
+
+
 @checker("encoder layer")
 def check_encoder_layer(cls: type) -> str:
     """cls(d_model, n_heads, d_ff) with self_attn, ff, norm1, norm2; forward(x,
@@ -41,7 +55,7 @@ def check_encoder_layer(cls: type) -> str:
     mine.double().eval()
     x = torch.randn(2, 5, 16).double()
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
-    got = tensor_output(mine(x, mask), "MyEncoderLayer")
+    got = tensor_output(_forward(mine, x, mask), "MyEncoderLayer")
     want = ref(x, mask)
     if not is_close(got, want):
         with torch.no_grad():
@@ -103,7 +117,29 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
     raw_kv = x + ref.self_attn(n, x, x, mask=mask)[0]
     normed = ref.norm2(n + ref.self_attn(n, mask=mask)[0])
     inverted = x + ref.self_attn(n, mask=~mask)[0]
+    want = ref(x, mask)
+    ff_first = x + ref.ff(ref.norm2(x))  # the sublayers in the other order
+    ff_first_by_place = x + ref.ff(ref.norm1(x))
     return (
+        *(
+            (
+                norm(want),
+                "a LayerNorm was applied to the layer's output: in pre-norm the "
+                "output is the residual stream, h + ff(norm2(h)), left unnormalised",
+            )
+            for norm in (ref.norm1, ref.norm2)
+        ),
+        (
+            ff_first + ref.self_attn(ref.norm1(ff_first), mask=mask)[0],
+            "the feed-forward sublayer ran first: self-attention comes first, then "
+            "the feed-forward sublayer reads its result",
+        ),
+        (
+            ff_first_by_place
+            + ref.self_attn(ref.norm2(ff_first_by_place), mask=mask)[0],
+            "the feed-forward sublayer ran first: self-attention comes first, then "
+            "the feed-forward sublayer reads its result",
+        ),
         (
             inverted + ref.ff(ref.norm2(inverted)),
             "the mask is inverted: True means 'may attend', so pass the mask as "
@@ -151,7 +187,9 @@ def check_decoder_layer(cls: type) -> str:
     mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
     mem_mask = mem_mask[:, None, None]  # (B, 1, 1, S)
     try:
-        got = tensor_output(mine(x, mem, tgt_mask, mem_mask), "MyDecoderLayer")
+        got = tensor_output(
+            _forward(mine, x, mem, tgt_mask, mem_mask), "MyDecoderLayer"
+        )
     except ValueError as e:
         if "same length" in str(e):
             raise ExerciseError(
@@ -230,10 +268,26 @@ def check_decoder_layer(cls: type) -> str:
                     raise ExerciseError(hint)
             h2 = x + ca(x)
             h2 = h2 + ref.self_attn(ref.norm1(h2), mask=tgt_mask)[0]
-            if is_close(got, ff(h2)):
+            n1 = ref.norm1(x)  # cross-attention first, with the first sublayer's norm
+            h4 = x + ref.cross_attn(n1, mem, mem, mask=mem_mask)[0]
+            h4 = h4 + ref.self_attn(ref.norm2(h4), mask=tgt_mask)[0]
+            if is_close(got, ff(h2)) or is_close(got, ff(h4)):
                 raise ExerciseError(
                     "cross-attention came first: self-attention, then cross-attention,"
                     " then the feed-forward network"
+                )
+            h5 = x + ref.self_attn(ref.norm2(x), mask=tgt_mask)[0]
+            h5 = h5 + ref.cross_attn(ref.norm1(h5), mem, mem, mask=mem_mask)[0]
+            if is_close(got, ff(h5)):
+                raise ExerciseError(
+                    "norm1 and norm2 are swapped: norm1 goes before self-attention, "
+                    "norm2 before cross-attention"
+                )
+            h6 = x + ref.self_attn(ref.norm1(x), mask=~tgt_mask)[0]
+            if is_close(got, ff(h6 + ca(h6)), equal_nan=True):
+                raise ExerciseError(
+                    "tgt_mask is inverted: True means 'may attend', so pass it as "
+                    "given, not ~tgt_mask"
                 )
     compare_module(
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
