@@ -3031,3 +3031,74 @@ def test_decoder_layer_cross_first_norms_one_two_swapped_and_inverted_tgt_mask()
     fails(check, layer([("cross", "norm1"), ("self", "norm2")]), "cross-attention came")
     fails(check, layer([("self", "norm2"), ("cross", "norm1")]), "norm1 and norm2 are")
     fails(check, layer([("inverted", "norm1"), ("cross", "norm2")]), "tgt_mask is inv")
+
+
+def test_bpe_encode_highest_rank_one_pass_ids_from_255_spaces_latin1_and_nested():
+    from transformer_lib.exercises.part1 import _bpe_encode_variant
+
+    check = ex.check_bpe_encode
+    for how, message in (
+        ("highest", "highest rank"),
+        ("onepass", "only the pairs present at the start"),
+        ("low", "255 \\+ k, one too few"),
+        ("spaces", "split the text at spaces"),
+        ("latin1", "as Latin-1"),
+    ):
+        fails(
+            check, lambda text, merges: _bpe_encode_variant(text, merges, how), message
+        )
+    right = solution("01").my_bpe_encode
+    fails(check, lambda text, merges: [right(text, merges)], "a list per chunk")
+
+
+def test_rope_positions_from_the_batch_integer_exponent_and_two_exponents_off():
+    from transformer_lib.exercises.part1 import _rotate_pairs
+
+    def with_freq(exponents):
+        return lambda x, base=10000.0: _rotate_pairs(
+            x, base ** exponents(x.size(-1), x)
+        )
+
+    check = ex.check_rope
+    fails(
+        check,
+        with_freq(lambda C, x: ((-2 * torch.arange(C // 2)) // C).to(x.dtype)),
+        "computed in integers",
+    )
+    fails(
+        check,
+        with_freq(lambda C, x: -torch.arange(0, C, 2, dtype=x.dtype) / (C - 2)),
+        r"base\^\(-2i/\(C-2\)\)",
+    )
+    fails(
+        check,
+        with_freq(lambda C, x: -torch.arange(1, C, 2, dtype=x.dtype) / C),
+        r"base\^\(-\(2i\+1\)/C\)",
+    )
+
+    def batch_positions(x, base=10000.0):
+        freq = base ** (-torch.arange(0, x.size(-1), 2, dtype=x.dtype) / x.size(-1))
+        return torch.stack(
+            [_rotate_pairs(x[b][:, None], freq, start=b)[:, 0] for b in range(len(x))]
+        )
+
+    fails(check, batch_positions, "the positions came from the batch axis")
+
+
+def test_alibi_divided_by_d_and_multi_head_softmax_over_queries_and_cross_keys():
+    from transformer_lib.exercises.part1 import alibi_reference
+
+    fails(
+        ex.check_alibi_attention,
+        lambda q, k, v, slopes: alibi_reference(q, k, v, slopes, scale=q.size(-1)),
+        "divided by d_k, not by its square root",
+    )
+    right = solution("05").MyMultiHeadAttention
+
+    class QueryKeys(right):
+        def forward(self, query, key=None, value=None, mask=None):
+            return super().forward(
+                query, query, query if value is None else value, mask
+            )
+
+    fails(ex.check_multi_head_attention, QueryKeys, "come from key and value")

@@ -204,15 +204,25 @@ _BPE_TEXTS = [
 def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     """Typical wrong encoders: `whole` (no chunks), `leftmost` (the leftmost known pair
     first), `frequent` (the most frequent known pair first), `chars` (ord, not
-    bytes), `offset` (merge k gets the id 257 + k), `once` (one merge per chunk)."""
+    bytes), `offset` and `low` (merge k gets the id 257 + k or 255 + k), `once` (one
+    merge per chunk), `highest` (the last-learnt pair first), `onepass` (only the
+    pairs found at the start), `latin1` (Latin-1 bytes)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
     chunks = [text] if how == "whole" else CHUNK_PATTERN.findall(text)
+    chunks = text.split(" ") if how == "spaces" else chunks
     out = []
     for chunk in chunks:
         ids = [ord(c) for c in chunk] if how == "chars" else list(chunk.encode())
-        while len(ids) > 1:
+        if how == "latin1":
+            ids = list(chunk.encode("latin-1", errors="replace"))
+        if how == "onepass":  # the pairs found at the start, each merged once
+            for pair in sorted(
+                {p for p in zip(ids, ids[1:]) if p in ranks}, key=ranks.get
+            ):
+                ids = merge(ids, pair, ranks[pair])
+        while len(ids) > 1 and how != "onepass":
             known = [p for p in zip(ids, ids[1:]) if p in ranks]
             if not known:
                 break
@@ -220,9 +230,11 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 pair = known[0]
             elif how == "frequent":  # ties: the first seen, as Counter.most_common
                 pair = max(known, key=known.count)
+            elif how == "highest":
+                pair = max(known, key=ranks.get)
             else:
                 pair = min(known, key=ranks.get)
-            ids = merge(ids, pair, ranks[pair] + (how == "offset"))
+            ids = merge(ids, pair, ranks[pair] + (how == "offset") - (how == "low"))
             if how == "once":
                 break
         out += ids
@@ -242,6 +254,16 @@ _BPE_MISTAKES = {
     "so merge k (counted from 0) makes id 256 + k",
     "once": "merges only one pair per chunk: repeat, merging the known pair of "
     "lowest rank, until no known pair is left",
+    "highest": "merges the pair of highest rank (learnt last) first: the lowest "
+    "rank goes first, the order in which the merges were learnt",
+    "onepass": "merges only the pairs present at the start: a merge makes new pairs; "
+    "look again after each merge, until no known pair is left",
+    "low": "gives merge k the id 255 + k, one too few: ids 0-255 are the bytes, so "
+    "merge k (counted from 0) makes id 256 + k",
+    "spaces": "split the text at spaces, which drops them: split it with "
+    "CHUNK_PATTERN, whose chunks keep the space before each word",
+    "latin1": "encodes the text as Latin-1, not UTF-8: ids 0-255 are UTF-8 bytes, "
+    "chunk.encode() (utf-8) gives them",
 }
 
 
@@ -259,6 +281,11 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
         if not isinstance(got, (list, tuple)):
             raise ExerciseError(
                 f"{call}: expected a list of ids, got {type(got).__name__}"
+            )
+        if any(isinstance(i, (list, tuple)) for i in got):
+            raise ExerciseError(
+                f"{call}: got a list per chunk: return one flat list of ids for the "
+                "whole text (ids += ... for each chunk)"
             )
         got = [int(i) for i in got]
         if got == want:
@@ -390,6 +417,12 @@ def _rotate_pairs(
     return rotated.flatten(-2)  # (B, T, C)
 
 
+def _batch_positions(x: Tensor, freq: Tensor) -> Tensor:
+    """x (B, T, C) with every token of sequence b rotated as if at position b."""
+    rows = [_rotate_pairs(x[b][:, None], freq, start=b)[:, 0] for b in range(len(x))]
+    return torch.stack(rows)
+
+
 def _rope_hint(x: Tensor, got: Tensor) -> str | None:
     """Name the usual mistake that turns x (2, 7, 8) into `got`, if any."""
     halves = torch.cat([x[..., :4], x[..., 4:]], -1)
@@ -435,6 +468,26 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
             _rotate_pairs(x, freq, signs=(-1, -1)),
             "the second coordinate's sign is wrong, -x sin + y cos: a rotation gives "
             "(x cos - y sin, x sin + y cos)",
+        ),
+        (
+            _batch_positions(x, freq),
+            "the positions came from the batch axis (dim 0): a token's position is "
+            "its index along T, dim -2, the same in every sequence of the batch",
+        ),
+        (
+            _rotate_pairs(x, 10000.0 ** ((-2 * torch.arange(4)) // 8).to(x.dtype)),
+            "the exponent -2i // C was computed in integers (floor division gives -1 "
+            "or 0): compute -2i / C in floating point, torch.arange(..., dtype=float)",
+        ),
+        (
+            _rotate_pairs(x, 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 6)),
+            "pair i turns at base^(-2i/(C-2)): the exponent divides by C, the full "
+            "width, base^(-2i/C)",
+        ),
+        (
+            _rotate_pairs(x, 10000.0 ** (-torch.arange(1, 8, 2, dtype=x.dtype) / 8)),
+            "pair i turns at base^(-(2i+1)/C): the exponent is -2i/C, so pair 0 turns "
+            "at base^0 = 1 radian per position",
         ),
         (
             rope_reference(x)[..., [0, 2, 4, 6, 1, 3, 5, 7]],
@@ -560,6 +613,8 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
     for kwargs, message in _ALIBI_MISTAKES:
         if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
             return message
+    if is_close(w, alibi_reference(q, k, v, slopes, scale=q.size(-1))[1]):
+        return "the scores were divided by d_k, not by its square root, sqrt(d_k)"
     T = w.size(-1)
     diagonal = w[..., range(T), range(T)]
     if ((diagonal == 0) | diagonal.isnan()).all():
@@ -653,7 +708,7 @@ def _mha_variant(
             s = s * mask  # a masked score of 0, not -inf
         elif mask is not None:
             s = s.masked_fill(mask if wrong.get("mask_inverted") else ~mask, -math.inf)
-        y = s.softmax(-1) @ v  # (B, H, T, D)
+        y = s.softmax(-2 if wrong.get("softmax_queries") else -1) @ v  # (B, H, T, D)
     merge_wrong = wrong.get("merge_wrong", split_wrong == "qkv")
     merged = y.reshape(B, T, C) if merge_wrong else y.transpose(1, 2).reshape(B, T, C)
     return m.out_proj(merged) if mix else merged
@@ -694,7 +749,16 @@ def check_multi_head_attention(cls: type) -> str:
         ("cross-attention, padded keys", (x, mem, mem), pad),
     )
     for name, args, mask in cases:
-        got = first_output(mine(*args, mask=mask))
+        try:
+            got = first_output(mine(*args, mask=mask))
+        except RuntimeError as e:
+            if len(args) == 1 or "size" not in str(e):
+                raise
+            raise ExerciseError(
+                f"{name}: RuntimeError ({str(e).splitlines()[0]}) with 5 queries and 7 "
+                "keys: the keys and values come from key and value, k_proj(key) and "
+                "v_proj(value), not from query"
+            ) from None
         kv = args[1] if len(args) > 1 else x
         want = ref(x, kv, kv, mask=mask)[0]
         if is_close(got, want):
@@ -728,6 +792,11 @@ def check_multi_head_attention(cls: type) -> str:
                 raise ExerciseError(
                     f"{name}: the heads (B, H, T, D) were merged with reshape(B, T, C) "
                     "alone, which mixes positions: transpose(1, 2) back first"
+                )
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, softmax_queries=True)):
+                raise ExerciseError(
+                    f"{name}: the softmax ran over the queries (dim -2): each query's "
+                    "weights over the keys sum to 1, softmax(dim=-1)"
                 )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, mix=False)):
                 raise ExerciseError(
