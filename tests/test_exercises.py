@@ -3102,3 +3102,32 @@ def test_alibi_divided_by_d_and_multi_head_softmax_over_queries_and_cross_keys()
             )
 
     fails(ex.check_multi_head_attention, QueryKeys, "come from key and value")
+
+
+def test_beam_search_one_step_short_and_the_last_tokens_score():
+    right = solution("10").my_beam_search
+    fails(
+        ex.check_beam_search,
+        lambda step, beam, max_len, eos: right(step, beam, max_len - 1, eos),
+        "stopped one step short",
+    )
+
+    def last_score(step, beam, max_len, eos):
+        tokens, _ = right(step, beam, max_len, eos)
+        return tokens, step(tuple(tokens[:-1]))[tokens[-1]].item()
+
+    fails(ex.check_beam_search, last_score, "is the last token's alone")
+
+
+def test_corpus_bleu_first_reference_penalty_always_three_orders_reference_counts():
+    from transformer_lib.exercises.part2 import bleu_reference
+
+    def as_fn(**wrong):
+        return lambda hyps, refs: bleu_reference(list(zip(hyps, refs)), **wrong)
+
+    check = ex.check_corpus_bleu
+    fails(check, as_fn(first=("clip",)), "clipped against the first reference only")
+    fails(check, as_fn(first=("r",)), "r came from each sentence's first reference")
+    fails(check, as_fn(bp_always=True), "the brevity penalty was applied although")
+    fails(check, as_fn(orders=3), "the precisions of n = 1..3 only")
+    fails(check, as_fn(ref_total=True), "divided by the reference's n-grams")

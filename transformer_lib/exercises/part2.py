@@ -1033,6 +1033,13 @@ def check_beam_search(fn: Callable) -> str:
                 f"raw sum of the log-probs ({want_score:.4f}), as the docstring asks "
                 "(no length penalty)"
             )
+        last = _toy_step(tuple(want[:-1]))[want[-1]].item()  # the last token's only
+        if math.isclose(score, last, rel_tol=1e-5, abs_tol=1e-9):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but log-prob {score:.4f} is the last "
+                "token's alone: a prefix's score is the sum of the log-probs of all "
+                f"its tokens ({want_score:.4f})"
+            )
         if not math.isclose(score, want_score, rel_tol=1e-5):
             raise ExerciseError(
                 f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
@@ -1054,6 +1061,12 @@ def check_beam_search(fn: Callable) -> str:
         ),
     ):
         got = fn(_length_step, beam, 4, 2)
+        if list(got[0]) == want[:-1] and len(want) == 4:
+            raise ExerciseError(
+                f"beam={beam}, max_len=4: got {list(got[0])}, expected {want}: the "
+                "search stopped one step short; run up to max_len steps, so that a "
+                "sequence can finish at its last step"
+            )
         if list(got[0]) != want:
             raise ExerciseError(
                 f"beam={beam}, a toy where <eos> comes first with p = 0.3: got "
@@ -1165,32 +1178,39 @@ def bleu_reference(
     tie_longer=False,
     orders=4,
     add_k=0,
+    first=(),
+    bp_always=False,
+    ref_total=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
     shortest reference as r, an arithmetic mean of the precisions, counts clipped to
     the sum over the references, the longer of two closest references, only the first
-    `orders` precisions, add_k added to every match and n-gram count."""
+    `orders` precisions, add_k added to every match and n-gram count; the first
+    reference alone for what `first` names ("clip", "r"), the penalty applied even
+    when c > r, the precision's denominator counted in the closest reference."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
     sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
         c += len(hyp)
         closest = min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), sign * len(ref)))
         lengths = list(map(len, refs))
+        closest = refs[0] if "r" in first else closest
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         for n in range(1, 5):
             got, most = _grams(hyp, n), Counter()
-            for ref in refs:  # the most times any one reference has it
+            for ref in refs[:1] if "clip" in first else refs:  # the most any one has
                 most = most + _grams(ref, n) if summed else most | _grams(ref, n)
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
-            total[n - 1] += sum(got.values())
+            total[n - 1] += sum((_grams(closest, n) if ref_total else got).values())
     if min(match) == 0 and not add_k:
         return 0.0
     p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
     mean = sum(p) / orders if arithmetic else math.exp(sum(map(math.log, p)) / orders)
-    return 100 * (1.0 if not bp or c >= r else math.exp(1 - r / c)) * mean
+    short = c < r or bp_always
+    return 100 * (math.exp(1 - r / c) if bp and short else 1.0) * mean
 
 
 def _sacrebleu(corpus, smooth_method: str = "none") -> float:
@@ -1276,6 +1296,31 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "only unigram precision: BLEU takes the geometric mean of the "
                 "precisions of n = 1..4",
                 bleu_reference(corpus, orders=1),
+            ),
+            (
+                "the precisions of n = 1..3 only: BLEU takes those of n = 1..4",
+                bleu_reference(corpus, orders=3),
+            ),
+            (
+                "the counts were clipped against the first reference only: clip each "
+                "n-gram to the most times any one of the references has it",
+                bleu_reference(corpus, first=("clip",)),
+            ),
+            (
+                "r came from each sentence's first reference: take the closest "
+                "reference's length (the shorter one on a tie)",
+                bleu_reference(corpus, first=("r",)),
+            ),
+            (
+                "the brevity penalty was applied although the hypotheses are longer "
+                "than the references (c > r): it is 1 then, exp(1 - r / c) only when "
+                "c < r",
+                bleu_reference(corpus, bp_always=True),
+            ),
+            (
+                "each precision was divided by the reference's n-grams: divide the "
+                "clipped matches by the hypothesis's n-grams",
+                bleu_reference(corpus, ref_total=True),
             ),
             (
                 "add-one smoothing, (matches + 1) / (n-grams + 1): BLEU here has no "
