@@ -3131,3 +3131,31 @@ def test_corpus_bleu_first_reference_penalty_always_three_orders_reference_count
     fails(check, as_fn(bp_always=True), "the brevity penalty was applied although")
     fails(check, as_fn(orders=3), "the precisions of n = 1..3 only")
     fails(check, as_fn(ref_total=True), "divided by the reference's n-grams")
+
+
+def test_record_takes_a_number_and_refuses_an_unknown_notebook_in_one_line(capsys):
+    assert ex.record(8, {}) == 0  # 8 is read as "08"
+    assert capsys.readouterr().out.count("08 ") == 2
+    with pytest.raises(ex.ExerciseError, match="no build-its for notebook '99'"):
+        ex.record("99", {})
+
+
+def test_tied_output_transposed_and_train_step_smoothing_over_the_wrong_tokens():
+    class Transposed(nn.Module):
+        def __init__(self, embedding):
+            super().__init__()
+            self.embedding = embedding
+
+        def forward(self, h):
+            return (h @ self.embedding.weight.T).transpose(1, 2)
+
+    fails(ex.check_tied_output, Transposed, r"the logits are \(B, n_vocab, T\)")
+
+    def spread(logits, tgt_out, pad_id, eps):
+        logp = logits.flatten(0, 1).log_softmax(-1)
+        y, real = tgt_out.flatten(), (tgt_out.flatten() != pad_id).double()
+        nll = -logp.gather(1, y[:, None])[:, 0]
+        loss = (1 - eps) * nll + eps / (logp.size(-1) - 1) * (-logp.sum(-1) - nll)
+        return (loss * real).sum() / real.sum()
+
+    fails(ex.check_train_step, _train_step(spread), "spread over the n_vocab - 1")

@@ -151,8 +151,14 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
 def record(notebook: str, namespace: dict, raised: dict | None = None) -> int:
     """Print which build-its of `notebook` ("05") the definitions in `namespace` pass;
     returns how many do. raised: name -> the error its cell raised, if it did."""
+    key = f"{notebook:02d}" if isinstance(notebook, int) else str(notebook).zfill(2)
+    if key not in BUILD_ITS:
+        raise ExerciseError(
+            f"no build-its for notebook {notebook!r}: choose one of "
+            f'{", ".join(BUILD_ITS)}, as a string ("05")'
+        )
     passed = 0
-    for name, check in BUILD_ITS[notebook]:
+    for name, check in BUILD_ITS[key]:
         if name not in namespace and name in (raised or {}):
             status, text = "fail", f"its cell raised {raised[name]}"
         elif name not in namespace:
@@ -163,7 +169,7 @@ def record(notebook: str, namespace: dict, raised: dict | None = None) -> int:
             except Exception as e:  # the learner's code failed: say how, go on
                 status, text = "fail", f"raised {type(e).__name__}: {e}"
         passed += status == "pass"
-        print(status_line(f"{notebook} {name}", status, text))
+        print(status_line(f"{key} {name}", status, text))
     return passed
 
 

@@ -367,6 +367,12 @@ def check_tied_output(cls: type) -> str:
             "the output is a softmax of the logits: return the logits themselves, "
             "h @ W^T; the loss (cross_entropy) and sampling apply the softmax"
         )
+    if is_close(logits, want.transpose(1, 2)):
+        raise ExerciseError(
+            f"the logits are (B, n_vocab, T) = {tuple(logits.shape)}: h @ W.T is "
+            "already (B, T, n_vocab), one score per token of the vocabulary at each "
+            "position; do not transpose it"
+        )
     compare("MyTiedOutput(embedding)(h)", logits, want)
     g = torch.randn_like(logits)
     (grad_w,) = torch.autograd.grad((want * g).sum(), emb.weight, retain_graph=True)

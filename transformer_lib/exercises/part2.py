@@ -513,6 +513,11 @@ def check_train_step(fn: Callable) -> str:
                 reduction="sum",
             )
             real = (tgt_out != _PAD).double()  # (B, T)
+            logp = logits.log_softmax(-1)  # (B*T, n_vocab)
+            nll = -logp.gather(1, tgt_out.flatten()[:, None])[:, 0]
+            others = -logp.sum(-1) - nll  # over the n_vocab - 1 wrong tokens
+            spread = (1 - eps) * nll + eps / (logits.size(-1) - 1) * others
+            spread = (spread * real.flatten()).sum() / real.sum()
             per_target = F.cross_entropy(
                 logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=eps
             )  # (B, T)
@@ -579,6 +584,12 @@ def check_train_step(fn: Callable) -> str:
                     summed,
                     "the loss is summed over the targets: take their mean (the "
                     "default reduction)",
+                ),
+                (
+                    spread,
+                    "the smoothing was spread over the n_vocab - 1 wrong tokens: "
+                    "label_smoothing spreads eps over all n_vocab tokens, the right "
+                    "one included, as F.cross_entropy(label_smoothing=eps) does",
                 ),
                 (
                     summed / tgt_out.numel(),
