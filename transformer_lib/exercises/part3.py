@@ -94,7 +94,40 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "the MLP uses ReLU: GPT-2 uses GELU, with the tanh approximation, "
             "F.gelu(h, approximate='tanh')",
         ),
+        *_mlp_hints(ref, a),
+        (
+            _unscaled(ref, x),
+            f"the scores q k^T were not divided by sqrt(d_head) = {math.sqrt(C // H):g}"
+            ": softmax(q k^T / sqrt(D)) v, or F.scaled_dot_product_attention",
+        ),
     )
+
+
+def _mlp_hints(ref, a: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """The MLP's activation misplaced: after fc_out, or missing. a: after attention."""
+    fc, out, h = ref.mlp.fc, ref.mlp.proj, ref.norm2(a)
+    between = "put it between the two layers: fc_out(F.gelu(fc(h), approximate='tanh'))"
+    after = f"the GELU was applied after fc_out, to the MLP's output: {between}"
+    return (
+        (a + F.gelu(out(fc(h)), approximate="tanh"), after),
+        (a + F.gelu(out(fc(h))), after),
+        (
+            a + out(fc(h)),
+            "the MLP has no activation: fc_out(fc(h)) is one linear map; " + between,
+        ),
+    )
+
+
+def _unscaled(ref, x: Tensor) -> Tensor:
+    """The reference block with its scores not divided by sqrt(d_head)."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    q, k, v = (
+        t.view(B, T, H, C // H).transpose(1, 2)
+        for t in ref.attn.qkv(ref.norm1(x)).chunk(3, -1)
+    )
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+    a = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+    return a + ref.mlp(ref.norm2(a))
 
 
 def _block_with(ref, x: Tensor, split=None, weights=None, merge=None) -> Tensor:
@@ -119,19 +152,23 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     (B, T, C), H = x.shape, ref.attn.n_heads
     D = C // H
 
-    def no_diag(fill: float) -> Callable:
-        return lambda s, keep: s.masked_fill(~keep.tril(-1), fill).softmax(-1)
-
     def heads(*parts: Tensor) -> tuple:
         return tuple(t.view(B, T, H, D).transpose(1, 2) for t in parts)
 
-    diag = (
-        "the mask hides the diagonal too: a token may attend to itself, tril(), "
-        "not tril(-1)"
-    )
+    split = "the heads were split with a plain reshape to (B, H, T, D), which mixes "
     return (
-        (_block_with(ref, x, weights=no_diag(-1e9)), diag),
-        (_block_with(ref, x, weights=no_diag(-math.inf)), diag),
+        (
+            _block_with(
+                ref, x, weights=lambda s, k: s.masked_fill(~k.T, -math.inf).softmax(-1)
+            ),
+            "the mask is inverted: query t kept the keys j >= t (triu()); keep j <= "
+            "t, the lower triangle (tril()), and hide the keys after t (triu(1))",
+        ),
+        (
+            _block_with(ref, x, weights=lambda s, k: s.masked_fill(~k, 0).softmax(-1)),
+            "the hidden scores were set to 0, not -inf: exp(0) = 1 still weighs the "
+            "later keys; masked_fill(hide, float('-inf'))",
+        ),
         (
             _block_with(
                 ref, x, weights=lambda s, k: s.masked_fill(~k, -math.inf).softmax(-2)
@@ -146,8 +183,14 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
                 split=lambda z: (t.reshape(B, H, T, D) for t in z.chunk(3, -1)),
                 merge=lambda y: y.reshape(B, T, C),
             ),
-            "the heads were split with a plain reshape to (B, H, T, D), which mixes "
-            "the tokens: view(B, T, H, D), then transpose(1, 2)",
+            split + "the tokens: view(B, T, H, D), then transpose(1, 2)",
+        ),
+        (
+            _block_with(
+                ref, x, split=lambda z: (t.reshape(B, H, T, D) for t in z.chunk(3, -1))
+            ),
+            split + "the tokens (the merge back is right): view(B, T, H, D), then "
+            "transpose(1, 2)",
         ),
         (
             _block_with(
@@ -164,6 +207,24 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "q, k, v in that order",
         ),
     )
+
+
+def _diagonal_hidden(ref, x: Tensor, got: Tensor) -> None:
+    """The mask hides key t from query t too (tril(-1), or triu() as what to hide):
+    token 0 then sees nothing (NaN, or whatever was done about it), so only the
+    positions after it are compared."""
+    if not (isinstance(got, Tensor) and got.shape == x.shape):
+        return
+    strict = _block_with(
+        ref,
+        x,
+        weights=lambda s, k: s.masked_fill(~k.tril(-1), -math.inf).softmax(-1),
+    )
+    if is_close(got[:, 1:], strict[:, 1:]):
+        raise ExerciseError(
+            "the mask hides the diagonal too: a token may attend to itself; hide "
+            "only the keys after it, triu(1) (or keep tril()), not triu() / tril(-1)"
+        )
 
 
 def _qvk(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -226,6 +287,7 @@ def check_gpt_block(cls: type) -> str:
         for variant, hint in _attention_hints(ref, x):
             if is_close(got, variant, equal_nan=True):
                 raise ExerciseError(hint)
+        _diagonal_hidden(ref, x, got)
     if isinstance(got, Tensor) and got.shape == want.shape:
         x2 = x.clone()
         x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it

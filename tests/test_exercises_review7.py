@@ -1,0 +1,102 @@
+"""The seventh blind review's wrong answers to the build-its of notebooks 12-19
+(issue 34): each checker names the mistake, in one line."""
+
+import importlib.util
+import math
+import re
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from transformer_lib import exercises as ex
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def solution(nb: str):
+    """The module solutions/NN_*.py."""
+    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
+    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fails(check, fn, message: str) -> None:
+    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
+    status, text = ex.outcome(check, fn)
+    assert status == "fail", (status, text)
+    assert re.search(message, text), text
+
+
+# 12 · MyBlock -------------------------------------------------------------------------
+
+
+def block_with(split=False, scale=None, keep=None, fill=-math.inf, mlp=None):
+    """notebook 12's MyBlock with one slip: the heads split with a plain reshape, the
+    scores scaled by `scale`, keep(T) the mask of the keys kept, the hidden scores
+    set to `fill`, mlp(block, h) the MLP."""
+    Right = solution("12").MyBlock
+
+    class Wrong(Right):
+        def attn(self, x):
+            B, T, C = x.shape
+            H, D = self.n_heads, C // self.n_heads
+            q, k, v = self.qkv(x).chunk(3, -1)
+            if split:
+                q, k, v = (t.reshape(B, H, T, D) for t in (q, k, v))
+            else:
+                q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+            s = q @ k.transpose(-2, -1) / (math.sqrt(D) if scale is None else scale)
+            kept = (keep or (lambda n: torch.ones(n, n).tril().bool()))(T)
+            w = s.masked_fill(~kept, fill).softmax(-1).nan_to_num(0.0)
+            return self.proj((w @ v).transpose(1, 2).reshape(B, T, C))
+
+        def forward(self, x):
+            if mlp is None:
+                return super().forward(x)
+            x = x + self.attn(self.norm1(x))
+            return x + mlp(self, self.norm2(x))
+
+    return Wrong
+
+
+def test_block_heads_split_with_a_plain_reshape():
+    fails(ex.check_gpt_block, block_with(split=True), r"split with a plain reshape")
+
+
+def test_block_scores_not_scaled():
+    fails(ex.check_gpt_block, block_with(scale=1.0), r"not divided by sqrt\(d_head\)")
+
+
+def test_block_mask_hides_the_diagonal():
+    diag = "the mask hides the diagonal too"
+    strict = block_with(keep=lambda n: ~torch.ones(n, n).triu().bool())
+    fails(ex.check_gpt_block, strict, diag)  # triu(0) hidden: row 0 NaN, then 0
+    fails(
+        ex.check_gpt_block,
+        block_with(keep=lambda n: ~torch.ones(n, n).triu().bool(), fill=-1e9),
+        diag,
+    )
+    inverted = block_with(keep=lambda n: torch.ones(n, n).triu().bool())
+    fails(ex.check_gpt_block, inverted, "the mask is inverted")
+    fails(ex.check_gpt_block, block_with(fill=0.0), "set to 0, not -inf")
+
+
+def test_block_gelu_misplaced_or_missing():
+    def after(m, h):
+        return F.gelu(m.fc_out(m.fc(h)), approximate="tanh")
+
+    fails(ex.check_gpt_block, block_with(mlp=after), "GELU was applied after fc_out")
+    fails(
+        ex.check_gpt_block,
+        block_with(mlp=lambda m, h: F.gelu(m.fc_out(m.fc(h)))),
+        "after fc_out",
+    )
+    fails(
+        ex.check_gpt_block,
+        block_with(mlp=lambda m, h: m.fc_out(m.fc(h))),
+        "the MLP has no activation",
+    )
+    assert ex.outcome(ex.check_gpt_block, block_with())[0] == "pass"
