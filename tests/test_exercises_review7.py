@@ -100,3 +100,50 @@ def test_block_gelu_misplaced_or_missing():
         "the MLP has no activation",
     )
     assert ex.outcome(ex.check_gpt_block, block_with())[0] == "pass"
+
+
+# 15 · grouped-query attention ---------------------------------------------------------
+
+
+def grouped_with(repeat="kv", scale=None, keep=None, mean_queries=False):
+    """A grouped attention with one slip: only the tensors in `repeat` repeated, the
+    scores divided by `scale`, keep(T) the keys kept, the group's queries averaged."""
+
+    def fn(q, k, v):
+        B, H, T, D = q.shape
+        g = H // k.size(1)
+        if mean_queries:
+            q = q.view(B, k.size(1), g, T, D).mean(2)
+        else:
+            k = k.repeat_interleave(g, 1) if "k" in repeat else k
+            v = v.repeat_interleave(g, 1) if "v" in repeat else v
+        s = q @ k.transpose(-2, -1) / (math.sqrt(D) if scale is None else scale(D, g))
+        kept = (keep or (lambda n: torch.ones(n, n).tril().bool()))(T)
+        y = s.masked_fill(~kept, -math.inf).softmax(-1).nan_to_num(0.0) @ v
+        return y.repeat_interleave(g, 1) if mean_queries else y
+
+    return fn
+
+
+def test_grouped_one_of_k_and_v_not_repeated():
+    check = ex.check_grouped_attention
+    assert ex.outcome(check, grouped_with())[0] == "pass"
+    fails(check, grouped_with(repeat="k"), r"H_kv=2: .*: k was repeated, v was not")
+    fails(check, grouped_with(repeat="v"), r"H_kv=2: .*: v was repeated, k was not")
+
+
+def test_grouped_scale_other_than_sqrt_d():
+    check = ex.check_grouped_attention
+    by_group = grouped_with(scale=lambda D, g: math.sqrt(D * g))
+    fails(
+        check, by_group, r"H_kv=2: .*divided by sqrt\(D \* H / H_kv\) = sqrt\(8 \* 2\)"
+    )
+    fails(check, grouped_with(scale=lambda D, g: 3.0), r"divided by sqrt\(9\), not by")
+    fails(check, grouped_with(scale=lambda D, g: 1.0), "not divided by sqrt")
+
+
+def test_grouped_diagonal_hidden_and_queries_averaged():
+    check = ex.check_grouped_attention
+    strict = grouped_with(keep=lambda n: ~torch.ones(n, n).triu().bool())
+    fails(check, strict, "the mask hides the diagonal too")
+    fails(check, grouped_with(mean_queries=True), "query heads of each group were av")

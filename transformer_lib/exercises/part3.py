@@ -795,7 +795,24 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         raise ExerciseError(
             f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
         )
+    _wrong_scale(name, q, k, v, got)
     g, n_kv = q.size(1) // k.size(1), k.size(1)
+    strict = torch.ones(q.size(2), q.size(2), dtype=torch.bool).tril(-1)
+    excluded = _grouped_reference(q, k, v, mask=strict)  # query 0 sees nothing
+    if torch.allclose(got[:, :, 1:], excluded[:, :, 1:], atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the mask hides the diagonal too: query t may attend to key t "
+            "itself; hide only the later keys, triu(1) (or keep tril()), not triu()"
+        )
+    B, H, T, D = q.shape
+    pooled = q.view(B, n_kv, g, T, D).mean(2)  # the group's query heads averaged
+    averaged = _grouped_reference(pooled, k, v).repeat_interleave(g, dim=1)
+    if g > 1 and torch.allclose(got, averaged, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the query heads of each group were averaged: every query head "
+            "keeps its own queries; it is k and v that are repeated for the group, "
+            "repeat_interleave(H // H_kv, dim=1)"
+        )
     first = _grouped_reference(q, k[:, :1].expand_as(k), v[:, :1].expand_as(v))
     if n_kv > 1 and torch.allclose(got, first, atol=1e-9):
         raise ExerciseError(
@@ -830,6 +847,80 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             )
 
 
+def _wrong_scale(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
+    """The scores scaled by some 1/s other than 1/sqrt(D): s read from query 1 of
+    head 0, which weighs keys 0 and 1 only, then checked on every output."""
+    g, D = q.size(1) // k.size(1), q.size(-1)
+    q1, k01, v01 = q[0, 0, 1], k[0, 0, :2], v[0, 0, :2]
+    dv = v01[1] - v01[0]
+    w = ((got[0, 0, 1] - v01[0]) @ dv / (dv @ dv)).item()  # the weight of key 1
+    gap = (q1 @ (k01[1] - k01[0])).item()  # its score minus key 0's, unscaled
+    if not (0 < w < 1) or abs(gap) < 1e-3:
+        return
+    scale = math.log(w / (1 - w)) / gap
+    if scale <= 0 or abs(scale * math.sqrt(D) - 1) < 1e-6:
+        return
+    if not torch.allclose(got, _grouped_reference(q, k, v, scale=scale), atol=1e-7):
+        return
+    s2 = 1 / scale**2
+    what = f"sqrt({s2:.4g})"
+    if abs(s2 - D * g) < 1e-6 * s2 and g > 1:
+        what = f"sqrt(D * H / H_kv) = sqrt({D} * {g})"
+    elif abs(s2 - D * q.size(1)) < 1e-6 * s2:
+        what = f"sqrt(D * H) = sqrt({D} * {q.size(1)})"
+    raise ExerciseError(
+        f"{name}: the scores q k^T were divided by {what}, not by sqrt(D) = "
+        f"sqrt({D}): the scale is one head's width, whatever the grouping"
+    )
+
+
+_REPEATS = {"repeat_interleave", "repeat", "expand", "expand_as", "tile", "cat"}
+
+
+class _Repeats(TorchFunctionMode):
+    """Which of k and v went through a repetition (repeat_interleave, repeat, expand,
+    cat, ...), following what is computed from each of them alone."""
+
+    def __init__(self, k: Tensor, v: Tensor):
+        super().__init__()
+        self.origin, self.repeated = {id(k): "k", id(v): "v"}, set()
+        self.alive = [k, v]  # no id is reused while the mode runs
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = {
+            self.origin[id(t)]
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, Tensor) and id(t) in self.origin
+        }
+        if len(ins) == 1:
+            if getattr(func, "__name__", "") in _REPEATS:
+                self.repeated |= ins
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, Tensor):
+                    self.origin[id(t)] = next(iter(ins))
+                    self.alive.append(t)
+        return out
+
+
+def _one_not_repeated(fn: Callable, name: str, q: Tensor, k, v, error) -> None:
+    """fn raised on a size mismatch: was only one of k and v repeated?"""
+    mine = q.clone(), k.clone(), v.clone()
+    trace = _Repeats(*mine[1:])
+    try:
+        with trace:
+            _without_enable_gqa(fn, *mine)
+    except Exception:  # noqa: BLE001 - the first run's error is the one reported
+        pass
+    if len(trace.repeated) == 1:
+        (done,) = trace.repeated
+        raise ExerciseError(
+            f"{name}: RuntimeError ({str(error).splitlines()[0]}): {done} was "
+            f"repeated, {'kv'.replace(done, '')} was not: repeat k and v alike, each "
+            "repeat_interleave(H // H_kv, dim=1)"
+        ) from None
+
+
 @checker("grouped-query attention")
 def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str:
     """fn(q (B, H, T, D), k, v (B, H_kv, T, D)) -> causal attention (B, H, T, D), where
@@ -847,6 +938,7 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
         except RuntimeError as e:
             if n_kv == 4 or "must match the size" not in str(e):
                 raise
+            _one_not_repeated(fn, name, q, k, v, e)
             raise ExerciseError(
                 f"{name}: RuntimeError ({str(e).splitlines()[0]}): were k and v "
                 "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
