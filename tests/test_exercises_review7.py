@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from transformer_lib import exercises as ex
 
@@ -147,3 +148,61 @@ def test_grouped_diagonal_hidden_and_queries_averaged():
     strict = grouped_with(keep=lambda n: ~torch.ones(n, n).triu().bool())
     fails(check, strict, "the mask hides the diagonal too")
     fails(check, grouped_with(mean_queries=True), "query heads of each group were av")
+
+
+# 16 · GeGLU ---------------------------------------------------------------------------
+
+
+def geglu_with(width=None, hidden=None, residual=False):
+    """notebook 16's MyGeGLU with width(d_model) its hidden width, hidden(g, u) its
+    hidden activation from gate(x) and up(x), or x added to its output."""
+    Right = solution("16").MyGeGLU
+
+    class Wrong(Right):
+        def __init__(self, d_model, multiple_of=64):
+            super().__init__(d_model, multiple_of)
+            if width is not None:
+                n = width(d_model)
+                self.gate = nn.Linear(d_model, n, bias=False)
+                self.up = nn.Linear(d_model, n, bias=False)
+                self.proj = nn.Linear(n, d_model, bias=False)
+
+        def forward(self, x):
+            if hidden is None:
+                return super().forward(x) + (x if residual else 0)
+            return self.proj(hidden(self.gate(x), self.up(x)))
+
+    return Wrong
+
+
+def test_geglu_widths_named_by_their_rule():
+    check = ex.check_geglu
+    assert ex.outcome(check, geglu_with())[0] == "pass"
+    for rule, message in (
+        (
+            lambda d: 64 * math.ceil(2 * d / 3 / 64),
+            r"\(40\): hidden width 64: 2/3 of d_",
+        ),
+        (lambda d: 64 * math.ceil(4 * d / 3 / 64), r"\(40\): .*: 4 \* d_model / 3: "),
+        (lambda d: 64 * (8 * d // 3 // 64), r"\(40\): hidden width 64: rounded down"),
+        (lambda d: 64 * round(8 * d / 3 / 64), r"\(50\): .*nearest multiple of 64"),
+        (lambda d: (8 * d // 3 // 64 + 1) * 64, r"\(24\): .*\(n // 64 \+ 1\) \* 64"),
+        (lambda d: 64 * math.ceil(4 * d / 64), r"\(24\): hidden width 128: 4 \* d_m"),
+        (lambda d: int(2 * d / 3), r"\(24\): hidden width 16: 2/3 of d_model"),
+        (lambda d: 8 * math.ceil(8 * d / 3 / 8), "a multiple of 8"),
+        (lambda d: 100, r"\(24\): hidden width 100: expected 64 \* ceil"),
+    ):
+        fails(check, geglu_with(width=rule), message)
+
+
+def test_geglu_forward_mistakes():
+    check = ex.check_geglu
+    for hidden, message in (
+        (lambda g, u: F.gelu(u), "gate\\(x\\) is missing"),
+        (lambda g, u: F.gelu(g) * F.gelu(u), "the GELU went on both branches"),
+        (lambda g, u: F.relu(g) * u, "the gate uses ReLU"),
+        (lambda g, u: F.gelu(g) + u, "the branches were added"),
+        (lambda g, u: torch.sigmoid(g) * u, "the gate uses a sigmoid"),
+    ):
+        fails(check, geglu_with(hidden=hidden), message)
+    fails(check, geglu_with(residual=True), "x was added to the output")

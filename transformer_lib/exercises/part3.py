@@ -991,25 +991,103 @@ def _geglu_reference(d_model: int):
     return GeGLU(d_model, _geglu_width(d_model)).double().eval()
 
 
+def _geglu_width_hints() -> list[tuple[Callable[[int], int], str]]:
+    """The usual wrong widths, each as a rule d_model -> width, and what to say."""
+    up = "rounds up to a multiple of 64"
+    third = "2/3 of the GELU MLP's width 4 * d_model, 8 * d_model / 3"
+    four = (
+        "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
+        "8 * d_model / 3, to keep its parameter count"
+    )
+    raw = "8 * d_model / 3 is not a multiple of 64: round it up"
+    return [
+        (lambda d: 4 * d, four),
+        (lambda d: 64 * math.ceil(4 * d / 64), four),
+        (lambda d: int(8 * d / 3), raw),
+        (lambda d: round(8 * d / 3), raw),
+        (lambda d: math.ceil(8 * d / 3), raw),
+        (
+            lambda d: 64 * math.floor(8 * d / 3 / 64),
+            "rounded down: round up to the next multiple of 64, so the width never "
+            "falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: 64 * round(8 * d / 3 / 64),
+            "rounded to the nearest multiple of 64: round up (math.ceil), so the "
+            "width never falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: (int(8 * d / 3) // 64 + 1) * 64,
+            "(n // 64 + 1) * 64 adds a multiple of 64 too many where n is one "
+            "already (d_model 24: n = 64): round up, 64 * math.ceil(n / 64)",
+        ),
+        (
+            lambda d: 64 * math.ceil(2 * d / 3 / 64),
+            f"2/3 of d_model: the width is {third}",
+        ),
+        (
+            lambda d: 64 * math.ceil(4 * d / 3 / 64),
+            f"4 * d_model / 3: the width is {third}",
+        ),
+        (lambda d: int(2 * d / 3), f"2/3 of d_model: the width is {third}, then {up}"),
+        (lambda d: int(4 * d / 3), f"4 * d_model / 3: the width is {third}, then {up}"),
+        (
+            lambda d: 8 * round(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+        (
+            lambda d: 8 * math.ceil(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+    ]
+
+
 def _check_geglu_width(cls: type) -> None:
-    """Raise ExerciseError naming the rounding mistake, if the width is wrong."""
+    """Raise ExerciseError naming the rounding mistake, if the width is wrong: the
+    widths at four d_model are matched against each usual wrong rule at once."""
+
+    def width(d: int):
+        return getattr(getattr(cls(d), "gate", None), "out_features", None)
+
     for d in (24, 40, 50):
-        mine, want = cls(d), _geglu_width(d)
-        width = getattr(getattr(mine, "gate", None), "out_features", None)
-        if width == want:
+        if (got := width(d)) == (want := _geglu_width(d)):
             continue
-        third = 8 * d / 3
-        hint = {
-            4 * d: "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
-            "8 * d_model / 3, to keep its parameter count",
-            int(third): f"{int(third)} = 8 * d_model / 3 is not a multiple of 64: "
-            "round it up",
-            64 * math.floor(third / 64): "rounded down: round up to the next multiple "
-            "of 64, so the width never falls below 8 * d_model / 3",
-            8 * round(third / 8): "a multiple of 8, as the library's SwiGLU: this one "
-            "rounds up to a multiple of 64",
-        }.get(width, f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}")
-        raise ExerciseError(f"MyGeGLU({d}): hidden width {width}: {hint}")
+        seen = tuple(width(e) for e in (24, 40, 50, 100))
+        hint = next(
+            (
+                h
+                for rule, h in _geglu_width_hints()
+                if seen == tuple(map(rule, (24, 40, 50, 100)))
+            ),
+            f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
+        )
+        raise ExerciseError(f"MyGeGLU({d}): hidden width {got}: {hint}")
+
+
+def _geglu_hints(g: Tensor, u: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """More wrong hidden activations, from gate(x) = g and up(x) = u: (h, hint)."""
+    gated = "gelu(gate(x)) * up(x)"
+    return (
+        (
+            F.gelu(u),
+            "gate(x) is missing: the GELU goes on gate(x), which multiplies up(x), "
+            + gated,
+        ),
+        (
+            F.gelu(g) * F.gelu(u),
+            f"the GELU went on both branches: up(x) stays linear, {gated}",
+        ),
+        (
+            F.relu(g) * u,
+            f"the gate uses ReLU (that is ReGLU): GeGLU's is GELU, {gated}",
+        ),
+        (
+            torch.sigmoid(g) * u,
+            "the gate uses a sigmoid (that is the first GLU): GeGLU's is GELU, "
+            + gated,
+        ),
+        (F.gelu(g) + u, f"the branches were added: the gate multiplies, {gated}"),
+    )
 
 
 @checker("GeGLU")
@@ -1047,9 +1125,15 @@ def check_geglu(cls: type) -> str:
                     "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
                     "multiplies up(x): gelu(gate(x)) * up(x)",
                 ),
+                *_geglu_hints(g, u),
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
+            if is_close(got, x + want):
+                raise ExerciseError(
+                    "x was added to the output: MyGeGLU returns the MLP alone, "
+                    "proj(gelu(gate(x)) * up(x)); the block adds the residual"
+                )
     compare_module("MyGeGLU(x)", got, want, mine, ref)
     widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
     return (
