@@ -206,3 +206,35 @@ def test_geglu_forward_mistakes():
     ):
         fails(check, geglu_with(hidden=hidden), message)
     fails(check, geglu_with(residual=True), "x was added to the output")
+
+
+# 17 · pack_pairs ----------------------------------------------------------------------
+
+
+def pack_with(fill=-100, diagonal=0, additive=False):
+    """A pack_pairs whose prompt targets hold `fill`, whose blocks are
+    tril(diagonal), or whose mask is additive (0 and -inf)."""
+
+    def fn(pairs):
+        xs, ys, blocks = [], [], []
+        for ids, n in pairs:
+            xs += ids[:-1]
+            ys += [fill] * (n - 1) + ids[n:]
+            blocks.append(torch.ones(len(ids) - 1, len(ids) - 1).tril(diagonal))
+        mask = torch.block_diag(*blocks).bool()
+        if additive:
+            return xs, ys, torch.zeros(mask.shape).masked_fill(~mask, -math.inf)
+        return xs, ys, mask
+
+    return fn
+
+
+def test_pack_pairs_mask_dtype_targets_and_diagonal():
+    check = ex.check_pack_pairs
+    assert ex.outcome(check, pack_with())[0] == "pass"
+    fails(check, pack_with(additive=True), "an additive one .*a bool mask, True = may")
+    fails(
+        check, pack_with(fill=-1), r"prompt's targets are -1, expected -100: .*ignore_"
+    )
+    fails(check, pack_with(fill=None), "prompt's targets are None, expected -100")
+    fails(check, pack_with(diagonal=-1), "the attention mask hides the diagonal")

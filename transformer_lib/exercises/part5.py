@@ -36,6 +36,11 @@ def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
     """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
     if not (isinstance(got, Tensor) and got.shape == want.shape):
         return
+    if got.is_floating_point() and ((got == 0) | got.isneginf()).all():
+        raise ExerciseError(
+            f"{call}: the attention mask is an additive one (0 and -inf, dtype "
+            f"{got.dtype}): return a bool mask, True = may attend, not an additive one"
+        )
     got = got.bool()
     causal = torch.ones_like(want).tril()
     for wrong, what in (
@@ -55,6 +60,11 @@ def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
             "keys it may attend",
         ),
         (~want, "is inverted: True means may attend"),
+        (
+            want & ~torch.eye(len(want), dtype=torch.bool),
+            "hides the diagonal: a token may attend to itself; each pair's block "
+            "is lower triangular with its diagonal, tril(), not tril(-1)",
+        ),
     ):
         if torch.equal(got, wrong):
             raise ExerciseError(f"{call}: the attention mask {what}")
@@ -115,6 +125,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
             "ids[1:] against the inputs ids[:-1]"
         )
+    _masked_not_with_ignore_index(call, y, want_y)
     starts = [0]
     for ids, _ in pairs:
         starts.append(starts[-1] + len(ids) - 1)
@@ -130,6 +141,19 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             raise ExerciseError(f"{call}: target {t} is {what}")
     _wrong_pack_mask(call, mask, want_mask)
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _masked_not_with_ignore_index(call: str, y: list, want_y: list) -> None:
+    """The prompt's targets masked, but with some value other than -100."""
+    masked = [t for t, w in enumerate(want_y) if w == -100]
+    used = {repr(y[t]) for t in masked}
+    if len(used) != 1 or y[masked[0]] == -100:
+        return
+    if all(g == w for g, w in zip(y, want_y) if w != -100):
+        raise ExerciseError(
+            f"{call}: the prompt's targets are {used.pop()}, expected -100: use "
+            "-100, the loss's ignore_index (F.cross_entropy skips those targets)"
+        )
 
 
 def _is_lora(module) -> bool:
