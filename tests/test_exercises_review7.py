@@ -238,3 +238,48 @@ def test_pack_pairs_mask_dtype_targets_and_diagonal():
     )
     fails(check, pack_with(fill=None), "prompt's targets are None, expected -100")
     fails(check, pack_with(diagonal=-1), "the attention mask hides the diagonal")
+
+
+# 19 · DPO with an NLL term ------------------------------------------------------------
+
+
+def dpo_with(nll=None, weight=None, clamp=None):
+    """A dpo_nll_loss whose NLL is nll(pc, rc, n), whose loss is weight(dpo, nll,
+    alpha), or whose scaled margin is clamped to [-clamp, clamp]."""
+
+    def fn(pc, pr, rc, rr, n, beta, alpha):
+        z = beta * ((pc - rc) - (pr - rr))
+        if clamp is not None:
+            dpo = -torch.log(torch.sigmoid(z.clamp(-clamp, clamp)))
+        else:
+            dpo = -F.logsigmoid(z)
+        per_token = -pc / n if nll is None else nll(pc, rc, n)
+        if weight is not None:
+            return weight(dpo, per_token, alpha).mean()
+        return (dpo + alpha * per_token).mean()
+
+    return fn
+
+
+def test_dpo_nll_alpha_nll_and_margin_mistakes():
+    check = ex.check_dpo_nll_loss
+    assert ex.outcome(check, dpo_with())[0] == "pass"
+    fails(
+        check, dpo_with(weight=lambda d, nll, a: d + nll), "the NLL term has weight 1"
+    )
+    fails(
+        check,
+        dpo_with(weight=lambda d, nll, a: a * (d + nll)),
+        "alpha multiplies the whole loss",
+    )
+    fails(check, dpo_with(nll=lambda pc, rc, n: -rc / n), "the NLL is of ref_chosen")
+    fails(
+        check,
+        dpo_with(nll=lambda pc, rc, n: -pc / (n + 1)),
+        r"divided by chosen_tokens \+ 1",
+    )
+    fails(
+        check,
+        dpo_with(clamp=50.0),
+        r"margin of -2000 the loss is 110, expected 2060: .* clamped to -50",
+    )

@@ -358,6 +358,26 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             (dpo - 0.3 * pc / n).sum(),
             "summed over the batch: take the mean",
         ),
+        (
+            (dpo - pc / n).mean(),
+            "the NLL term has weight 1: alpha weighs it, dpo + alpha * (-policy_chosen"
+            " / chosen_tokens)",
+        ),
+        (
+            (0.3 * (dpo - pc / n)).mean(),
+            "alpha multiplies the whole loss: it weighs the NLL term alone, dpo + "
+            "alpha * nll",
+        ),
+        (
+            (dpo - 0.3 * rc / n).mean(),
+            "the NLL is of ref_chosen: the reference is frozen and gets no gradient; "
+            "the NLL is the policy's, -policy_chosen / chosen_tokens",
+        ),
+        (
+            (dpo - 0.3 * pc / (n + 1)).mean(),
+            "the NLL is divided by chosen_tokens + 1: divide by chosen_tokens, the "
+            "tokens whose log-probabilities policy_chosen sums",
+        ),
     ]
 
 
@@ -384,6 +404,22 @@ def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
             "chosen_tokens in the graph"
         )
     compare("the gradient with respect to policy_chosen", grad, want_pc.grad)
+
+
+def _dpo_nll_clamped(big, want: Tensor, m: float) -> None:
+    """Right at the usual margins, finite but too small at a margin of -2000: the DPO
+    term stops growing, as when the margin is clamped."""
+    if not (isinstance(big, Tensor) and big.numel() == 1 and m < 0):
+        return
+    nll = want.item() + m  # want = -m (the DPO term) + nll, at beta 1
+    dpo = big.item() - nll
+    if big.isfinite().all() and 0 < dpo < -m - 1:
+        raise ExerciseError(
+            f"at a margin of {m:g} the loss is {big.item():g}, expected "
+            f"{want.item():g}: its DPO term stops at {dpo:.4g}, as if the margin "
+            f"were clamped to {-dpo:.4g}: leave the margin whole; -F.logsigmoid(z) "
+            "is stable for any margin"
+        )
 
 
 @checker("dpo_nll_loss")
@@ -422,6 +458,7 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
                 f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
+        _dpo_nll_clamped(big, want, m)
         compare(f"dpo_nll_loss at a margin of {m:g}", big, want, atol=1e-9)
     return (
         "equals DPO plus alpha times the chosen outputs' NLL per token, also at "
