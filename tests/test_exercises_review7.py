@@ -283,3 +283,44 @@ def test_dpo_nll_alpha_nll_and_margin_mistakes():
         dpo_with(clamp=50.0),
         r"margin of -2000 the loss is 110, expected 2060: .* clamped to -50",
     )
+
+
+# 14 · attention in tiles --------------------------------------------------------------
+
+
+def tiled_with(skip_last=False, inverted=False, dtype=None, out_width_of_q=False):
+    """An online softmax with one slip: the last block skipped (range(0, T_k - block,
+    block)), the correction exp(m_new - m_old) after the first block, the output
+    cast to `dtype`, or out made with q's width."""
+
+    def fn(q, k, v, block):
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        ell = torch.zeros_like(m)
+        width = q.size(-1) if out_width_of_q else v.size(-1)
+        out = q.new_zeros(*q.shape[:-1], width)
+        stop = k.size(-2) - block if skip_last else k.size(-2)
+        for s in range(0, stop, block):
+            scores = (
+                q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+            )
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            factor = (m_new - m if inverted and s else m - m_new).exp()
+            p = (scores - m_new).exp()
+            ell = factor * ell + p.sum(-1, keepdim=True)
+            out = factor * out + p @ v[..., s : s + block, :]
+            m = m_new
+        out = out / ell
+        return out if dtype is None else out.to(dtype)
+
+    return fn
+
+
+def test_tiled_last_block_correction_dtype_and_width():
+    check = ex.check_tiled_attention
+    assert ex.outcome(check, tiled_with())[0] == "pass"
+    fails(
+        check, tiled_with(skip_last=True), r"block=1: the last block \(key 12\) was s"
+    )
+    fails(check, tiled_with(inverted=True), r"block=1: the correction is inverted")
+    fails(check, tiled_with(dtype=torch.float32), r"torch.float32, q is torch.float64:")
+    fails(check, tiled_with(out_width_of_q=True), r"out made with q's width, D = 8\?")

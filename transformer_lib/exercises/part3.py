@@ -459,11 +459,21 @@ class _KeyReads(TorchFunctionMode):
 
 
 def _online_softmax(
-    q, k, v, block, sum_rescaled=True, out_rescaled=True, divided=True, short=0, m0=None
+    q,
+    k,
+    v,
+    block,
+    sum_rescaled=True,
+    out_rescaled=True,
+    divided=True,
+    short=0,
+    m0=None,
+    inverted=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
-    each block `short` keys short, the running max started at m0, not -inf."""
+    each block `short` keys short, the running max started at m0, not -inf, the
+    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0)."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), block):
@@ -471,6 +481,8 @@ def _online_softmax(
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         factor = (m - m_new).exp()
+        if inverted:
+            factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
         p = (scores - m_new).exp()
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
@@ -479,8 +491,9 @@ def _online_softmax(
 
 
 def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor):
-    """Two slips of sizes: the last, shorter block dropped; the scores divided by
-    the square root of the values' width, not of q's and k's."""
+    """Three slips of sizes: the last, shorter block dropped; the last block skipped,
+    range(0, T_k - block, block); the scores divided by the square root of the
+    values' width, not of q's and k's."""
     n, D, D_v = k.size(-2), q.size(-1), v.size(-1)
     full = n // block * block
     if 0 < full < n:
@@ -489,6 +502,18 @@ def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor)
             raise ExerciseError(
                 f"block={block}: the last block ({n - full} of the {n} keys) was "
                 "dropped: loop over range(0, T_k, block); the last slice is shorter"
+            )
+    starts = range(0, n - block, block)  # range(0, T_k - block, block): one too few
+    end = min(starts[-1] + block, n) if starts else 0
+    if 0 < end < n:
+        kept = F.scaled_dot_product_attention(q, k[..., :end, :], v[..., :end, :])
+        if is_close(got, kept, atol=1e-9):
+            raise ExerciseError(
+                f"block={block}: the last block ("
+                + (f"key {end}" if end == n - 1 else f"keys {end} to {n - 1}")
+                + ") was skipped: "
+                "loop over range(0, T_k, block), which reaches the last block, "
+                "shorter or not"
             )
     if D_v != D:
         by_v = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(D_v))
@@ -513,6 +538,9 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
         (dict(divided=False), "the output was never divided by the running sum ell: "
          "at the end, return out / ell"),
     ]  # fmt: skip
+    slips.append((dict(inverted=True), "the correction is inverted: when a block "
+                  "raises the maximum, the old ell and out shrink, times exp(m_old - "
+                  "m_new), not exp(m_new - m_old)"))  # fmt: skip
     slips.append((dict(m0=0.0), "the running max started at 0, not -inf: when every "
                   "score of a row is far below 0, exp(score - 0) underflows and ell "
                   "stays 0; start m at -inf (torch.full(..., -math.inf))"))  # fmt: skip
@@ -589,6 +617,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                 try:
                     got = fn(*mine, block)
                 except (IndexError, RuntimeError) as e:
+                    _widths_mixed(e, q, v, block)
                     if "non-zero size" not in str(e):
                         raise
                     raise ExerciseError(
@@ -604,6 +633,12 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                         f"the caller's {name} must stay as it was; write "
                         f"{name} / ... into a new tensor"
                     )
+            if isinstance(got, Tensor) and got.dtype != q.dtype:
+                raise ExerciseError(
+                    f"block={block}: the output is {got.dtype}, q is {q.dtype}: "
+                    "return q's dtype; build m, ell and out with dtype=q.dtype, and "
+                    "cast nothing (float32 keeps about 7 digits)"
+                )
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _first_block_max(q, k, v, block, got)
@@ -630,6 +665,17 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
     )
+
+
+def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
+    """A size mismatch between q's width D and v's D_v: out made with q's width."""
+    said, D, D_v = (str(error).splitlines() or [""])[0], q.size(-1), v.size(-1)
+    if "must match the size" in said and f"({D})" in said and f"({D_v})" in said:
+        raise ExerciseError(
+            f"block={block}: RuntimeError ({said}): was out made with q's width, D "
+            f"= {D}? The output has v's width, D_v = {D_v}: q.new_zeros(*q.shape[:-1]"
+            ", v.size(-1))"
+        ) from None
 
 
 def _first_block_max(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
