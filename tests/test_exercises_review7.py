@@ -324,3 +324,29 @@ def test_tiled_last_block_correction_dtype_and_width():
     fails(check, tiled_with(inverted=True), r"block=1: the correction is inverted")
     fails(check, tiled_with(dtype=torch.float32), r"torch.float32, q is torch.float64:")
     fails(check, tiled_with(out_width_of_q=True), r"out made with q's width, D = 8\?")
+
+
+# 13 · the similarity of position vectors, by distance ---------------------------------
+
+
+def by_distance_with(centre=None, median=False):
+    """notebook 13's answer with the rows centred (centre: the dim whose mean is
+    subtracted) or a median of each diagonal."""
+
+    def fn(table):
+        if centre is not None:
+            table = table - table.mean(centre, keepdim=True)
+        unit = F.normalize(table, dim=1)
+        cosines = unit @ unit.T
+        pick = [cosines.diagonal(k) for k in range(len(table))]
+        return torch.stack([d.median() if median else d.mean() for d in pick])
+
+    return fn
+
+
+def test_cosine_by_distance_centred_rows_and_median():
+    check = ex.check_cosine_by_distance
+    assert ex.outcome(check, by_distance_with())[0] == "pass"
+    fails(check, by_distance_with(centre=0), "the mean row was subtracted first")
+    fails(check, by_distance_with(centre=1), r"each row was centred .*correlation")
+    fails(check, by_distance_with(median=True), "a median, not a mean")

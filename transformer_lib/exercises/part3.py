@@ -747,7 +747,24 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             "the cosines were made positive (.abs()): keep their sign; a negative "
             "cosine says the two positions point apart"
         )
+    median = torch.stack([(unit @ unit.T).diagonal(k).median() for k in range(n)])
+    if got.shape == want.shape and torch.allclose(got, median, atol=1e-9):
+        raise ExerciseError(
+            "a median, not a mean: entry k is the mean of the N - k cosines on the "
+            "k-th diagonal, .mean()"
+        )
     t = table.double()
+    for centred, what in (
+        (t - t.mean(0), "the mean row was subtracted first"),
+        (t - t.mean(1, keepdim=True), "each row was centred (minus its own mean)"),
+    ):
+        if got.shape == want.shape and torch.allclose(
+            got, _by_distance(centred), atol=1e-9
+        ):
+            raise ExerciseError(
+                f"{what}: that is a correlation; the cosine compares the rows as "
+                "they are, each only divided by its length (F.normalize(table, dim=1))"
+            )
     along = [F.cosine_similarity(t[: n - k], t[k:], dim=0).mean() for k in range(n)]
     if got.shape == want.shape and torch.allclose(got, torch.stack(along), atol=1e-9):
         raise ExerciseError(
