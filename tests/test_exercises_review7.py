@@ -239,6 +239,12 @@ def test_pack_pairs_mask_dtype_targets_and_diagonal():
     fails(check, pack_with(fill=None), "prompt's targets are None, expected -100")
     fails(check, pack_with(diagonal=-1), "the attention mask hides the diagonal")
 
+    def sink(pairs):  # every query also sees position 0, the first pair's <bos>
+        x, y, mask = pack_with()(pairs)
+        return x, y, mask | (torch.arange(len(x)) == 0)
+
+    fails(check, sink, r"lets query 6 attend key 0, of another pair")
+
 
 # 19 · DPO with an NLL term ------------------------------------------------------------
 

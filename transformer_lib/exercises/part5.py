@@ -68,6 +68,13 @@ def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
     ):
         if torch.equal(got, wrong):
             raise ExerciseError(f"{call}: the attention mask {what}")
+    across = got & ~(want | want.T)  # True outside every pair's block
+    if across.any() and torch.equal(got & (want | want.T), want):
+        i, j = across.nonzero()[0].tolist()
+        raise ExerciseError(
+            f"{call}: the attention mask lets query {i} attend key {j}, of another "
+            "pair: True only for the keys of the query's own pair, up to itself"
+        )
 
 
 @checker("pack_pairs")
