@@ -356,3 +356,34 @@ def test_cosine_by_distance_centred_rows_and_median():
     fails(check, by_distance_with(centre=0), "the mean row was subtracted first")
     fails(check, by_distance_with(centre=1), r"each row was centred .*correlation")
     fails(check, by_distance_with(median=True), "a median, not a mean")
+
+
+# 18 · merge_and_unload ----------------------------------------------------------------
+
+
+def test_merge_and_unload_a_new_linear_with_a_fresh_bias():
+    from torch import nn
+
+    def fresh_linear(model, copy_bias=False):
+        names = []
+        for name, m in list(model.named_modules()):
+            if type(m).__name__ != "LoRALinear":
+                continue
+            base = m.base
+            new = nn.Linear(
+                base.in_features, base.out_features, dtype=base.weight.dtype
+            )
+            with torch.no_grad():
+                new.weight.copy_(base.weight + m.delta_weight())
+                if copy_bias:
+                    new.bias.copy_(base.bias)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, new)
+            names.append(name)
+        return names
+
+    check = ex.check_merge_and_unload
+    assert ex.outcome(check, lambda m: fresh_linear(m, copy_bias=True))[0] == "pass"
+    fails(
+        check, fresh_linear, r"blocks.0.attn.qkv is a new nn.Linear whose bias is not"
+    )

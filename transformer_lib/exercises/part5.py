@@ -270,6 +270,16 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
                 "layer.base"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
+        if (
+            layer is not base
+            and base.bias is not None
+            and not is_close(layer.bias, base.bias.detach(), atol=1e-9)
+        ):
+            raise ExerciseError(
+                f"{name} is a new nn.Linear whose bias is not the base layer's (a "
+                "fresh one?): copy base.bias too, or put the merged base back, "
+                "layer.base"
+            )
     n_params = sum(p.numel() for p in model.parameters())
     if n_params != n_plain:
         raise ExerciseError(
