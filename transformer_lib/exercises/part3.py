@@ -94,7 +94,40 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "the MLP uses ReLU: GPT-2 uses GELU, with the tanh approximation, "
             "F.gelu(h, approximate='tanh')",
         ),
+        *_mlp_hints(ref, a),
+        (
+            _unscaled(ref, x),
+            f"the scores q k^T were not divided by sqrt(d_head) = {math.sqrt(C // H):g}"
+            ": softmax(q k^T / sqrt(D)) v, or F.scaled_dot_product_attention",
+        ),
     )
+
+
+def _mlp_hints(ref, a: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """The MLP's activation misplaced: after fc_out, or missing. a: after attention."""
+    fc, out, h = ref.mlp.fc, ref.mlp.proj, ref.norm2(a)
+    between = "put it between the two layers: fc_out(F.gelu(fc(h), approximate='tanh'))"
+    after = f"the GELU was applied after fc_out, to the MLP's output: {between}"
+    return (
+        (a + F.gelu(out(fc(h)), approximate="tanh"), after),
+        (a + F.gelu(out(fc(h))), after),
+        (
+            a + out(fc(h)),
+            "the MLP has no activation: fc_out(fc(h)) is one linear map; " + between,
+        ),
+    )
+
+
+def _unscaled(ref, x: Tensor) -> Tensor:
+    """The reference block with its scores not divided by sqrt(d_head)."""
+    (B, T, C), H = x.shape, ref.attn.n_heads
+    q, k, v = (
+        t.view(B, T, H, C // H).transpose(1, 2)
+        for t in ref.attn.qkv(ref.norm1(x)).chunk(3, -1)
+    )
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+    a = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+    return a + ref.mlp(ref.norm2(a))
 
 
 def _block_with(ref, x: Tensor, split=None, weights=None, merge=None) -> Tensor:
@@ -119,19 +152,23 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     (B, T, C), H = x.shape, ref.attn.n_heads
     D = C // H
 
-    def no_diag(fill: float) -> Callable:
-        return lambda s, keep: s.masked_fill(~keep.tril(-1), fill).softmax(-1)
-
     def heads(*parts: Tensor) -> tuple:
         return tuple(t.view(B, T, H, D).transpose(1, 2) for t in parts)
 
-    diag = (
-        "the mask hides the diagonal too: a token may attend to itself, tril(), "
-        "not tril(-1)"
-    )
+    split = "the heads were split with a plain reshape to (B, H, T, D), which mixes "
     return (
-        (_block_with(ref, x, weights=no_diag(-1e9)), diag),
-        (_block_with(ref, x, weights=no_diag(-math.inf)), diag),
+        (
+            _block_with(
+                ref, x, weights=lambda s, k: s.masked_fill(~k.T, -math.inf).softmax(-1)
+            ),
+            "the mask is inverted: query t kept the keys j >= t (triu()); keep j <= "
+            "t, the lower triangle (tril()), and hide the keys after t (triu(1))",
+        ),
+        (
+            _block_with(ref, x, weights=lambda s, k: s.masked_fill(~k, 0).softmax(-1)),
+            "the hidden scores were set to 0, not -inf: exp(0) = 1 still weighs the "
+            "later keys; masked_fill(hide, float('-inf'))",
+        ),
         (
             _block_with(
                 ref, x, weights=lambda s, k: s.masked_fill(~k, -math.inf).softmax(-2)
@@ -146,8 +183,14 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
                 split=lambda z: (t.reshape(B, H, T, D) for t in z.chunk(3, -1)),
                 merge=lambda y: y.reshape(B, T, C),
             ),
-            "the heads were split with a plain reshape to (B, H, T, D), which mixes "
-            "the tokens: view(B, T, H, D), then transpose(1, 2)",
+            split + "the tokens: view(B, T, H, D), then transpose(1, 2)",
+        ),
+        (
+            _block_with(
+                ref, x, split=lambda z: (t.reshape(B, H, T, D) for t in z.chunk(3, -1))
+            ),
+            split + "the tokens (the merge back is right): view(B, T, H, D), then "
+            "transpose(1, 2)",
         ),
         (
             _block_with(
@@ -164,6 +207,24 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "q, k, v in that order",
         ),
     )
+
+
+def _diagonal_hidden(ref, x: Tensor, got: Tensor) -> None:
+    """The mask hides key t from query t too (tril(-1), or triu() as what to hide):
+    token 0 then sees nothing (NaN, or whatever was done about it), so only the
+    positions after it are compared."""
+    if not (isinstance(got, Tensor) and got.shape == x.shape):
+        return
+    strict = _block_with(
+        ref,
+        x,
+        weights=lambda s, k: s.masked_fill(~k.tril(-1), -math.inf).softmax(-1),
+    )
+    if is_close(got[:, 1:], strict[:, 1:]):
+        raise ExerciseError(
+            "the mask hides the diagonal too: a token may attend to itself; hide "
+            "only the keys after it, triu(1) (or keep tril()), not triu() / tril(-1)"
+        )
 
 
 def _qvk(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -226,6 +287,7 @@ def check_gpt_block(cls: type) -> str:
         for variant, hint in _attention_hints(ref, x):
             if is_close(got, variant, equal_nan=True):
                 raise ExerciseError(hint)
+        _diagonal_hidden(ref, x, got)
     if isinstance(got, Tensor) and got.shape == want.shape:
         x2 = x.clone()
         x2[:, 3] = torch.randn(2, 16).double()  # not a shift: LayerNorm removes it
@@ -397,11 +459,21 @@ class _KeyReads(TorchFunctionMode):
 
 
 def _online_softmax(
-    q, k, v, block, sum_rescaled=True, out_rescaled=True, divided=True, short=0, m0=None
+    q,
+    k,
+    v,
+    block,
+    sum_rescaled=True,
+    out_rescaled=True,
+    divided=True,
+    short=0,
+    m0=None,
+    inverted=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
-    each block `short` keys short, the running max started at m0, not -inf."""
+    each block `short` keys short, the running max started at m0, not -inf, the
+    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0)."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), block):
@@ -409,6 +481,8 @@ def _online_softmax(
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         factor = (m - m_new).exp()
+        if inverted:
+            factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
         p = (scores - m_new).exp()
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
@@ -417,8 +491,9 @@ def _online_softmax(
 
 
 def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor):
-    """Two slips of sizes: the last, shorter block dropped; the scores divided by
-    the square root of the values' width, not of q's and k's."""
+    """Three slips of sizes: the last, shorter block dropped; the last block skipped,
+    range(0, T_k - block, block); the scores divided by the square root of the
+    values' width, not of q's and k's."""
     n, D, D_v = k.size(-2), q.size(-1), v.size(-1)
     full = n // block * block
     if 0 < full < n:
@@ -427,6 +502,18 @@ def _tiled_shapes_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor)
             raise ExerciseError(
                 f"block={block}: the last block ({n - full} of the {n} keys) was "
                 "dropped: loop over range(0, T_k, block); the last slice is shorter"
+            )
+    starts = range(0, n - block, block)  # range(0, T_k - block, block): one too few
+    end = min(starts[-1] + block, n) if starts else 0
+    if 0 < end < n:
+        kept = F.scaled_dot_product_attention(q, k[..., :end, :], v[..., :end, :])
+        if is_close(got, kept, atol=1e-9):
+            raise ExerciseError(
+                f"block={block}: the last block ("
+                + (f"key {end}" if end == n - 1 else f"keys {end} to {n - 1}")
+                + ") was skipped: "
+                "loop over range(0, T_k, block), which reaches the last block, "
+                "shorter or not"
             )
     if D_v != D:
         by_v = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(D_v))
@@ -451,6 +538,9 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
         (dict(divided=False), "the output was never divided by the running sum ell: "
          "at the end, return out / ell"),
     ]  # fmt: skip
+    slips.append((dict(inverted=True), "the correction is inverted: when a block "
+                  "raises the maximum, the old ell and out shrink, times exp(m_old - "
+                  "m_new), not exp(m_new - m_old)"))  # fmt: skip
     slips.append((dict(m0=0.0), "the running max started at 0, not -inf: when every "
                   "score of a row is far below 0, exp(score - 0) underflows and ell "
                   "stays 0; start m at -inf (torch.full(..., -math.inf))"))  # fmt: skip
@@ -527,6 +617,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                 try:
                     got = fn(*mine, block)
                 except (IndexError, RuntimeError) as e:
+                    _widths_mixed(e, q, v, block)
                     if "non-zero size" not in str(e):
                         raise
                     raise ExerciseError(
@@ -542,6 +633,12 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                         f"the caller's {name} must stay as it was; write "
                         f"{name} / ... into a new tensor"
                     )
+            if isinstance(got, Tensor) and got.dtype != q.dtype:
+                raise ExerciseError(
+                    f"block={block}: the output is {got.dtype}, q is {q.dtype}: "
+                    "return q's dtype; build m, ell and out with dtype=q.dtype, and "
+                    "cast nothing (float32 keeps about 7 digits)"
+                )
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _first_block_max(q, k, v, block, got)
@@ -568,6 +665,17 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
     )
+
+
+def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
+    """A size mismatch between q's width D and v's D_v: out made with q's width."""
+    said, D, D_v = (str(error).splitlines() or [""])[0], q.size(-1), v.size(-1)
+    if "must match the size" in said and f"({D})" in said and f"({D_v})" in said:
+        raise ExerciseError(
+            f"block={block}: RuntimeError ({said}): was out made with q's width, D "
+            f"= {D}? The output has v's width, D_v = {D_v}: q.new_zeros(*q.shape[:-1]"
+            ", v.size(-1))"
+        ) from None
 
 
 def _first_block_max(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> None:
@@ -639,7 +747,24 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             "the cosines were made positive (.abs()): keep their sign; a negative "
             "cosine says the two positions point apart"
         )
+    median = torch.stack([(unit @ unit.T).diagonal(k).median() for k in range(n)])
+    if got.shape == want.shape and torch.allclose(got, median, atol=1e-9):
+        raise ExerciseError(
+            "a median, not a mean: entry k is the mean of the N - k cosines on the "
+            "k-th diagonal, .mean()"
+        )
     t = table.double()
+    for centred, what in (
+        (t - t.mean(0), "the mean row was subtracted first"),
+        (t - t.mean(1, keepdim=True), "each row was centred (minus its own mean)"),
+    ):
+        if got.shape == want.shape and torch.allclose(
+            got, _by_distance(centred), atol=1e-9
+        ):
+            raise ExerciseError(
+                f"{what}: that is a correlation; the cosine compares the rows as "
+                "they are, each only divided by its length (F.normalize(table, dim=1))"
+            )
     along = [F.cosine_similarity(t[: n - k], t[k:], dim=0).mean() for k in range(n)]
     if got.shape == want.shape and torch.allclose(got, torch.stack(along), atol=1e-9):
         raise ExerciseError(
@@ -733,7 +858,24 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
         raise ExerciseError(
             f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
         )
+    _wrong_scale(name, q, k, v, got)
     g, n_kv = q.size(1) // k.size(1), k.size(1)
+    strict = torch.ones(q.size(2), q.size(2), dtype=torch.bool).tril(-1)
+    excluded = _grouped_reference(q, k, v, mask=strict)  # query 0 sees nothing
+    if torch.allclose(got[:, :, 1:], excluded[:, :, 1:], atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the mask hides the diagonal too: query t may attend to key t "
+            "itself; hide only the later keys, triu(1) (or keep tril()), not triu()"
+        )
+    B, H, T, D = q.shape
+    pooled = q.view(B, n_kv, g, T, D).mean(2)  # the group's query heads averaged
+    averaged = _grouped_reference(pooled, k, v).repeat_interleave(g, dim=1)
+    if g > 1 and torch.allclose(got, averaged, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the query heads of each group were averaged: every query head "
+            "keeps its own queries; it is k and v that are repeated for the group, "
+            "repeat_interleave(H // H_kv, dim=1)"
+        )
     first = _grouped_reference(q, k[:, :1].expand_as(k), v[:, :1].expand_as(v))
     if n_kv > 1 and torch.allclose(got, first, atol=1e-9):
         raise ExerciseError(
@@ -768,6 +910,80 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             )
 
 
+def _wrong_scale(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
+    """The scores scaled by some 1/s other than 1/sqrt(D): s read from query 1 of
+    head 0, which weighs keys 0 and 1 only, then checked on every output."""
+    g, D = q.size(1) // k.size(1), q.size(-1)
+    q1, k01, v01 = q[0, 0, 1], k[0, 0, :2], v[0, 0, :2]
+    dv = v01[1] - v01[0]
+    w = ((got[0, 0, 1] - v01[0]) @ dv / (dv @ dv)).item()  # the weight of key 1
+    gap = (q1 @ (k01[1] - k01[0])).item()  # its score minus key 0's, unscaled
+    if not (0 < w < 1) or abs(gap) < 1e-3:
+        return
+    scale = math.log(w / (1 - w)) / gap
+    if scale <= 0 or abs(scale * math.sqrt(D) - 1) < 1e-6:
+        return
+    if not torch.allclose(got, _grouped_reference(q, k, v, scale=scale), atol=1e-7):
+        return
+    s2 = 1 / scale**2
+    what = f"sqrt({s2:.4g})"
+    if abs(s2 - D * g) < 1e-6 * s2 and g > 1:
+        what = f"sqrt(D * H / H_kv) = sqrt({D} * {g})"
+    elif abs(s2 - D * q.size(1)) < 1e-6 * s2:
+        what = f"sqrt(D * H) = sqrt({D} * {q.size(1)})"
+    raise ExerciseError(
+        f"{name}: the scores q k^T were divided by {what}, not by sqrt(D) = "
+        f"sqrt({D}): the scale is one head's width, whatever the grouping"
+    )
+
+
+_REPEATS = {"repeat_interleave", "repeat", "expand", "expand_as", "tile", "cat"}
+
+
+class _Repeats(TorchFunctionMode):
+    """Which of k and v went through a repetition (repeat_interleave, repeat, expand,
+    cat, ...), following what is computed from each of them alone."""
+
+    def __init__(self, k: Tensor, v: Tensor):
+        super().__init__()
+        self.origin, self.repeated = {id(k): "k", id(v): "v"}, set()
+        self.alive = [k, v]  # no id is reused while the mode runs
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = {
+            self.origin[id(t)]
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, Tensor) and id(t) in self.origin
+        }
+        if len(ins) == 1:
+            if getattr(func, "__name__", "") in _REPEATS:
+                self.repeated |= ins
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, Tensor):
+                    self.origin[id(t)] = next(iter(ins))
+                    self.alive.append(t)
+        return out
+
+
+def _one_not_repeated(fn: Callable, name: str, q: Tensor, k, v, error) -> None:
+    """fn raised on a size mismatch: was only one of k and v repeated?"""
+    mine = q.clone(), k.clone(), v.clone()
+    trace = _Repeats(*mine[1:])
+    try:
+        with trace:
+            _without_enable_gqa(fn, *mine)
+    except Exception:  # noqa: BLE001 - the first run's error is the one reported
+        pass
+    if len(trace.repeated) == 1:
+        (done,) = trace.repeated
+        raise ExerciseError(
+            f"{name}: RuntimeError ({str(error).splitlines()[0]}): {done} was "
+            f"repeated, {'kv'.replace(done, '')} was not: repeat k and v alike, each "
+            "repeat_interleave(H // H_kv, dim=1)"
+        ) from None
+
+
 @checker("grouped-query attention")
 def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str:
     """fn(q (B, H, T, D), k, v (B, H_kv, T, D)) -> causal attention (B, H, T, D), where
@@ -785,6 +1001,7 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
         except RuntimeError as e:
             if n_kv == 4 or "must match the size" not in str(e):
                 raise
+            _one_not_repeated(fn, name, q, k, v, e)
             raise ExerciseError(
                 f"{name}: RuntimeError ({str(e).splitlines()[0]}): were k and v "
                 "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
@@ -837,25 +1054,103 @@ def _geglu_reference(d_model: int):
     return GeGLU(d_model, _geglu_width(d_model)).double().eval()
 
 
+def _geglu_width_hints() -> list[tuple[Callable[[int], int], str]]:
+    """The usual wrong widths, each as a rule d_model -> width, and what to say."""
+    up = "rounds up to a multiple of 64"
+    third = "2/3 of the GELU MLP's width 4 * d_model, 8 * d_model / 3"
+    four = (
+        "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
+        "8 * d_model / 3, to keep its parameter count"
+    )
+    raw = "8 * d_model / 3 is not a multiple of 64: round it up"
+    return [
+        (lambda d: 4 * d, four),
+        (lambda d: 64 * math.ceil(4 * d / 64), four),
+        (lambda d: int(8 * d / 3), raw),
+        (lambda d: round(8 * d / 3), raw),
+        (lambda d: math.ceil(8 * d / 3), raw),
+        (
+            lambda d: 64 * math.floor(8 * d / 3 / 64),
+            "rounded down: round up to the next multiple of 64, so the width never "
+            "falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: 64 * round(8 * d / 3 / 64),
+            "rounded to the nearest multiple of 64: round up (math.ceil), so the "
+            "width never falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: (int(8 * d / 3) // 64 + 1) * 64,
+            "(n // 64 + 1) * 64 adds a multiple of 64 too many where n is one "
+            "already (d_model 24: n = 64): round up, 64 * math.ceil(n / 64)",
+        ),
+        (
+            lambda d: 64 * math.ceil(2 * d / 3 / 64),
+            f"2/3 of d_model: the width is {third}",
+        ),
+        (
+            lambda d: 64 * math.ceil(4 * d / 3 / 64),
+            f"4 * d_model / 3: the width is {third}",
+        ),
+        (lambda d: int(2 * d / 3), f"2/3 of d_model: the width is {third}, then {up}"),
+        (lambda d: int(4 * d / 3), f"4 * d_model / 3: the width is {third}, then {up}"),
+        (
+            lambda d: 8 * round(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+        (
+            lambda d: 8 * math.ceil(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+    ]
+
+
 def _check_geglu_width(cls: type) -> None:
-    """Raise ExerciseError naming the rounding mistake, if the width is wrong."""
+    """Raise ExerciseError naming the rounding mistake, if the width is wrong: the
+    widths at four d_model are matched against each usual wrong rule at once."""
+
+    def width(d: int):
+        return getattr(getattr(cls(d), "gate", None), "out_features", None)
+
     for d in (24, 40, 50):
-        mine, want = cls(d), _geglu_width(d)
-        width = getattr(getattr(mine, "gate", None), "out_features", None)
-        if width == want:
+        if (got := width(d)) == (want := _geglu_width(d)):
             continue
-        third = 8 * d / 3
-        hint = {
-            4 * d: "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
-            "8 * d_model / 3, to keep its parameter count",
-            int(third): f"{int(third)} = 8 * d_model / 3 is not a multiple of 64: "
-            "round it up",
-            64 * math.floor(third / 64): "rounded down: round up to the next multiple "
-            "of 64, so the width never falls below 8 * d_model / 3",
-            8 * round(third / 8): "a multiple of 8, as the library's SwiGLU: this one "
-            "rounds up to a multiple of 64",
-        }.get(width, f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}")
-        raise ExerciseError(f"MyGeGLU({d}): hidden width {width}: {hint}")
+        seen = tuple(width(e) for e in (24, 40, 50, 100))
+        hint = next(
+            (
+                h
+                for rule, h in _geglu_width_hints()
+                if seen == tuple(map(rule, (24, 40, 50, 100)))
+            ),
+            f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
+        )
+        raise ExerciseError(f"MyGeGLU({d}): hidden width {got}: {hint}")
+
+
+def _geglu_hints(g: Tensor, u: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """More wrong hidden activations, from gate(x) = g and up(x) = u: (h, hint)."""
+    gated = "gelu(gate(x)) * up(x)"
+    return (
+        (
+            F.gelu(u),
+            "gate(x) is missing: the GELU goes on gate(x), which multiplies up(x), "
+            + gated,
+        ),
+        (
+            F.gelu(g) * F.gelu(u),
+            f"the GELU went on both branches: up(x) stays linear, {gated}",
+        ),
+        (
+            F.relu(g) * u,
+            f"the gate uses ReLU (that is ReGLU): GeGLU's is GELU, {gated}",
+        ),
+        (
+            torch.sigmoid(g) * u,
+            "the gate uses a sigmoid (that is the first GLU): GeGLU's is GELU, "
+            + gated,
+        ),
+        (F.gelu(g) + u, f"the branches were added: the gate multiplies, {gated}"),
+    )
 
 
 @checker("GeGLU")
@@ -893,9 +1188,15 @@ def check_geglu(cls: type) -> str:
                     "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
                     "multiplies up(x): gelu(gate(x)) * up(x)",
                 ),
+                *_geglu_hints(g, u),
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
+            if is_close(got, x + want):
+                raise ExerciseError(
+                    "x was added to the output: MyGeGLU returns the MLP alone, "
+                    "proj(gelu(gate(x)) * up(x)); the block adds the residual"
+                )
     compare_module("MyGeGLU(x)", got, want, mine, ref)
     widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
     return (

@@ -36,6 +36,11 @@ def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
     """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
     if not (isinstance(got, Tensor) and got.shape == want.shape):
         return
+    if got.is_floating_point() and ((got == 0) | got.isneginf()).all():
+        raise ExerciseError(
+            f"{call}: the attention mask is an additive one (0 and -inf, dtype "
+            f"{got.dtype}): return a bool mask, True = may attend, not an additive one"
+        )
     got = got.bool()
     causal = torch.ones_like(want).tril()
     for wrong, what in (
@@ -55,9 +60,21 @@ def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
             "keys it may attend",
         ),
         (~want, "is inverted: True means may attend"),
+        (
+            want & ~torch.eye(len(want), dtype=torch.bool),
+            "hides the diagonal: a token may attend to itself; each pair's block "
+            "is lower triangular with its diagonal, tril(), not tril(-1)",
+        ),
     ):
         if torch.equal(got, wrong):
             raise ExerciseError(f"{call}: the attention mask {what}")
+    across = got & ~(want | want.T)  # True outside every pair's block
+    if across.any() and torch.equal(got & (want | want.T), want):
+        i, j = across.nonzero()[0].tolist()
+        raise ExerciseError(
+            f"{call}: the attention mask lets query {i} attend key {j}, of another "
+            "pair: True only for the keys of the query's own pair, up to itself"
+        )
 
 
 @checker("pack_pairs")
@@ -115,6 +132,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             f"{kept[0]} ({x[kept[0]]}); each target is the next token, "
             "ids[1:] against the inputs ids[:-1]"
         )
+    _masked_not_with_ignore_index(call, y, want_y)
     starts = [0]
     for ids, _ in pairs:
         starts.append(starts[-1] + len(ids) - 1)
@@ -130,6 +148,19 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             raise ExerciseError(f"{call}: target {t} is {what}")
     _wrong_pack_mask(call, mask, want_mask)
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _masked_not_with_ignore_index(call: str, y: list, want_y: list) -> None:
+    """The prompt's targets masked, but with some value other than -100."""
+    masked = [t for t, w in enumerate(want_y) if w == -100]
+    used = {repr(y[t]) for t in masked}
+    if len(used) != 1 or y[masked[0]] == -100:
+        return
+    if all(g == w for g, w in zip(y, want_y) if w != -100):
+        raise ExerciseError(
+            f"{call}: the prompt's targets are {used.pop()}, expected -100: use "
+            "-100, the loss's ignore_index (F.cross_entropy skips those targets)"
+        )
 
 
 def _is_lora(module) -> bool:
@@ -239,6 +270,16 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
                 "layer.base"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
+        if (
+            layer is not base
+            and base.bias is not None
+            and not is_close(layer.bias, base.bias.detach(), atol=1e-9)
+        ):
+            raise ExerciseError(
+                f"{name} is a new nn.Linear whose bias is not the base layer's (a "
+                "fresh one?): copy base.bias too, or put the merged base back, "
+                "layer.base"
+            )
     n_params = sum(p.numel() for p in model.parameters())
     if n_params != n_plain:
         raise ExerciseError(
@@ -334,6 +375,26 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             (dpo - 0.3 * pc / n).sum(),
             "summed over the batch: take the mean",
         ),
+        (
+            (dpo - pc / n).mean(),
+            "the NLL term has weight 1: alpha weighs it, dpo + alpha * (-policy_chosen"
+            " / chosen_tokens)",
+        ),
+        (
+            (0.3 * (dpo - pc / n)).mean(),
+            "alpha multiplies the whole loss: it weighs the NLL term alone, dpo + "
+            "alpha * nll",
+        ),
+        (
+            (dpo - 0.3 * rc / n).mean(),
+            "the NLL is of ref_chosen: the reference is frozen and gets no gradient; "
+            "the NLL is the policy's, -policy_chosen / chosen_tokens",
+        ),
+        (
+            (dpo - 0.3 * pc / (n + 1)).mean(),
+            "the NLL is divided by chosen_tokens + 1: divide by chosen_tokens, the "
+            "tokens whose log-probabilities policy_chosen sums",
+        ),
     ]
 
 
@@ -360,6 +421,22 @@ def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
             "chosen_tokens in the graph"
         )
     compare("the gradient with respect to policy_chosen", grad, want_pc.grad)
+
+
+def _dpo_nll_clamped(big, want: Tensor, m: float) -> None:
+    """Right at the usual margins, finite but too small at a margin of -2000: the DPO
+    term stops growing, as when the margin is clamped."""
+    if not (isinstance(big, Tensor) and big.numel() == 1 and m < 0):
+        return
+    nll = want.item() + m  # want = -m (the DPO term) + nll, at beta 1
+    dpo = big.item() - nll
+    if big.isfinite().all() and 0 < dpo < -m - 1:
+        raise ExerciseError(
+            f"at a margin of {m:g} the loss is {big.item():g}, expected "
+            f"{want.item():g}: its DPO term stops at {dpo:.4g}, as if the margin "
+            f"were clamped to {-dpo:.4g}: leave the margin whole; -F.logsigmoid(z) "
+            "is stable for any margin"
+        )
 
 
 @checker("dpo_nll_loss")
@@ -398,6 +475,7 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
                 f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
                 "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
             )
+        _dpo_nll_clamped(big, want, m)
         compare(f"dpo_nll_loss at a margin of {m:g}", big, want, atol=1e-9)
     return (
         "equals DPO plus alpha times the chosen outputs' NLL per token, also at "
