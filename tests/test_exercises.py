@@ -3159,3 +3159,29 @@ def test_tied_output_transposed_and_train_step_smoothing_over_the_wrong_tokens()
         return (loss * real).sum() / real.sum()
 
     fails(ex.check_train_step, _train_step(spread), "spread over the n_vocab - 1")
+
+
+def test_bpe_encode_a_run_of_one_pair_merged_from_the_right():
+    from transformer_lib.tokenization import CHUNK_PATTERN
+
+    def merge_from_right(ids, pair, new):
+        out, i = [], len(ids) - 1
+        while i >= 0:
+            if i > 0 and (ids[i - 1], ids[i]) == pair:
+                out, i = [new, *out], i - 2
+            else:
+                out, i = [ids[i], *out], i - 1
+        return out
+
+    def from_right(text, merges):
+        ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+        out = []
+        for chunk in CHUNK_PATTERN.findall(text):
+            ids = list(chunk.encode())
+            while known := [p for p in zip(ids, ids[1:]) if p in ranks]:
+                pair = min(known, key=ranks.get)
+                ids = merge_from_right(ids, pair, ranks[pair])
+            out += ids
+        return out
+
+    fails(ex.check_bpe_encode, from_right, "merge from the left")

@@ -306,10 +306,26 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
             f"{call}: id {i} is {got[i]}, expected {want[i]} "
             f"({tok.vocab[want[i]]!r}); got {got}, expected {want}"
         )
+    _check_overlapping_pairs(fn)
     return (
         f"{len(_BPE_TEXTS)} texts equal BPETokenizer.encode with {len(merges)} merges: "
-        "unseen words, multi-byte characters, whitespace runs, the empty text"
+        "unseen words, multi-byte characters, whitespace runs, the empty text; a run "
+        "of one byte"
     )
+
+
+def _check_overlapping_pairs(fn: Callable) -> None:
+    """A run of one byte, "aaaaa", whose pairs overlap: merged left to right."""
+    from transformer_lib.tokenization import BPETokenizer
+
+    tok = BPETokenizer().train("aaaa aaa aa " * 8, 256 + 1)  # one merge: (a, a)
+    got, want = fn("aaaaa", list(tok.merges)), tok.encode("aaaaa")
+    if isinstance(got, (list, tuple)) and [int(i) for i in got] != want:
+        raise ExerciseError(
+            f"my_bpe_encode('aaaaa', [(97, 97)]) gave {list(got)}, expected {want}: a "
+            "run of one pair overlaps; merge from the left, as merge() does "
+            "('aaaaa' is aa, aa, a)"
+        )
 
 
 # 02 · weight tying --------------------------------------------------------------------
