@@ -11,10 +11,11 @@ prints one line:
     ✗ multi-head attention: scores divided ...   wrong, and what is wrong
     · multi-head attention: not implemented yet  the stub, untouched
 
-It returns None and never raises for a wrong answer (so "Run all" goes on); an error in
-the learner's own code propagates with its traceback, unless it is the one a typical
-mistake raises (a file read as text, a mask or a slice of the wrong size): then the
-line names that mistake, with the error's first line. Checkers draw their random inputs
+It returns None and never raises for a wrong answer (so "Run all" goes on). An error
+the learner's code raises is one line too: the mistake it is typical of when there is
+one (a file read as text, a mask or a slice of the wrong size), else its type, the first
+line of its message and the learner's line that raised it (or called the library that
+did). Checkers draw their random inputs
 inside `torch.random.fork_rng`, so the notebook's random stream is left as it was.
 
     python -m transformer_lib check 05     # which build-its of notebook 05 pass
@@ -63,12 +64,11 @@ from transformer_lib.exercises.part2 import (
 )
 from transformer_lib.exercises.part3 import (
     check_cosine_by_distance,
-    check_geglu,
     check_gpt_block,
-    check_grouped_attention,
     check_kv_cache,
     check_tiled_attention,
 )
+from transformer_lib.exercises.part4 import check_geglu, check_grouped_attention
 from transformer_lib.exercises.part5 import (
     check_dpo_nll_loss,
     check_merge_and_unload,

@@ -1,0 +1,412 @@
+"""The checkers of Part IV's build-its (notebooks 15-16): grouped-query attention and
+GeGLU. Written by hand."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from transformer_lib.exercises.framework import (
+    ExerciseError,
+    checker,
+    compare,
+    compare_module,
+    is_close,
+    load_weights,
+)
+
+# 15 · grouped-query attention ---------------------------------------------------------
+
+
+def _grouped_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """Query head h attends with key/value head h // (H / H_kv), one head at a time;
+    scale=1.0: the scores not divided by sqrt(D), a usual mistake; mask: the keys
+    each query keeps, in place of the causal mask."""
+    g = q.size(1) // k.size(1)
+    causal = causal and mask is None
+    heads = [
+        F.scaled_dot_product_attention(
+            q[:, h], k[:, h // g], v[:, h // g], mask, is_causal=causal, scale=scale
+        )
+        for h in range(q.size(1))
+    ]
+    return torch.stack(heads, dim=1)  # (B, H, T, D)
+
+
+def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
+    """Raise ExerciseError naming the mistake, if it is a usual one."""
+    if torch.allclose(got, _grouped_reference(q, k, v, causal=False), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: queries also see later keys: apply the causal mask"
+        )
+    later = torch.ones(q.size(2), q.size(2), dtype=torch.bool).triu()
+    if torch.allclose(got, _grouped_reference(q, k, v, mask=later), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the causal mask is inverted: query t saw keys t and later; it "
+            "keeps the keys j <= t, the lower triangle (tril), and hides the rest"
+        )
+    if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
+        raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
+    D = q.size(-1)
+    if torch.allclose(got, _grouped_reference(q, k, v, scale=1 / D), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the scores q k^T were divided by D = {D}, not by sqrt(D)"
+        )
+    _wrong_scale(name, q, k, v, got)
+    g, n_kv = q.size(1) // k.size(1), k.size(1)
+    strict = torch.ones(q.size(2), q.size(2), dtype=torch.bool).tril(-1)
+    excluded = _grouped_reference(q, k, v, mask=strict)  # query 0 sees nothing
+    if torch.allclose(got[:, :, 1:], excluded[:, :, 1:], atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the mask hides the diagonal too: query t may attend to key t "
+            "itself; hide only the later keys, triu(1) (or keep tril()), not triu()"
+        )
+    B, H, T, D = q.shape
+    pooled = q.view(B, n_kv, g, T, D).mean(2)  # the group's query heads averaged
+    averaged = _grouped_reference(pooled, k, v).repeat_interleave(g, dim=1)
+    if g > 1 and torch.allclose(got, averaged, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the query heads of each group were averaged: every query head "
+            "keeps its own queries; it is k and v that are repeated for the group, "
+            "repeat_interleave(H // H_kv, dim=1)"
+        )
+    first = _grouped_reference(q, k[:, :1].expand_as(k), v[:, :1].expand_as(v))
+    if n_kv > 1 and torch.allclose(got, first, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: every query head read key/value head 0: query head h reads "
+            "head h // (H / H_kv)"
+        )
+    for h in range(q.size(1)):
+        for rk, rv in ((a, b) for a in range(n_kv) for b in range(n_kv)):
+            one = F.scaled_dot_product_attention(
+                q[:, h], k[:, rk], v[:, rv], is_causal=True
+            )
+            if (rk, rv) == (h // g, h // g) or not torch.allclose(
+                got[:, h], one, atol=1e-9
+            ):
+                continue
+            if rk == rv and g == 1:
+                raise ExerciseError(
+                    f"{name}: query head {h} read key/value head {rk}, expected head "
+                    f"{h}: with as many key/value heads as query heads, each query "
+                    "head has its own"
+                )
+            if rk == rv:
+                raise ExerciseError(
+                    f"{name}: query head {h} read key/value head {rk}, expected "
+                    f"head {h // g} (heads {h // g * g} to {h // g * g + g - 1} share "
+                    "it: .repeat tiles the heads, .repeat_interleave groups them)"
+                )
+            raise ExerciseError(
+                f"{name}: query head {h} read key head {rk} but value head {rv}, "
+                f"expected head {h // g} for both: expand k and v the same way, "
+                ".repeat_interleave(H // H_kv, dim=1)"
+            )
+
+
+def _wrong_scale(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
+    """The scores scaled by some 1/s other than 1/sqrt(D): s read from query 1 of
+    head 0, which weighs keys 0 and 1 only, then checked on every output."""
+    g, D = q.size(1) // k.size(1), q.size(-1)
+    q1, k01, v01 = q[0, 0, 1], k[0, 0, :2], v[0, 0, :2]
+    dv = v01[1] - v01[0]
+    w = ((got[0, 0, 1] - v01[0]) @ dv / (dv @ dv)).item()  # the weight of key 1
+    gap = (q1 @ (k01[1] - k01[0])).item()  # its score minus key 0's, unscaled
+    if not (0 < w < 1) or abs(gap) < 1e-3:
+        return
+    scale = math.log(w / (1 - w)) / gap
+    if scale <= 0 or abs(scale * math.sqrt(D) - 1) < 1e-6:
+        return
+    if not torch.allclose(got, _grouped_reference(q, k, v, scale=scale), atol=1e-7):
+        return
+    s2 = 1 / scale**2
+    what = f"sqrt({s2:.4g})"
+    if abs(s2 - D * g) < 1e-6 * s2 and g > 1:
+        what = f"sqrt(D * H / H_kv) = sqrt({D} * {g})"
+    elif abs(s2 - D * q.size(1)) < 1e-6 * s2:
+        what = f"sqrt(D * H) = sqrt({D} * {q.size(1)})"
+    raise ExerciseError(
+        f"{name}: the scores q k^T were divided by {what}, not by sqrt(D) = "
+        f"sqrt({D}): the scale is one head's width, whatever the grouping"
+    )
+
+
+_REPEATS = {"repeat_interleave", "repeat", "expand", "expand_as", "tile", "cat"}
+
+
+class _Repeats(TorchFunctionMode):
+    """Which of k and v went through a repetition (repeat_interleave, repeat, expand,
+    cat, ...), following what is computed from each of them alone."""
+
+    def __init__(self, k: Tensor, v: Tensor):
+        super().__init__()
+        self.origin, self.repeated = {id(k): "k", id(v): "v"}, set()
+        self.alive = [k, v]  # no id is reused while the mode runs
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = {
+            self.origin[id(t)]
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, Tensor) and id(t) in self.origin
+        }
+        if len(ins) == 1:
+            if getattr(func, "__name__", "") in _REPEATS:
+                self.repeated |= ins
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, Tensor):
+                    self.origin[id(t)] = next(iter(ins))
+                    self.alive.append(t)
+        return out
+
+
+def _one_not_repeated(fn: Callable, name: str, q: Tensor, k, v, error) -> None:
+    """fn raised on a size mismatch: was only one of k and v repeated?"""
+    mine = q.clone(), k.clone(), v.clone()
+    trace = _Repeats(*mine[1:])
+    try:
+        with trace:
+            _without_enable_gqa(fn, *mine)
+    except Exception:  # noqa: BLE001 - the first run's error is the one reported
+        pass
+    if len(trace.repeated) == 1:
+        (done,) = trace.repeated
+        raise ExerciseError(
+            f"{name}: RuntimeError ({str(error).splitlines()[0]}): {done} was "
+            f"repeated, {'kv'.replace(done, '')} was not: repeat k and v alike, each "
+            "repeat_interleave(H // H_kv, dim=1)"
+        ) from None
+
+
+@checker("grouped-query attention")
+def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str:
+    """fn(q (B, H, T, D), k, v (B, H_kv, T, D)) -> causal attention (B, H, T, D), where
+    query head h reads key/value head h // (H / H_kv)."""
+    gen = torch.Generator().manual_seed(0)
+    for n_kv in (4, 2, 1):
+        q = torch.randn(2, 4, 6, 8, generator=gen, dtype=torch.float64)
+        k, v = (
+            torch.randn(2, n_kv, 6, 8, generator=gen, dtype=torch.float64)
+            for _ in range(2)
+        )
+        name = f"H=4 query heads, H_kv={n_kv}"
+        try:
+            got = _without_enable_gqa(fn, q, k, v)
+        except RuntimeError as e:
+            if n_kv == 4 or "must match the size" not in str(e):
+                raise
+            _one_not_repeated(fn, name, q, k, v, e)
+            raise ExerciseError(
+                f"{name}: RuntimeError ({str(e).splitlines()[0]}): were k and v "
+                "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
+                "repeat_interleave(H // H_kv, dim=1)"
+            ) from None
+        want = _grouped_reference(q, k, v)
+        if isinstance(got, Tensor) and got.shape == want.shape:
+            if not torch.allclose(got.double(), want, atol=1e-9):
+                _wrong_group(name, q, k, v, got.double())
+        compare(name, got, want, atol=1e-9)
+    return "equals the reference for 4 query heads and 4, 2 and 1 key/value heads"
+
+
+def _without_enable_gqa(fn: Callable, q: Tensor, k: Tensor, v: Tensor):
+    """fn(q, k, v), refusing F.scaled_dot_product_attention(..., enable_gqa=True)."""
+    sdpa = F.scaled_dot_product_attention
+
+    def guarded(*args, **kwargs):
+        if kwargs.get("enable_gqa"):
+            raise ExerciseError(
+                "F.scaled_dot_product_attention(..., enable_gqa=True) does the "
+                "grouping for you: build the repetition yourself (each key/value "
+                "head repeated for its group of query heads), then attend"
+            )
+        return sdpa(*args, **kwargs)
+
+    F.scaled_dot_product_attention = guarded
+    try:
+        return fn(q, k, v)
+    finally:
+        F.scaled_dot_product_attention = sdpa
+
+
+# 16 · GeGLU ---------------------------------------------------------------------------
+
+
+def _geglu_width(d_model: int, multiple_of: int = 64) -> int:
+    """LLaMA's rule: 2/3 of 4 * d_model, rounded up to a multiple of `multiple_of`."""
+    return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
+
+
+def _geglu_reference(d_model: int):
+    """The library's SwiGLU with GELU (exact) as its gate: GeGLU."""
+    from transformer_lib.modern import SwiGLU
+
+    class GeGLU(SwiGLU):
+        def forward(self, x: Tensor) -> Tensor:
+            return self.proj(F.gelu(self.gate(x)) * self.up(x))
+
+    return GeGLU(d_model, _geglu_width(d_model)).double().eval()
+
+
+def _geglu_width_hints() -> list[tuple[Callable[[int], int], str]]:
+    """The usual wrong widths, each as a rule d_model -> width, and what to say."""
+    up = "rounds up to a multiple of 64"
+    third = "2/3 of the GELU MLP's width 4 * d_model, 8 * d_model / 3"
+    four = (
+        "4 * d_model is the GELU MLP's: three matrices take 2/3 of it, "
+        "8 * d_model / 3, to keep its parameter count"
+    )
+    raw = "8 * d_model / 3 is not a multiple of 64: round it up"
+    return [
+        (lambda d: 4 * d, four),
+        (lambda d: 64 * math.ceil(4 * d / 64), four),
+        (lambda d: int(8 * d / 3), raw),
+        (lambda d: round(8 * d / 3), raw),
+        (lambda d: math.ceil(8 * d / 3), raw),
+        (
+            lambda d: 64 * math.floor(8 * d / 3 / 64),
+            "rounded down: round up to the next multiple of 64, so the width never "
+            "falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: 64 * round(8 * d / 3 / 64),
+            "rounded to the nearest multiple of 64: round up (math.ceil), so the "
+            "width never falls below 8 * d_model / 3",
+        ),
+        (
+            lambda d: (int(8 * d / 3) // 64 + 1) * 64,
+            "(n // 64 + 1) * 64 adds a multiple of 64 too many where n is one "
+            "already (d_model 24: n = 64): round up, 64 * math.ceil(n / 64)",
+        ),
+        (
+            lambda d: 64 * math.ceil(2 * d / 3 / 64),
+            f"2/3 of d_model: the width is {third}",
+        ),
+        (
+            lambda d: 64 * math.ceil(4 * d / 3 / 64),
+            f"4 * d_model / 3: the width is {third}",
+        ),
+        (lambda d: int(2 * d / 3), f"2/3 of d_model: the width is {third}, then {up}"),
+        (lambda d: int(4 * d / 3), f"4 * d_model / 3: the width is {third}, then {up}"),
+        (
+            lambda d: 8 * round(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+        (
+            lambda d: 8 * math.ceil(8 * d / 3 / 8),
+            f"a multiple of 8, as the library's SwiGLU: this one {up}",
+        ),
+    ]
+
+
+def _check_geglu_width(cls: type) -> None:
+    """Raise ExerciseError naming the rounding mistake, if the width is wrong: the
+    widths at four d_model are matched against each usual wrong rule at once."""
+
+    def width(d: int):
+        return getattr(getattr(cls(d), "gate", None), "out_features", None)
+
+    for d in (24, 40, 50):
+        if (got := width(d)) == (want := _geglu_width(d)):
+            continue
+        seen = tuple(width(e) for e in (24, 40, 50, 100))
+        hint = next(
+            (
+                h
+                for rule, h in _geglu_width_hints()
+                if seen == tuple(map(rule, (24, 40, 50, 100)))
+            ),
+            f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
+        )
+        raise ExerciseError(f"MyGeGLU({d}): hidden width {got}: {hint}")
+
+
+def _geglu_hints(g: Tensor, u: Tensor) -> tuple[tuple[Tensor, str], ...]:
+    """More wrong hidden activations, from gate(x) = g and up(x) = u: (h, hint)."""
+    gated = "gelu(gate(x)) * up(x)"
+    return (
+        (
+            F.gelu(u),
+            "gate(x) is missing: the GELU goes on gate(x), which multiplies up(x), "
+            + gated,
+        ),
+        (
+            F.gelu(g) * F.gelu(u),
+            f"the GELU went on both branches: up(x) stays linear, {gated}",
+        ),
+        (
+            F.relu(g) * u,
+            f"the gate uses ReLU (that is ReGLU): GeGLU's is GELU, {gated}",
+        ),
+        (
+            torch.sigmoid(g) * u,
+            "the gate uses a sigmoid (that is the first GLU): GeGLU's is GELU, "
+            + gated,
+        ),
+        (F.gelu(g) + u, f"the branches were added: the gate multiplies, {gated}"),
+    )
+
+
+@checker("GeGLU")
+def check_geglu(cls: type) -> str:
+    """cls(d_model) with gate, up, proj (no biases) of hidden width 2/3 * 4 * d_model
+    rounded up to a multiple of 64; forward(x) = proj(gelu(gate(x)) * up(x))."""
+    _check_geglu_width(cls)
+    torch.manual_seed(0)
+    ref = _geglu_reference(24)
+    mine = cls(24)
+    load_weights(mine, ref.state_dict(), "MyGeGLU")
+    mine.double().eval()
+    x = torch.randn(2, 5, 24).double()
+    got, want = mine(x), ref(x)
+    if not is_close(got, want):
+        with torch.no_grad():
+            g, u = ref.gate(x), ref.up(x)
+            for h, hint in (
+                (F.silu(g) * u, "the gate uses SiLU: that is SwiGLU; GeGLU's is GELU"),
+                (
+                    F.gelu(g, approximate="tanh") * u,
+                    "the gate uses GELU's tanh approximation: use the exact F.gelu",
+                ),
+                (
+                    g * F.gelu(u),
+                    "the GELU went on up(x): it gates, so it goes on "
+                    "gate(x), and up(x) stays linear",
+                ),
+                (
+                    F.gelu(g),
+                    "up(x) is missing: the gate multiplies a second, linear branch",
+                ),
+                (
+                    F.gelu(g * u),
+                    "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
+                    "multiplies up(x): gelu(gate(x)) * up(x)",
+                ),
+                *_geglu_hints(g, u),
+            ):
+                if is_close(got, ref.proj(h)):
+                    raise ExerciseError(hint)
+            if is_close(got, x + want):
+                raise ExerciseError(
+                    "x was added to the output: MyGeGLU returns the MLP alone, "
+                    "proj(gelu(gate(x)) * up(x)); the block adds the residual"
+                )
+    compare_module("MyGeGLU(x)", got, want, mine, ref)
+    widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
+    return (
+        f"hidden widths {widths} for d_model 24, 40, 50; equals "
+        "proj(gelu(gate(x)) * up(x)) on (2, 5, 24); gradients"
+    )
