@@ -22,8 +22,18 @@ QUOTES = [
     ),
     (
         "07_encoder",
-        r"the first layer gets\s+([\d.]+) times the top layer's",
-        r"post-norm, layer 1 / layer 12: ([\d.]+)",
+        r"with post-norm than with pre-norm \(([\d.]+)",
+        r"layer 12 \(the top\): post-norm ([\d.]+)",
+    ),
+    (
+        "07_encoder",
+        r"the first layer gets ([\d.]+) of the\s+top layer's gradient with post-norm",
+        r"layer 1 / layer 12: post-norm ([\d.]+)",
+    ),
+    (
+        "07_encoder",
+        r"top layer's gradient with post-norm, ([\d.]+) times it with pre-norm",
+        r"layer 1 / layer 12: post-norm [\d.]+, pre-norm ([\d.]+)",
     ),
     (
         "08_decoder_and_model",
@@ -443,8 +453,10 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "05": {"0.10": "= 1 / 10"},
     "07": {
         "18,914,304": "the exercise's answer, left to the reader",
-        "0.29": "exercise 1's answer: 24 post-norm layers, not run here",
-        "1.64": "exercise 1's answer: 24 pre-norm layers, not run here",
+        "0.122": "exercise 1's answer: 24 post-norm layers, not run here",
+        "0.90": "exercise 1's answer: 24 post-norm layers, not run here",
+        "0.069": "exercise 1's answer: 24 pre-norm layers, not run here",
+        "1.61": "exercise 1's answer: 24 pre-norm layers, not run here",
     },
     "08": {
         "3.4": "a section of the paper",
