@@ -295,7 +295,7 @@ def test_multi_head_attention():
             super().__init__(C, H)
             self.d_head = C  # divides by sqrt(d_model)
 
-    fails(ex.check_multi_head_attention, WideScale, r"sqrt\(d_model\) = 4")
+    fails(ex.check_multi_head_attention, WideScale, r"sqrt\(d_model\) = sqrt\(16\)")
 
     class Reshaped(Right):  # splits and merges the heads with a plain reshape
         def split(self, x):
@@ -3185,3 +3185,102 @@ def test_bpe_encode_a_run_of_one_pair_merged_from_the_right():
         return out
 
     fails(ex.check_bpe_encode, from_right, "merge from the left")
+
+
+# The eighth blind review (issue 34) ---------------------------------------------------
+
+
+def test_correct_answers_the_eighth_review_found_rejected_now_pass():
+    from transformer_lib.translation_data import label_smoothed_cross_entropy
+
+    def course_loss(logits, tgt_out, pad_id, eps):  # the function 09 shows
+        return label_smoothed_cross_entropy(logits, tgt_out, eps, pad_id)
+
+    assert ex.outcome(ex.check_train_step, _train_step(course_loss))[0] == "pass"
+
+    class MaskBuffer(solution("12").MyBlock):  # nanoGPT keeps its mask as a buffer
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.register_buffer("mask", torch.ones(64, 64, dtype=torch.bool).tril())
+
+    assert ex.outcome(ex.check_gpt_block, MaskBuffer)[0] == "pass"
+
+
+def test_scores_divided_by_sqrt_n_heads_fail():
+    class ByHeads(nn.Module):  # sqrt(n_heads) where sqrt(d_head) belongs
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.n_heads = n_heads
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+                nn.Linear(d_model, d_model) for _ in range(4)
+            )
+
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            (B, T, C), H = query.shape, self.n_heads
+
+            def split(t):
+                return t.view(B, t.size(1), H, C // H).transpose(1, 2)
+
+            q, k = split(self.q_proj(query)), split(self.k_proj(key))
+            s = q @ k.transpose(-2, -1) / math.sqrt(H)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            y = s.softmax(-1) @ split(self.v_proj(value))
+            return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_multi_head_attention, ByHeads, r"sqrt\(n_heads\)")
+
+
+def test_inplace_residual_bleu_tie_order_multiple_of_tile_width_and_a_late_finish():
+    class InPlace(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            x = x.clone()
+            x += self.self_attn(self.norm1(x), mask=mask)[0]
+            x += self.ff(self.norm2(x))
+            return x
+
+    fails(ex.check_encoder_layer, InPlace, "changed in place")
+
+    def first_listed(hypotheses, references):  # the closest reference, ties by order
+        from transformer_lib.exercises.part2 import bleu_reference
+
+        picked = [
+            [min(refs, key=lambda r: abs(len(r) - len(h)))] + refs
+            for h, refs in zip(hypotheses, references)
+        ]
+        return bleu_reference(list(zip(hypotheses, picked)), first=("r",))
+
+    fails(ex.check_corpus_bleu, first_listed, "the longer was taken for r")
+
+    class Fixed64(solution("16").MyGeGLU):
+        def __init__(self, d_model, multiple_of=64):
+            super().__init__(d_model, 64)
+
+    fails(ex.check_geglu, Fixed64, "a multiple of the argument multiple_of")
+    right = solution("14").my_tiled_attention
+    fails(
+        ex.check_tiled_attention,
+        lambda q, k, v, block: right(q, k, v, max(1, block // 2)),
+        "the keys were read",
+    )
+
+    def first_finished(step, beam, max_len, eos):
+        alive = [((), 0.0)]
+        for _ in range(max_len):
+            grown = sorted(
+                (
+                    (p + (t,), s + lp)
+                    for p, s in alive
+                    for t, lp in enumerate(step(p).tolist())
+                ),
+                key=lambda c: -c[1],
+            )[:beam]
+            done = [c for c in grown if c[0][-1] == eos]
+            if done:
+                return list(done[0][0]), done[0][1]
+            alive = grown
+        return list(alive[0][0]), alive[0][1]
+
+    fails(ex.check_beam_search, first_finished, "the first sequence to finish|stopped")

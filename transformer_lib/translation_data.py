@@ -112,7 +112,8 @@ def label_smoothed_cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, smoothing=0.1, ignore_index=0
 ) -> torch.Tensor:
     """Label-smoothed cross-entropy, mean over non-pad targets (F.cross_entropy's)."""
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, n_vocab)
+    wide = torch.promote_types(logits.dtype, torch.float32)  # bf16 up, float64 kept
+    logp = F.log_softmax(logits, dim=-1, dtype=wide)  # (B, T, n_vocab)
     nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
     smooth = -logp.mean(dim=-1)  # (B, T): cross-entropy against the uniform
     keep = target != ignore_index

@@ -758,8 +758,9 @@ def check_multi_head_attention(cls: type) -> str:
     from transformer_lib.multi_head import MultiHeadAttention
 
     torch.manual_seed(0)
-    ref = MultiHeadAttention(16, 4).double().eval()
-    mine = cls(16, 4)
+    # 2 heads of 8: the head count and the head width differ, so sqrt(n_heads) shows
+    ref = MultiHeadAttention(16, 2).double().eval()
+    mine = cls(16, 2)
     load_weights(mine, ref.state_dict(), "MyMultiHeadAttention")
     mine.double().eval()
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
@@ -788,13 +789,19 @@ def check_multi_head_attention(cls: type) -> str:
         with torch.no_grad():
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=16)):
                 raise ExerciseError(
-                    f"{name}: scores divided by sqrt(d_model) = 4, expected "
-                    "sqrt(d_head) = 2: each head has width d_model / n_heads"
+                    f"{name}: scores divided by sqrt(d_model) = sqrt(16), expected "
+                    "sqrt(d_head) = sqrt(8): each head has width d_model / n_heads"
+                )
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=2)):
+                raise ExerciseError(
+                    f"{name}: scores divided by sqrt(n_heads) = sqrt(2), expected "
+                    "sqrt(d_head) = sqrt(8): the scale is one head's width, "
+                    "d_model / n_heads"
                 )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=1)):
                 raise ExerciseError(
                     f"{name}: the scores q k^T were not scaled: divide them by "
-                    "sqrt(d_head) = 2, d_head = d_model / n_heads"
+                    "sqrt(d_head) = sqrt(8), d_head = d_model / n_heads"
                 )
             if any(
                 is_close(

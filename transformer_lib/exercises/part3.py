@@ -257,7 +257,7 @@ def check_gpt_block(cls: type) -> str:
         vocab_size=10,
         context_len=8,
         n_layers=1,
-        n_heads=4,
+        n_heads=2,  # 2 heads of 8: sqrt(n_heads) and sqrt(d_head) differ
         d_model=16,
         dropout=0.0,
         bias=True,
@@ -265,7 +265,7 @@ def check_gpt_block(cls: type) -> str:
         gelu_approximate="tanh",
     )
     ref = jitter(Block(cfg)).eval()
-    mine = cls(16, 4)
+    mine = cls(16, 2)
     inverse = {v: k for k, v in _BLOCK_NAMES.items()}
     state = {
         inverse.get(k.rpartition(".")[0], k.rpartition(".")[0])
@@ -440,6 +440,7 @@ class _KeyReads(TorchFunctionMode):
         super().__init__()
         self.n_keys, self.first = n_keys, None
         self.keys, self.slices = keys, 0  # how many times keys[...] was indexed
+        self.widest = 0  # the most keys one slice of them held
         self.queries, self.query_slices = queries, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -447,6 +448,8 @@ class _KeyReads(TorchFunctionMode):
         name = getattr(func, "__name__", str(func))
         if name == "__getitem__" and args and args[0] is self.keys:
             self.slices += 1
+            if isinstance(out, Tensor) and out.dim() == self.keys.dim():  # a tile
+                self.widest = max(self.widest, out.shape[-2])
         if name == "__getitem__" and args and args[0] is self.queries:
             self.query_slices += 1  # a tile of queries: it reads every key block
         if self.first is None and name not in _KEY_VIEWS:
@@ -650,6 +653,12 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     f"block={block}: {name} read all {n_keys} keys at once (a tensor "
                     f"of shape {shape}): the values are right, but every score exists "
                     f"at once, as in a plain softmax; read the keys {block} at a time"
+                )
+            if block < n_keys and reads.widest and reads.widest != block:
+                raise ExerciseError(
+                    f"block={block}: the values are right, but the keys were read "
+                    f"{reads.widest} at a time: tiles of `block` keys, the argument "
+                    "(the last one may be shorter)"
                 )
             n_blocks = -(-n_keys // block) * max(1, reads.query_slices)
             if block < n_keys and reads.slices >= 2 * n_blocks:

@@ -332,6 +332,12 @@ def _check_geglu_width(cls: type) -> None:
             f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
         )
         raise ExerciseError(f"MyGeGLU({d}): hidden width {got}: {hint}")
+    got = getattr(getattr(cls(40, multiple_of=16), "gate", None), "out_features", None)
+    if got != (want := _geglu_width(40, multiple_of=16)):
+        raise ExerciseError(
+            f"MyGeGLU(40, multiple_of=16): hidden width {got}, expected {want}: round "
+            "up to a multiple of the argument multiple_of, not of a fixed 64"
+        )
 
 
 def _geglu_hints(g: Tensor, u: Tensor) -> tuple[tuple[Tensor, str], ...]:
