@@ -445,6 +445,17 @@ def _batch_positions(x: Tensor, freq: Tensor) -> Tensor:
     return torch.stack(rows)
 
 
+def _cos_sin_swapped(x: Tensor, freq: Tensor) -> Tensor:
+    """RoPE with cos and sin exchanged: (x sin - y cos, x cos + y sin)."""
+    angle = torch.arange(x.size(-2), dtype=x.dtype)[:, None] * freq  # (T, C/2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    first, second = (
+        x1 * angle.sin() - x2 * angle.cos(),
+        x1 * angle.cos() + x2 * angle.sin(),
+    )
+    return torch.stack([first, second], dim=-1).flatten(-2)
+
+
 def _rope_hint(x: Tensor, got: Tensor) -> str | None:
     """Name the usual mistake that turns x (2, 7, 8) into `got`, if any."""
     halves = torch.cat([x[..., :4], x[..., 4:]], -1)
@@ -510,6 +521,21 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
             _rotate_pairs(x, 10000.0 ** (-torch.arange(1, 8, 2, dtype=x.dtype) / 8)),
             "pair i turns at base^(-(2i+1)/C): the exponent is -2i/C, so pair 0 turns "
             "at base^0 = 1 radian per position",
+        ),
+        (
+            _cos_sin_swapped(x, freq),
+            "cos and sin are swapped: a rotation by the angle a gives "
+            "(x cos a - y sin a, x sin a + y cos a)",
+        ),
+        (
+            _rotate_pairs(x, torch.ones_like(freq)),
+            "every pair turns at 1 radian per position: pair i turns at "
+            "base^(-2i/C), fast for the first pairs, slow for the last",
+        ),
+        (
+            _rotate_pairs(x, 10000.0 ** (-torch.arange(0, 16, 4, dtype=x.dtype) / 8)),
+            "pair i turns at base^(-4i/C): the exponent is -2i/C (2i is the pair's "
+            "first dimension)",
         ),
         (
             rope_reference(x)[..., [0, 2, 4, 6, 1, 3, 5, 7]],
@@ -637,6 +663,18 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
             return message
     if is_close(w, alibi_reference(q, k, v, slopes, scale=q.size(-1))[1]):
         return "the scores were divided by d_k, not by its square root, sqrt(d_k)"
+    root_v = math.sqrt(v.size(-1))
+    if v.size(-1) != q.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes, scale=root_v)[1]
+    ):
+        return (
+            "the scores were divided by sqrt(D_v), the values' width: the scale is "
+            "sqrt(d_k), the width of q and k"
+        )
+    if len(slopes) > 1 and is_close(
+        w, alibi_reference(q, k, v, slopes[:1].expand(len(slopes)))[1]
+    ):
+        return "every head used slopes[0]: head h subtracts slopes[h] * (i - j)"
     T = w.size(-1)
     diagonal = w[..., range(T), range(T)]
     if ((diagonal == 0) | diagonal.isnan()).all():
@@ -899,6 +937,20 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
         return (
             "the mask is transposed: rows are queries and columns keys, "
             "mask[b, 0, t, s] says whether query t may see key s"
+        )
+    T = ids.size(1)
+    if got.shape == want.shape and torch.equal(
+        got, sliding_window_reference(ids, pad_id, T)
+    ):
+        return (
+            "the window is missing: this is the causal mask with padding; query t "
+            f"sees only the keys t - {window} + 1 .. t"
+        )
+    eye = torch.eye(T, dtype=torch.bool)
+    if got.shape == want.shape and torch.equal(got, want & ~eye):
+        return (
+            "query t cannot see key t: the window t - window + 1 .. t includes the "
+            "query's own position (the diagonal)"
         )
     later = got[:, 0].triu(1)  # (B, T, T): keys after their query
     if later.any():

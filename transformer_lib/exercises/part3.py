@@ -756,6 +756,19 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             "the cosines were made positive (.abs()): keep their sign; a negative "
             "cosine says the two positions point apart"
         )
+    if got.shape == want.shape and torch.allclose(got, want.abs(), atol=1e-9):
+        raise ExerciseError(
+            "the means were made positive (.abs()): keep their sign; a negative mean "
+            "says positions that far apart point apart"
+        )
+    sims = unit @ unit.T
+    gap = (torch.arange(n)[None, :] - torch.arange(n)[:, None]).abs()  # (N, N)
+    at_least = torch.stack([sims[gap >= k].mean() for k in range(n)])
+    if got.shape == want.shape and torch.allclose(got, at_least, atol=1e-9):
+        raise ExerciseError(
+            "entry k averages every pair at distance k or more (gap >= k): take "
+            "the pairs exactly k apart, gap == k (the k-th diagonal)"
+        )
     median = torch.stack([(unit @ unit.T).diagonal(k).median() for k in range(n)])
     if got.shape == want.shape and torch.allclose(got, median, atol=1e-9):
         raise ExerciseError(

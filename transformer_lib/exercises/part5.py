@@ -395,6 +395,34 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             "the NLL is divided by chosen_tokens + 1: divide by chosen_tokens, the "
             "tokens whose log-probabilities policy_chosen sums",
         ),
+        (
+            (F.logsigmoid(z) - 0.3 * pc / n).mean(),
+            "the DPO term is +log sigmoid(margin): the loss is minus it, "
+            "-logsigmoid(beta * margin), which falls as the margin grows",
+        ),
+        (
+            (-torch.sigmoid(z) - 0.3 * pc / n).mean(),
+            "the DPO term is -sigmoid(margin), without the log: it is "
+            "-logsigmoid(beta * margin), the log-likelihood of preferring the chosen",
+        ),
+        (
+            (dpo - pc / n / 0.3).mean(),
+            "the NLL was divided by alpha: alpha multiplies it, dpo + alpha * nll",
+        ),
+        (
+            ((1 - 0.3) * dpo - 0.3 * pc / n).mean(),
+            "DPO was weighted by 1 - alpha: the loss is dpo + alpha * nll, DPO at "
+            "full weight",
+        ),
+        (
+            (
+                -F.logsigmoid(0.5 * ((pc.exp() / rc.exp()) - (pr.exp() / rr.exp())))
+                - 0.3 * pc / n
+            ).mean(),
+            "the margin compares probability ratios, exp(policy - ref): it is a "
+            "difference of log-ratios, (policy_chosen - ref_chosen) - "
+            "(policy_rejected - ref_rejected)",
+        ),
     ]
 
 
