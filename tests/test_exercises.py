@@ -3284,3 +3284,72 @@ def test_inplace_residual_bleu_tie_order_multiple_of_tile_width_and_a_late_finis
         return list(alive[0][0]), alive[0][1]
 
     fails(ex.check_beam_search, first_finished, "the first sequence to finish|stopped")
+
+
+def test_the_eighth_reviews_bare_and_misnamed_answers_now_named():
+    from transformer_lib.exercises.part1 import (
+        _cos_sin_swapped,
+        _rotate_pairs,
+        alibi_reference,
+        sliding_window_reference,
+    )
+
+    fails(ex.check_rope, lambda x, base=10000.0: _cos_sin_swapped(
+        x, base ** (-torch.arange(0, x.size(-1), 2, dtype=x.dtype) / x.size(-1))
+    ), "cos and sin are swapped")  # fmt: skip
+    fails(
+        ex.check_rope,
+        lambda x, base=10000.0: _rotate_pairs(x, torch.ones(x.size(-1) // 2)),
+        "every pair turns at 1 radian",
+    )
+    fails(
+        ex.check_alibi_attention,
+        lambda q, k, v, s: alibi_reference(q, k, v, s[:1].expand(len(s))),
+        "every head used slopes",
+    )
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, window: sliding_window_reference(ids, pad_id, ids.size(1)),
+        "the window is missing",
+    )
+
+    def dpo(sign=-1.0, alpha_div=False):
+        def loss(pc, pr, rc, rr, n, beta, alpha):
+            term = sign * F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+            nll = -pc / n
+            return (term + (nll / alpha if alpha_div else alpha * nll)).mean()
+
+        return loss
+
+    fails(ex.check_dpo_nll_loss, dpo(sign=1.0), r"\+log sigmoid")
+    fails(ex.check_dpo_nll_loss, dpo(alpha_div=True), "divided by alpha")
+
+    def scaled(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        base = [g["lr"] for g in optimizer.param_groups]
+        losses = []
+        for s, batch in enumerate(batches):
+            for g, b in zip(optimizer.param_groups, base):
+                g["lr"] = b * lr_at(s)  # as LambdaLR does
+            losses.append(train_step(model, optimizer, batch))
+            if not math.isfinite(losses[-1]):
+                raise ValueError(f"step {s}")
+        return losses
+
+    fails(ex.check_training_loop, scaled, "do not scale the base rate")
+
+    class Fused(nn.Module):
+        def __init__(self, d_model, multiple_of=64):
+            super().__init__()
+            hidden = multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
+            self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+            self.proj = nn.Linear(hidden, d_model, bias=False)
+
+    fails(ex.check_geglu, Fused, "not one fused gate_up")
+    right = solution("15").my_grouped_attention
+
+    def scaled_in_place(q, k, v):
+        q *= 2.0  # the caller's q changes
+        return right(q / 2.0, k, v)
+
+    fails(ex.check_grouped_attention, scaled_in_place, "q was changed in place")

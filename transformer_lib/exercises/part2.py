@@ -719,6 +719,17 @@ def check_training_loop(fn: Callable) -> str:
             raise ExerciseError(
                 f"step {s} ran in eval mode (dropout off): call model.train() first"
             )
+        if math.isclose(lr, 123.0 * lr_at(s)):
+            raise ExerciseError(
+                f"step {s} ran at {lr:g} = 123 (the optimizer's lr) * lr_at({s}): "
+                "lr_at gives the rate itself; set group['lr'] = lr_at(s), do not scale "
+                "the base rate (as LambdaLR does)"
+            )
+        if lr == 123.0:
+            raise ExerciseError(
+                f"step {s} ran at 123, the optimizer's own lr: the schedule never "
+                "reached the param groups; set group['lr'] = lr_at(s) before each step"
+            )
         if lr != lr_at(s):
             seen = next((f"lr_at({t})" for t in (s - 1, s + 1) if lr == lr_at(t)), lr)
             raise ExerciseError(
@@ -763,6 +774,12 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
         raise ExerciseError(
             f"a {bad} loss at step 2 raised AssertionError ({e}): raise ValueError "
             "naming the step, not assert (python -O drops asserts)"
+        ) from None
+    except (RuntimeError, ArithmeticError, TypeError) as e:
+        said = (str(e).splitlines() or [""])[0]
+        raise ExerciseError(
+            f"a {bad} loss at step 2 raised {type(e).__name__} ({said}): raise "
+            "ValueError naming the step, as the docstring says (a caller catches that)"
         ) from None
     else:
         if math.isinf(bad):

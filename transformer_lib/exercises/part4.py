@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
@@ -203,8 +203,9 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
             for _ in range(2)
         )
         name = f"H=4 query heads, H_kv={n_kv}"
+        given = q.clone(), k.clone(), v.clone()  # the caller's, to compare after
         try:
-            got = _without_enable_gqa(fn, q, k, v)
+            got = _without_enable_gqa(fn, *given)
         except RuntimeError as e:
             if n_kv == 4 or "must match the size" not in str(e):
                 raise
@@ -214,6 +215,12 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
                 "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
                 "repeat_interleave(H // H_kv, dim=1)"
             ) from None
+        for what, kept, was in zip("qkv", given, (q, k, v)):
+            if not torch.equal(kept, was):
+                raise ExerciseError(
+                    f"{name}: {what} was changed in place (q /= ...?): the caller's "
+                    f"{what} must stay as it was; write {what} / ... into a new tensor"
+                )
         want = _grouped_reference(q, k, v)
         if isinstance(got, Tensor) and got.shape == want.shape:
             if not torch.allclose(got.double(), want, atol=1e-9):
@@ -319,6 +326,13 @@ def _check_geglu_width(cls: type) -> None:
     def width(d: int):
         return getattr(getattr(cls(d), "gate", None), "out_features", None)
 
+    layers = {n for n, m in cls(24).named_children() if isinstance(m, nn.Linear)}
+    if not {"gate", "up", "proj"} <= layers:
+        raise ExerciseError(
+            f"MyGeGLU's layers are {sorted(layers)}: the docstring asks for three "
+            "nn.Linear named gate, up and proj (not one fused gate_up), so that the "
+            "weights load by name"
+        )
     for d in (24, 40, 50):
         if (got := width(d)) == (want := _geglu_width(d)):
             continue
