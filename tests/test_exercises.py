@@ -3353,3 +3353,17 @@ def test_the_eighth_reviews_bare_and_misnamed_answers_now_named():
         return right(q / 2.0, k, v)
 
     fails(ex.check_grouped_attention, scaled_in_place, "q was changed in place")
+
+
+def test_corpus_bleu_epsilon_smoothing_and_totals_by_length():
+    from transformer_lib.exercises.part2 import bleu_reference
+
+    def as_fn(**wrong):
+        return lambda hyps, refs: bleu_reference(list(zip(hyps, refs)), **wrong)
+
+    fails(ex.check_corpus_bleu, as_fn(add_k=1e-9), "expected 0.0: one precision is 0")
+    fails(
+        ex.check_corpus_bleu,
+        as_fn(hyp_length=True),
+        "divided by the hypothesis's length",
+    )

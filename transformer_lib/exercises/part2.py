@@ -1235,6 +1235,7 @@ def bleu_reference(
     first=(),
     bp_always=False,
     ref_total=False,
+    hyp_length=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1259,6 +1260,7 @@ def bleu_reference(
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
             total[n - 1] += sum((_grams(closest, n) if ref_total else got).values())
+            total[n - 1] += (len(hyp) - sum(got.values())) if hyp_length else 0
     if min(match) == 0 and not add_k:
         return 0.0
     p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
@@ -1304,6 +1306,12 @@ def check_corpus_bleu(fn: Callable) -> str:
         got = float(got)
         if math.isclose(got, want, abs_tol=1e-4):
             continue
+        if want == 0.0 and 0 < got < 5:
+            raise ExerciseError(
+                f"corpus {k}: BLEU {got:.4f}, expected 0.0: one precision is 0 (no "
+                "4-gram matches), and with no smoothing BLEU is then 0; a small "
+                "epsilon in the log is smoothing"
+            )
         mean = sum(bleu_reference([pair]) for pair in corpus) / len(corpus)
         c = sum(len(h) for h, _ in corpus)
         r = sum(
@@ -1375,6 +1383,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "each precision was divided by the reference's n-grams: divide the "
                 "clipped matches by the hypothesis's n-grams",
                 bleu_reference(corpus, ref_total=True),
+            ),
+            (
+                "every order's precision was divided by the hypothesis's length: a "
+                "sentence of c tokens has c - n + 1 n-grams",
+                bleu_reference(corpus, hyp_length=True),
             ),
             (
                 "add-one smoothing, (matches + 1) / (n-grams + 1): BLEU here has no "
