@@ -1809,16 +1809,12 @@ def test_train_step_targets_and_zero_grad_before_the_step():
     fails(ex.check_train_step, step_with(step=False), "call optimizer.step\\(\\) after")
 
 
-def test_beam_search_stops_at_the_first_finished_and_drops_eos():
-    right = solution("10").my_beam_search
+def beam_ending_early(stop_at_first=False, first=False):
+    """A beam search with the right places (the top `beam` of all grown prefixes,
+    the finished set aside) that stops at the first finished sequence, or returns
+    the first finished instead of the best."""
 
-    def no_eos(step, beam, max_len, eos):
-        tokens, score = right(step, beam, max_len, eos)
-        return tokens[:-1], score
-
-    fails(ex.check_beam_search, no_eos, "the <eos> was dropped")
-
-    def stop_first(step, beam, max_len, eos):
+    def search(step, beam, max_len, eos):
         alive, done = [((), 0.0)], []
         for _ in range(max_len):
             grown = sorted(
@@ -1831,10 +1827,26 @@ def test_beam_search_stops_at_the_first_finished_and_drops_eos():
             )[:beam]
             alive = [c for c in grown if c[0][-1] != eos]
             done += [c for c in grown if c[0][-1] == eos]
-            if done:  # stops at the first finished one
+            if not alive or (done and stop_at_first):
                 break
-        best = max(done or alive, key=lambda c: c[1])
+        best = done[0] if first else max(done or alive, key=lambda c: c[1])
         return list(best[0]), best[1]
+
+    return search
+
+
+def test_beam_search_stops_at_the_first_finished_and_drops_eos():
+    right = solution("10").my_beam_search
+
+    def no_eos(step, beam, max_len, eos):
+        tokens, score = right(step, beam, max_len, eos)
+        return tokens[:-1], score
+
+    fails(ex.check_beam_search, no_eos, "the <eos> was dropped")
+
+    stop_first = beam_ending_early(
+        stop_at_first=True
+    )  # stops at the first finished one
 
     fails(ex.check_beam_search, stop_first, "stopped when \\[<eos>\\] finished")
 
@@ -3266,24 +3278,11 @@ def test_inplace_residual_bleu_tie_order_multiple_of_tile_width_and_a_late_finis
         "the keys were read",
     )
 
-    def first_finished(step, beam, max_len, eos):
-        alive = [((), 0.0)]
-        for _ in range(max_len):
-            grown = sorted(
-                (
-                    (p + (t,), s + lp)
-                    for p, s in alive
-                    for t, lp in enumerate(step(p).tolist())
-                ),
-                key=lambda c: -c[1],
-            )[:beam]
-            done = [c for c in grown if c[0][-1] == eos]
-            if done:
-                return list(done[0][0]), done[0][1]
-            alive = grown
-        return list(alive[0][0]), alive[0][1]
+    first_finished = beam_ending_early(
+        first=True
+    )  # searches on, returns the first finished
 
-    fails(ex.check_beam_search, first_finished, "the first sequence to finish|stopped")
+    fails(ex.check_beam_search, first_finished, "the first sequence to finish")
 
 
 def test_the_eighth_reviews_bare_and_misnamed_answers_now_named():
