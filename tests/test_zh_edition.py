@@ -337,3 +337,23 @@ def test_no_comparative_with_bei_in_the_edition():
     """Translations, book pages, README.zh-CN.md, zh/README.md and diagram labels."""
     problems = zh_edition.comparative_problems()
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "chinese, broken",
+    [
+        ("**这说明：**采用后置归一化", True),
+        ("**这说明**：采用", False),
+        ("**a。** b", False),
+    ],
+)
+def test_a_bold_run_closed_after_punctuation_is_reported(chinese, broken):
+    """CommonMark does not close ** after punctuation when a character follows, so
+    **这说明：**采用 shows its asterisks on the page."""
+    problems = zh_edition.bold_problems([("zh/book/x.md", "line 2", chinese)])
+    assert bool(problems) == broken, problems
+
+
+def test_no_bold_left_open_in_the_edition():
+    problems = zh_edition.bold_problems()
+    assert not problems, "\n".join(problems)

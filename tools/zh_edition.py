@@ -27,7 +27,8 @@ that no longer exist.
 
 `term_problems()` (run by tests/test_zh_edition.py) finds a variant of a term that
 zh/terms.yml forbids, a parenthesis inside a parenthesis and two back to back;
-`comparative_problems()` a comparative with 倍 or × (「大 3 倍」, read as four times).
+`comparative_problems()` a comparative with 倍 or × (「大 3 倍」, read as four times);
+`bold_problems()` a bold run closed after full-width punctuation, which shows its **.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import hashlib
 import json
 import re
 import sys
+import unicodedata
 from decimal import Decimal
 from pathlib import Path
 
@@ -602,23 +604,50 @@ def paragraphs(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def edition_texts() -> list[tuple[str, str, str]]:
+    """(file, place, text) of the edition's Chinese: translations, book pages (the
+    glossary too), README.zh-CN.md and zh/README.md, diagram labels."""
+    texts = [t for t in chinese_texts() if not t[0].startswith("zh/book/")]
+    for path in sorted((ZH / "book").glob("*.md")) + README_ZH:
+        name = path.relative_to(ROOT).as_posix()
+        texts += [(name, place, text) for place, text in paragraphs(path)]
+    return texts
+
+
 def comparative_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
     """One line per comparative with 倍 or × (「大 3 倍」, 「小 42×」) in the edition's
-    Chinese: translations, book pages (the glossary too), README.zh-CN.md and
-    zh/README.md, diagram labels."""
-    if texts is None:
-        texts = [t for t in chinese_texts() if not t[0].startswith("zh/book/")]
-        for path in sorted((ZH / "book").glob("*.md")) + README_ZH:
-            name = path.relative_to(ROOT).as_posix()
-            texts += [(name, place, text) for place, text in paragraphs(path)]
+    Chinese (`edition_texts`)."""
     out = []
-    for file, place, text in texts:
+    for file, place, text in edition_texts() if texts is None else texts:
         for match in COMPARATIVE.finditer(prose(text)):
             said = re.sub(r"\s*\n\s*", "", match[0])
             out.append(
                 f"{file}: {place} writes {said!r}, which a Chinese reader takes as "
                 f"one time more than meant; {COMPARATIVE_RULE}"
             )
+    return out
+
+
+def _punctuation(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P")
+
+
+def bold_problems(texts: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """One line per bold run that Markdown leaves open: a closing ** right after
+    punctuation and right before a character (**这说明：**采用) is not a closing
+    delimiter in CommonMark, so the page shows the asterisks (**这说明**：采用
+    closes)."""
+    out = []
+    for file, place, text in edition_texts() if texts is None else texts:
+        plain = prose(text) + " "
+        for i in [m.start() for m in re.finditer(r"\*\*", plain)][1::2]:
+            before, after = plain[i - 1], plain[i + 2]
+            if _punctuation(before) and not (after.isspace() or _punctuation(after)):
+                out.append(
+                    f"{file}: {place} closes bold with {before}** before {after!r}, "
+                    f"which Markdown does not read as closing: put the {before} after "
+                    "the **"
+                )
     return out
 
 
