@@ -3,6 +3,7 @@ from the repo."""
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
+ZH = ROOT / "zh"
+ZH_NOTEBOOKS = sorted((ZH / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
 
 
 def toc_files() -> set[str]:
@@ -39,6 +42,40 @@ def test_colab_cells_install_from_the_configured_repository():
         )
 
 
+def box(title: str) -> str:
+    """The head of a box as the notebooks write it: HTML, which Jupyter and Colab
+    render too (a MyST admonition shows there as its raw text), styled by the book's
+    theme as an admonition."""
+    return f'<p class="admonition-title"><strong>{title}</strong></p>'
+
+
+MYST_BOX = re.compile(r"^:::\{admonition\}[^\n]*\n(.*?)^:::$", re.M | re.S)
+IMAGE_SRC = re.compile(r'<img src="([^"]+)"')
+
+
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + ZH_NOTEBOOKS,
+    ids=lambda p: f"{p.parent.parent.name}/{p.stem[:2]}",
+)
+def test_notebook_markdown_renders_in_jupyter_and_colab(path):
+    """Colab shows no MyST directive and opens a notebook alone: its boxes are HTML
+    (only the dropdowns that include a solution file from solutions/ stay MyST), and
+    its diagrams are at the repository's raw address (tools/repo_images.py), which
+    the book rewrites to the files themselves."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from repo_images import raw_prefix
+
+    text = "\n".join(markdown_of(path))
+    boxes = MYST_BOX.findall(text)
+    assert all("{literalinclude}" in body for body in boxes), (
+        f"{path.name}: a MyST admonition Jupyter and Colab show as raw text"
+    )
+    for src in IMAGE_SRC.findall(text):
+        assert src.startswith(raw_prefix()), f"{path.name}: {src} is not on Colab"
+        assert (ROOT / src.removeprefix(raw_prefix())).is_file(), f"{path.name}: {src}"
+
+
 def markdown_of(path: Path) -> list[str]:
     return [
         "".join(c["source"])
@@ -57,9 +94,7 @@ def test_every_notebook_page_has_the_same_frame(path):
     """A what-you-will-learn box at the top, a Summary, and links to where its concepts
     are used next."""
     cells = markdown_of(path)
-    assert ":::{admonition} What you will learn" in cells[0], (
-        f"{path.name}: first markdown cell"
-    )
+    assert box("What you will learn") in cells[0], f"{path.name}: first markdown cell"
     summary = next((c for c in cells if "\n## Summary" in "\n" + c), None)
     assert summary is not None, f"{path.name}: no '## Summary' section"
     used_next = summary.split("**Used next**", 1)
@@ -124,10 +159,6 @@ def test_heatmaps_use_the_course_colour_maps():
                 ), f"{path.name}: {call}"
 
 
-ZH = ROOT / "zh"
-ZH_NOTEBOOKS = sorted((ZH / "notebooks").glob("[0-9A][0-9]_*.ipynb"))
-
-
 def test_the_chinese_edition_has_every_page_of_the_english_one():
     """zh/_toc.yml lists the English book's pages in the same order (plus the glossary
     and the setup page for mainland China), and every file it names exists."""
@@ -159,7 +190,7 @@ def test_chinese_mentions_of_other_notebooks_are_links(path):
 def test_every_chinese_notebook_page_has_the_same_frame(path):
     """The English frame in Chinese: 你将学到 at the top, a 小结 with 后续用到."""
     cells = markdown_of(path)
-    assert ":::{admonition} 你将学到" in cells[0], f"zh/notebooks/{path.name}"
+    assert box("你将学到") in cells[0], f"zh/notebooks/{path.name}"
     summary = next((c for c in cells if "\n## 小结" in "\n" + c), "")
     assert "**后续用到**" in summary, f"zh/notebooks/{path.name}: no 小结 with 后续用到"
 

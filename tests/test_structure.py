@@ -128,7 +128,7 @@ def test_the_lists_above_cover_every_module():
 HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 LEARN_AND_BUILD = [
-    (":::{admonition} What you will learn", "learn"),
+    ('<p class="admonition-title"><strong>What you will learn</strong></p>', "learn"),
     ("**Build it.**", "exercise"),
 ]
 

@@ -9,12 +9,13 @@ full-mode run.
     python tools/reading_time.py          # a table, one row per notebook
     python tools/reading_time.py --json   # the same as JSON
 
-A word is a run of letters and digits (\\w+); a line of code is any line, blank or not,
-of a code cell not tagged remove-cell, remove-input or hide-input (a hide-input cell's
-code is folded behind a "show" button, like the folded {literalinclude} dropdowns of
-plumbing: there for the curious, not on the reading path); an output line is a line of
-a stored text output of a cell not tagged remove-cell or remove-output (figures are not
-counted).
+A word is a run of letters and digits (\\w+) outside HTML tags (a box's markup, an
+image's address and its alt text are not read as prose); a line of code is any line,
+blank or not, of a code cell not tagged remove-cell, remove-input or hide-input (a
+hide-input cell's code is folded behind a "show" button, like the folded
+{literalinclude} dropdowns of plumbing: there for the curious, not on the reading
+path); an output line is a line of a stored text output of a cell not tagged
+remove-cell or remove-output (figures are not counted).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 200, 15
 HIDDEN = {"remove-cell", "remove-input", "hide-input"}  # code not on the page
 RUN = re.compile(r"executed in ([\d.]+) s on")
+TAG = re.compile(r"<[^>]*>")
 
 
 def _tags(cell: dict) -> set[str]:
@@ -69,7 +71,7 @@ def measure(path: Path) -> dict:
         if is_build_it(cell) or "remove-cell" in _tags(cell):
             continue
         if cell["cell_type"] == "markdown":
-            words += len(re.findall(r"\w+", _source(cell)))
+            words += len(re.findall(r"\w+", TAG.sub(" ", _source(cell))))
         elif cell["cell_type"] == "code":
             if not HIDDEN & _tags(cell):
                 code += len(_source(cell).splitlines())

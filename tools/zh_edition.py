@@ -48,6 +48,8 @@ from myst_parser.mdit_to_docutils.base import default_slugify
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from repo_images import raw_prefix  # noqa: E402  (tools/, beside this script)
+
 from transformer_lib.files import atomic_write  # noqa: E402  (stdlib only, no torch)
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -75,7 +77,7 @@ CHINESE_SCALES = {"千": 3, "万": 4, "亿": 8}
 HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
-IMAGE = re.compile(r"\.\./book/images/([\w.-]+)")  # from zh/notebooks/
+IMAGE = re.compile(re.escape(raw_prefix()) + r"book/images/([\w.-]+)")  # in notebooks
 PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")  # from zh/book/
 GLOSSARY = ZH / "book" / "glossary.md"
 TERMS = ZH / "terms.yml"
@@ -293,9 +295,10 @@ def localise_images(text: str, pattern: re.Pattern) -> str:
     from the English edition's book/images/."""
 
     def path(match: re.Match) -> str:
-        if (ZH / "book" / "images" / match[1]).exists():
-            return match[0]
-        return f"../../book/images/{match[1]}"
+        drawn = (ZH / "book" / "images" / match[1]).exists()
+        if pattern is IMAGE:  # the repository's raw address (tools/repo_images.py)
+            return f"{raw_prefix()}{'zh/' if drawn else ''}book/images/{match[1]}"
+        return match[0] if drawn else f"../../book/images/{match[1]}"
 
     return pattern.sub(path, text)
 
