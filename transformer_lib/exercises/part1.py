@@ -748,10 +748,12 @@ def _mha_variant(
     """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
     split_wrong="qkv", or "k" etc.: those projections split with a plain reshape;
     merge_wrong, the merge without the transpose back, by default when all three are
-    split wrong; mask_after, mask_inverted or mask_multiplied=True)."""
+    split wrong; mask_after, mask_inverted or mask_multiplied=True; heads=1, no split
+    into heads)."""
     B, T, C = query.shape
-    H = m.n_heads
+    H = wrong.get("heads", m.n_heads)
     D = C // H
+    scale = scale or C // m.n_heads  # sqrt(d_head) of the heads asked for
 
     def split(x: Tensor, name: str) -> Tensor:  # (B, T, C) -> (B, H, T, D)
         if name in split_wrong:
@@ -760,7 +762,7 @@ def _mha_variant(
 
     q, k = split(m.q_proj(query), "q"), split(m.k_proj(key), "k")
     v = split(m.v_proj(value), "v")
-    s = q @ k.transpose(-2, -1) / math.sqrt(scale or D)
+    s = q @ k.transpose(-2, -1) / math.sqrt(scale)
     if mask is not None and wrong.get("mask_after"):
         y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
     else:
@@ -835,6 +837,15 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(n_heads) = sqrt(2), expected "
                     "sqrt(d_head) = sqrt(8): the scale is one head's width, "
                     "d_model / n_heads"
+                )
+            if any(
+                is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=c, heads=1))
+                for c in (8, 16)
+            ):
+                raise ExerciseError(
+                    f"{name}: one head of width d_model = 16, not split: split q, k "
+                    "and v into n_heads = 2 heads of d_head = 8, view(B, T, H, D)"
+                    ".transpose(1, 2), attend in each, and merge them back"
                 )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=1)):
                 raise ExerciseError(

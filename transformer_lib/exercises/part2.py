@@ -9,6 +9,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,60 @@ def _forward(layer: nn.Module, *args) -> Tensor:
             f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn and "
             "cross_attn return a pair (output, weights); take the output, [0]"
         ) from None
+
+
+@contextmanager
+def _heads(ref: nn.Module, n: int):
+    """Every MultiHeadAttention of `ref` split into n heads while inside (its
+    projections unchanged: the same weights, cut into heads of another width)."""
+    attns = [m for m in ref.modules() if hasattr(m, "n_heads") and hasattr(m, "q_proj")]
+    old = [m.n_heads for m in attns]
+    for m in attns:
+        m.n_heads = n
+    try:
+        yield
+    finally:
+        for m, n_old in zip(attns, old):
+            m.n_heads = n_old
+
+
+def _name_heads(got: Tensor, ref: nn.Module, run: Callable) -> None:
+    """Raise ExerciseError if `got` (of a layer built with d_model 16, n_heads 2) is
+    run() with the attention split into 1 head of 16, or into 8 heads of 2 (n_heads
+    and d_head swapped)."""
+    for n, hint in (
+        (
+            1,
+            "the attention has 1 head of width 16: MultiHeadAttention(d_model, "
+            "n_heads) with n_heads as given, here 2 heads of 8",
+        ),
+        (
+            8,
+            "the attention has 8 heads of width 2: n_heads and d_head are swapped, "
+            "MultiHeadAttention(d_model, d_model // n_heads); pass n_heads itself, "
+            "MultiHeadAttention(d_model, n_heads), here 2 heads of 8",
+        ),
+    ):
+        with _heads(ref, n):
+            if is_close(got, run()):
+                raise ExerciseError(hint)
+
+
+def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module):
+    """compare_module, with a LayerNorm of another eps than the reference's named
+    (its output is close, its gradients are not)."""
+    try:
+        compare_module(call, got, want, mine, ref)
+    except ExerciseError:
+        eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
+        for key, m in mine.named_modules():
+            if isinstance(m, nn.LayerNorm) and m.eps not in eps:
+                raise ExerciseError(
+                    f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
+                    f"eps, {min(eps):g}, as the course's layer does (the gradients "
+                    "differ)"
+                ) from None
+        raise
 
 
 @checker("encoder layer")
@@ -106,7 +161,8 @@ def check_encoder_layer(cls: type) -> str:
             for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
-    compare_module("MyEncoderLayer(x, mask)", got, want, mine, ref)
+            _name_heads(got, ref, lambda: ref(x, mask))
+    _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
 
@@ -178,10 +234,10 @@ def check_decoder_layer(cls: type) -> str:
     from transformer_lib.seq2seq import DecoderLayer
 
     torch.manual_seed(0)
-    ref = jitter(DecoderLayer(16, 4, 32, dropout=0.0, norm_first=True)).eval()
-    mine = cls(16, 4, 32)
+    ref = jitter(DecoderLayer(16, 2, 32, dropout=0.0, norm_first=True)).eval()
+    mine = cls(16, 2, 32)  # 2 heads of 8: n_heads and d_head differ
     load_weights(mine, ref.state_dict(), "MyDecoderLayer")
-    mine.double().eval()
+    mine.double().eval().load_state_dict(ref.state_dict(), strict=False)  # all float64
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
     tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
     mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
@@ -258,6 +314,12 @@ def check_decoder_layer(cls: type) -> str:
                     "and values are memory as given",
                 ),
                 (
+                    ff(h + ref.cross_attn(ref.norm2(x), mem, mask=mem_mask)[0]),
+                    "cross-attention read norm2 of the layer's input x, from before "
+                    "self-attention's residual: it reads norm2(h), h = x + "
+                    "self_attn(norm1(x))",
+                ),
+                (
                     _norms_swapped(ref, h, mem, mem_mask),
                     "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
                     "norm3 before the feed-forward network",
@@ -289,7 +351,8 @@ def check_decoder_layer(cls: type) -> str:
                     "tgt_mask is inverted: True means 'may attend', so pass it as "
                     "given, not ~tgt_mask"
                 )
-    compare_module(
+            _name_heads(got, ref, lambda: ref(x, mem, tgt_mask, mem_mask))
+    _compare_layer(
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
     return (
@@ -1073,6 +1136,7 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
                 f"{want_score:.4f}"
             )
+    _check_beam_max_len(fn)
     for beam, want, why in (
         (
             1,
@@ -1165,6 +1229,60 @@ def _check_beam_places(fn: Callable) -> None:
         raise ExerciseError(
             f"beam=2: step() was called on the prefixes {sorted(grown)}, expected "
             f"{sorted(want)}: grow only the live prefixes of the beam"
+        )
+
+
+_MAX_LEN_TABLE = {(): [0.55, 0.0, 0.45], (0,): [0.3, 0.25, 0.45]}
+
+
+def _check_beam_max_len(fn: Callable) -> None:
+    """A beam of 2 with max_len 4 where [0, 0, 0, 0] is still alive at the end: step()
+    sees prefixes of 0 to 3 tokens, no more, no fewer; [<eos>] (p = 0.45) finishes
+    first and is the best, [0, <eos>] (p = 0.25) and [0, 0, 0, <eos>] (p = 0.04)
+    later, and [0, <eos>] has the best mean per token."""
+    lengths: set = set()
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        lengths.add(len(prefix))
+        default = [0.3, 0.2, 0.5] if len(prefix) == 2 else [0.12, 0.08, 0.8]
+        return torch.tensor(_MAX_LEN_TABLE.get(prefix, default)).log()
+
+    try:
+        got = list(fn(step, 2, 4, 2)[0])
+    except Exception:
+        if max(lengths, default=0) != 2:
+            raise
+        got = None
+    if max(lengths, default=0) >= 4:
+        raise ExerciseError(
+            f"beam=2, max_len=4: step() was called on a prefix of {max(lengths)} "
+            "tokens: the search ran more than max_len steps; it runs max_len steps at "
+            "most, for _ in range(max_len), so no sequence is longer than max_len"
+        )
+    if max(lengths, default=0) == 2:
+        raise ExerciseError(
+            "beam=2, max_len=4: step() never saw a prefix of 3 tokens, though "
+            "[0, 0, 0] was still alive: the search stopped one step short, after "
+            "max_len - 1 steps; run max_len steps, for _ in range(max_len), so that a "
+            "sequence can reach max_len tokens"
+        )
+    if got == [0, 0, 0, 2]:
+        raise ExerciseError(
+            "beam=2: returned [0, 0, 0, <eos>] (p = 0.04), the last sequence to "
+            "finish: keep every finished sequence, and return the best of them all, "
+            "here [<eos>] (p = 0.45), the first to finish"
+        )
+    if got == [0, 2]:
+        raise ExerciseError(
+            "beam=2: returned [0, <eos>] (p = 0.25), the best mean log-prob per token:"
+            " rank by the total log-probability, with no length penalty: [<eos>] "
+            "(p = 0.45) wins"
+        )
+    if got != [2]:
+        raise ExerciseError(
+            f"beam=2, max_len=4, a toy still growing at max_len: got tokens {got}, "
+            "expected [2] (p = 0.45)"
         )
 
 
