@@ -1136,7 +1136,7 @@ def unload_with(scale=1.0, merge=True, unload=True):
         names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
         for name in names:
             layer = model.get_submodule(name)
-            if merge:
+            if merge and not layer.merged:  # a merged one holds its update already
                 with torch.no_grad():
                     layer.base.weight += scale * layer.delta_weight()
             if unload:

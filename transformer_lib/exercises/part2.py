@@ -563,6 +563,8 @@ def check_train_step(fn: Callable) -> str:
             any(p.grad is not None and p.grad.any() for p in model.parameters())
         )
     )
+    modes: list[bool] = []  # model.training at each forward pass
+    model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
@@ -683,7 +685,28 @@ def check_train_step(fn: Callable) -> str:
             raise ExerciseError(
                 f"return the loss as a float (loss.item()), got {type(got).__name__}"
             )
+        if not all(modes) or not model.training:
+            raise ExerciseError(
+                f"step {step}: the model {'ran' if not all(modes) else 'was left'} in "
+                "eval mode (model.eval()?): the step runs the model in the mode it "
+                "comes in, training mode (dropout on), as the docstring says; the "
+                "loop sets it with model.train(), so leave the mode alone"
+            )
         if not math.isclose(got, want, rel_tol=1e-6):  # float32 inside is fine
+            with torch.no_grad():
+                after = F.cross_entropy(
+                    ref(src, tgt_in).flatten(0, 1),
+                    tgt_out.flatten(),
+                    ignore_index=_PAD,
+                    label_smoothing=eps,
+                )
+            variants += (
+                (
+                    after,
+                    "the loss of the model after optimizer.step(): return the loss "
+                    "that was backpropagated, computed before the update, loss.item()",
+                ),
+            )
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
                     raise ExerciseError(f"step {step}: loss {got:.4f}, {hint}")
@@ -766,6 +789,12 @@ def check_training_loop(fn: Callable) -> str:
     if not isinstance(losses, list) or len(losses) != len(batches):
         n = len(losses) if isinstance(losses, list) else type(losses).__name__
         raise ExerciseError(f"returned {n} losses for {len(batches)} batches")
+    if not all(isinstance(loss, float) for loss in losses):
+        kind = next(type(x).__name__ for x in losses if not isinstance(x, float))
+        raise ExerciseError(
+            f"the losses hold a {kind}: return a list of floats, list[float] as the "
+            "docstring says, train_step's losses as it returns them"
+        )
     if len(log) != len(batches):
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
@@ -804,6 +833,12 @@ def check_training_loop(fn: Callable) -> str:
     for s, batch in enumerate(batches):
         ref_opt.param_groups[0]["lr"] = lr_at(s)
         want.append(_regression_step([])(ref, ref_opt, batch))
+    running = [sum(want[: s + 1]) / (s + 1) for s in range(len(want))]
+    if is_close(torch.tensor(losses), torch.tensor(running)):
+        raise ExerciseError(
+            "the losses are a running mean (the mean of steps 0..s at step s): return "
+            "each step's own loss, as train_step returns it"
+        )
     compare("the losses", torch.tensor(losses), torch.tensor(want))
 
     for bad in (math.nan, math.inf):
