@@ -63,6 +63,17 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     a = x + attn(ref.norm1(x))
     return (
         (
+            _block_with(ref, x, scale=8.0),
+            f"scores divided by sqrt(64) = 8, a head width of its own: divide by "
+            f"sqrt(d_head) = {math.sqrt(C // H):g}, d_head = d_model / n_heads",
+        ),
+        (
+            _block_with(ref, x, scale=math.sqrt(H)),
+            f"scores divided by sqrt(n_heads) = {math.sqrt(H):g}, expected "
+            f"sqrt(d_head) = {math.sqrt(C // H):g}: the scale is one head's width, "
+            "d_model / n_heads",
+        ),
+        (
             wide + mlp(ref.norm2(wide)),
             f"scores divided by sqrt(d_model) = {math.sqrt(C):g}, expected "
             f"sqrt(d_head) = {math.sqrt(C // H):g}: each head has width d_model / "
@@ -130,16 +141,19 @@ def _unscaled(ref, x: Tensor) -> Tensor:
     return a + ref.mlp(ref.norm2(a))
 
 
-def _block_with(ref, x: Tensor, split=None, weights=None, merge=None) -> Tensor:
+def _block_with(
+    ref, x: Tensor, split=None, weights=None, merge=None, scale=None
+) -> Tensor:
     """The reference block with one step of its attention done another way: split(z)
     -> q, k, v from qkv's output z (B, T, 3C); weights(scores, keep) -> (B, H, T, T)
-    from the scaled scores and the causal mask; merge(y) -> (B, T, C)."""
+    from the scaled scores and the causal mask; merge(y) -> (B, T, C); the scores
+    divided by scale, not sqrt(D)."""
     (B, T, C), H = x.shape, ref.attn.n_heads
     D, z = C // H, ref.attn.qkv(ref.norm1(x))
     heads = lambda t: t.view(B, T, H, D).transpose(1, 2)  # noqa: E731
     q, k, v = split(z) if split else (heads(t) for t in z.chunk(3, -1))
     keep = torch.ones(T, T, dtype=torch.bool).tril()
-    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
+    scores = q @ k.transpose(-2, -1) / (scale or math.sqrt(D))  # (B, H, T, T)
     w = weights(scores, keep) if weights else scores.masked_fill(~keep, -math.inf)
     y = (w.softmax(-1) if weights is None else w) @ v  # (B, H, T, D)
     a = x + ref.attn.proj(merge(y) if merge else y.transpose(1, 2).reshape(B, T, C))
@@ -206,7 +220,22 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "q, v and k came out in the wrong order: qkv(x).split(C, dim=-1) gives "
             "q, k, v in that order",
         ),
+        *(
+            (
+                _block_with(ref, x, split=lambda z, o=order: heads(*_read_as(z, o))),
+                f"qkv(x) was read as {', '.join(order)}: its three parts are q, k and "
+                "v in that order, q, k, v = qkv(x).split(C, dim=-1)",
+            )
+            for order in ("vkq", "kvq", "vqk")
+        ),
     )
+
+
+def _read_as(z: Tensor, order: str) -> tuple[Tensor, Tensor, Tensor]:
+    """qkv's output z read in the order given ("vkq": v first, then k, then q) ->
+    what became q, k, v."""
+    parts = dict(zip(order, z.chunk(3, -1)))
+    return parts["q"], parts["k"], parts["v"]
 
 
 def _diagonal_hidden(ref, x: Tensor, got: Tensor) -> None:
@@ -768,6 +797,20 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         raise ExerciseError(
             "entry k averages every pair at distance k or more (gap >= k): take "
             "the pairs exactly k apart, gap == k (the k-th diagonal)"
+        )
+    rows = table.double()
+    dots, lengths = rows @ rows.T, rows.norm(dim=1)
+    ratio = torch.stack(
+        [
+            dots.diagonal(k).mean() / (lengths[: n - k] * lengths[k:]).mean()
+            for k in range(n)
+        ]
+    )
+    if got.shape == want.shape and torch.allclose(got, ratio, atol=1e-9):
+        raise ExerciseError(
+            "the mean dot product was divided by the mean product of the lengths: "
+            "a ratio of means, not a mean of cosines; divide each pair's dot product "
+            "by its own lengths first (normalise the rows), then take the mean"
         )
     median = torch.stack([(unit @ unit.T).diagonal(k).median() for k in range(n)])
     if got.shape == want.shape and torch.allclose(got, median, atol=1e-9):
