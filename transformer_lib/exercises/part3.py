@@ -501,14 +501,16 @@ def _online_softmax(
     short=0,
     m0=None,
     inverted=False,
+    stride=None,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
     each block `short` keys short, the running max started at m0, not -inf, the
-    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0)."""
+    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
+    a block starting every `stride` keys (overlapping when stride < block)."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
-    for s in range(0, k.size(-2), block):
+    for s in range(0, k.size(-2), stride or block):
         end = s + block - short
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
@@ -580,6 +582,10 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
                       "holds the block's keys"))  # fmt: skip
+        slips.append((dict(stride=1), "the tiles overlap: the loop steps one key at "
+                      "a time, range(0, T_k, 1), and each tile holds `block` keys, so "
+                      "most keys count several times; step by block, range(0, T_k, "
+                      "block)"))  # fmt: skip
     for slip, hint in slips:
         wrong = _online_softmax(q, k, v, block, **slip)
         if is_close(got, wrong, atol=1e-9, equal_nan=True):
@@ -674,6 +680,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _first_block_max(q, k, v, block, got)
+                    _float32_work(got, want, block)
                     _tiled_hint(q, k, v, block, got.detach().double())
             compare(f"block={block}", got, want, atol=1e-9)
             if block < n_keys and reads.first is not None:
@@ -703,6 +710,19 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
     )
+
+
+def _float32_work(got: Tensor, want: Tensor, block: int) -> None:
+    """An output right to float32's precision only: computed in float32, cast back."""
+    err = (got.detach().double() - want).abs().max().item()
+    if got.isfinite().all() and torch.allclose(
+        got.double(), want, rtol=1e-5, atol=1e-6
+    ):
+        raise ExerciseError(
+            f"block={block}: the output is right to float32's 7 digits only (off by "
+            f"up to {err:.1e}): was the work done in float32 (.float()) and cast "
+            "back? q is float64: keep its dtype throughout"
+        )
 
 
 def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
