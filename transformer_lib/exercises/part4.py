@@ -427,6 +427,12 @@ def check_geglu(cls: type) -> str:
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
+            if is_close(got, F.gelu(ref.proj(g * u))):
+                raise ExerciseError(
+                    "gelu(proj(gate(x) * up(x))): the GELU went after proj, on the "
+                    "output, so nothing gates: it goes on gate(x) alone, "
+                    "proj(gelu(gate(x)) * up(x))"
+                )
             if is_close(got, x + want):
                 raise ExerciseError(
                     "x was added to the output: MyGeGLU returns the MLP alone, "

@@ -147,7 +147,26 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
                 what = f"{g}, expected {w}"
             raise ExerciseError(f"{call}: target {t} is {what}")
     _wrong_pack_mask(call, mask, want_mask)
+    _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _pairs_one_longer(call: str, mask, pairs: list, T: int) -> None:
+    """The mask's pairs counted len(ids) long, not len(ids) - 1 (the inputs)."""
+    seg = [i for i, (ids, _) in enumerate(pairs) for _ in ids][:T]
+    seg = torch.tensor(seg)
+    wrong = torch.ones(T, T, dtype=torch.bool).tril() & (seg[:, None] == seg[None, :])
+    if (
+        isinstance(mask, Tensor)
+        and mask.shape == wrong.shape
+        and torch.equal(mask.to(torch.bool), wrong)
+    ):
+        raise ExerciseError(
+            f"{call}: the attention mask's pairs are one token too long: pair 1's "
+            f"block spans its {len(pairs[0][0])} ids, but it has {len(pairs[0][0]) - 1}"
+            " inputs (ids[:-1]); each pair's block is len(ids) - 1 positions, so "
+            "every later boundary shifts"
+        )
 
 
 def _masked_not_with_ignore_index(call: str, y: list, want_y: list) -> None:
