@@ -3661,3 +3661,22 @@ def test_pack_pairs_blocks_one_token_too_long():
         return inputs, targets, causal & (seg[:, None] == seg[None, :])
 
     fails(ex.check_pack_pairs, long_blocks, "pairs are one token too long")
+
+
+def test_beam_search_probabilities_added():
+    def added(step, beam, max_len, eos):
+        tokens, _ = solution("10").my_beam_search(step, beam, max_len, eos)
+        return tokens, sum(
+            step(tuple(tokens[:i]))[t].exp().item() for i, t in enumerate(tokens)
+        )
+
+    fails(ex.check_beam_search, added, "the sum of the tokens' probabilities")
+
+
+def test_encoder_layer_mask_given_as_key():
+    class Positional(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask)[0]  # mask lands in key
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, Positional, "the mask went in as key")

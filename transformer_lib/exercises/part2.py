@@ -30,10 +30,19 @@ from transformer_lib.exercises.framework import (
 
 
 def _forward(layer: nn.Module, *args) -> Tensor:
-    """layer(*args), with one slip of a layer built on MultiHeadAttention named: its
-    (output, weights) pair used as if it were the output."""
+    """layer(*args), with two slips of a layer built on MultiHeadAttention named: its
+    (output, weights) pair used as if it were the output, a mask given as key."""
     try:
         return layer(*args)
+    except ValueError as e:
+        got = re.match(r"key must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e))
+        if got is None or len(got[1].split(",")) == 3:
+            raise
+        raise ExerciseError(
+            f"ValueError ({str(e).splitlines()[0]}): the mask went in as key, the "
+            "second argument of forward(query, key=None, value=None, mask=None): "
+            "pass it by name, self_attn(h, mask=mask)"
+        ) from None
     except TypeError as e:
         if "'tuple'" not in str(e):
             raise
@@ -1151,6 +1160,15 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but {score:.4f} is the probability: "
                 "return the log-probability, the sum of the log-probs "
                 f"({want_score:.4f})"
+            )
+        probs = sum(
+            _toy_step(tuple(want[:i]))[t].exp().item() for i, t in enumerate(want)
+        )
+        if math.isclose(score, probs, rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the sum of the tokens' "
+                "probabilities: a prefix's score is the sum of their log-probs "
+                f"({want_score:.4f}), the log of their product"
             )
         if math.isclose(score, want_score / len(want), rel_tol=1e-5):
             raise ExerciseError(
