@@ -23,6 +23,7 @@ from transformer_lib.exercises.framework import (
     is_close,
     jitter,
     load_weights,
+    raised,
     tensor_output,
 )
 
@@ -39,7 +40,7 @@ def _forward(layer: nn.Module, *args) -> Tensor:
         if got is None or len(got[1].split(",")) == 3:
             raise
         raise ExerciseError(
-            f"ValueError ({str(e).splitlines()[0]}): the mask went in as key, the "
+            f"{raised(e)}: the mask went in as key, the "
             "second argument of forward(query, key=None, value=None, mask=None): "
             "pass it by name, self_attn(h, mask=mask)"
         ) from None
