@@ -1136,7 +1136,7 @@ def unload_with(scale=1.0, merge=True, unload=True):
         names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
         for name in names:
             layer = model.get_submodule(name)
-            if merge:
+            if merge and not layer.merged:  # a merged one holds its update already
                 with torch.no_grad():
                     layer.base.weight += scale * layer.delta_weight()
             if unload:
@@ -3366,3 +3366,317 @@ def test_corpus_bleu_epsilon_smoothing_and_totals_by_length():
         as_fn(hyp_length=True),
         "divided by the hypothesis's length",
     )
+
+
+# The eighth blind review, second round: the wrong answers that still passed, and the
+# bare differences named ---------------------------------------------------------------
+
+
+def test_encoder_and_decoder_layers_one_head_heads_swapped_and_layer_norm_eps():
+    from transformer_lib.multi_head import MultiHeadAttention
+
+    def with_heads(layer, heads):  # heads(d_model, n_heads) -> the count built
+        class Wrong(layer):
+            def __init__(self, d_model, n_heads, d_ff):
+                super().__init__(d_model, n_heads, d_ff)
+                for name in ("self_attn", "cross_attn"):
+                    if hasattr(self, name):
+                        setattr(
+                            self,
+                            name,
+                            MultiHeadAttention(d_model, heads(d_model, n_heads)),
+                        )
+
+        return Wrong
+
+    for nb, check in (("07", ex.check_encoder_layer), ("08", ex.check_decoder_layer)):
+        layer = (
+            solution(nb).MyEncoderLayer if nb == "07" else solution(nb).MyDecoderLayer
+        )
+        swapped = with_heads(layer, lambda d, h: d // h)
+        fails(check, swapped, "n_heads and d_head are swapped")
+        fails(check, with_heads(layer, lambda d, h: 1), "1 head of width 16")
+
+    class Eps(solution("07").MyEncoderLayer):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__(d_model, n_heads, d_ff)
+            self.norm1 = nn.LayerNorm(d_model, eps=1e-6)
+
+    fails(ex.check_encoder_layer, Eps, r"norm1 is nn.LayerNorm\(d_model, eps=1e-06\)")
+
+
+def test_decoder_layer_cross_attention_reads_the_stale_x():
+    class Stale(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            n = self.norm2(x)  # before self-attention's residual
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            x = x + self.cross_attn(n, memory, memory, mask=memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, Stale, "from before self-attention's residual")
+
+
+def test_multi_head_attention_one_head_unsplit():
+    class OneHead(solution("05").MyMultiHeadAttention):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = query if key is None else key
+            value = key if value is None else value
+            q, k, v = (
+                p(t)[:, None] for p, t in ((self.q_proj, query), (self.k_proj, key),
+                                           (self.v_proj, value))
+            )  # fmt: skip
+            s = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            return self.out_proj((s.softmax(-1) @ v)[:, 0])
+
+    fails(ex.check_multi_head_attention, OneHead, "one head of width d_model = 16")
+
+
+def beam_steps(extra=0, best=max):
+    """A beam search of max_len + extra steps, returning best(finished) by score (or
+    the last finished of the latest step that finished any, best="last")."""
+
+    def search(step, beam, max_len, eos):
+        alive, done, last = [((), 0.0)], [], []
+        for _ in range(max_len + extra):
+            grown = sorted(
+                (
+                    (p + (t,), s + lp)
+                    for p, s in alive
+                    for t, lp in enumerate(step(p).tolist())
+                ),
+                key=lambda c: -c[1],
+            )[:beam]
+            alive = [c for c in grown if c[0][-1] != eos]
+            done += [c for c in grown if c[0][-1] == eos]
+            last = [c for c in grown if c[0][-1] == eos] or last
+            if not alive:
+                break
+        pool = last if best == "last" else done or alive
+        tokens, score = max(pool, key=lambda c: c[1])
+        return list(tokens), score
+
+    return search
+
+
+def test_beam_search_runs_max_len_steps_and_returns_the_best_finished():
+    assert ex.outcome(ex.check_beam_search, beam_steps())[0] == "pass"
+    fails(ex.check_beam_search, beam_steps(extra=1), "the search ran more than max_len")
+    fails(ex.check_beam_search, beam_steps(extra=-1), "stopped one step short")
+    fails(ex.check_beam_search, beam_steps(best="last"), "the last sequence to finish")
+
+
+def test_train_step_in_eval_mode_and_the_loss_after_the_update():
+    right = solution("09").my_train_step
+
+    def eval_mode(model, *args):
+        model.eval()
+        return right(model, *args)
+
+    fails(ex.check_train_step, eval_mode, "the model ran in eval mode")
+
+    def after(model, optimizer, src, tgt_in, tgt_out, pad_id, eps):
+        right(model, optimizer, src, tgt_in, tgt_out, pad_id, eps)
+        with torch.no_grad():
+            logits = model(src, tgt_in)
+        return F.cross_entropy(
+            logits.flatten(0, 1), tgt_out.flatten(), ignore_index=pad_id,
+            label_smoothing=eps,
+        ).item()  # fmt: skip
+
+    fails(ex.check_train_step, after, "the loss of the model after optimizer.step")
+
+
+def test_training_loop_tensors_and_a_running_mean():
+    right = solution("09").my_train
+
+    def tensors(*args):
+        return [torch.tensor(loss) for loss in right(*args)]
+
+    fails(ex.check_training_loop, tensors, "return a list of floats")
+
+    def running(*args):
+        losses = right(*args)
+        return [sum(losses[: s + 1]) / (s + 1) for s in range(len(losses))]
+
+    fails(ex.check_training_loop, running, "the losses are a running mean")
+
+
+def test_merge_and_unload_a_layer_merged_already():
+    def always(model):  # merge() called on every layer, merged or not
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            model.get_submodule(name).merge()
+        return solution("18").merge_and_unload(model)
+
+    fails(ex.check_merge_and_unload, always, "merge only the layers not merged yet")
+
+    def by_hand(model):  # the update added to every weight, merged or not
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            with torch.no_grad():
+                layer.base.weight += layer.delta_weight()
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, by_hand, "its update was added again")
+
+
+def test_sha256_chained_per_chunk_and_reads_of_a_fixed_size():
+    import hashlib
+
+    def chained(path, chunk=2**20):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while data := f.read(chunk):
+                h = hashlib.sha256(h.hexdigest().encode() + data)
+        return h.hexdigest()
+
+    fails(ex.check_sha256, chained, "chained")
+
+    def fixed(path, chunk=2**20):
+        return solution("00").sha256_file(path)  # chunk ignored: 1 MiB reads
+
+    fails(ex.check_sha256, fixed, "read in pieces of a size of its own")
+
+
+def test_sliding_window_from_the_start_and_over_non_pad_tokens():
+    def from_start(ids, pad_id, window):
+        k = torch.arange(ids.size(1))
+        m = (k[None, :] <= k[:, None]) & (k[None, :] < window)
+        return (m[None] & (ids != pad_id)[:, None, :])[:, None]
+
+    fails(ex.check_sliding_window_mask, from_start, "counted from the sequence's start")
+
+    def non_pad(ids, pad_id, window):
+        keep = ids != pad_id
+        n, k = keep.cumsum(1) - 1, torch.arange(ids.size(1))
+        m = (k[None, :] <= k[:, None])[None] & (n[:, None, :] > n[:, :, None] - window)
+        return (m & keep[:, None, :])[:, None]
+
+    fails(ex.check_sliding_window_mask, non_pad, "counted over the non-<pad> tokens")
+
+
+def test_corpus_bleu_mean_reference_length_told_from_the_first():
+    from transformer_lib.exercises.part2 import bleu_reference
+
+    def as_fn(**wrong):
+        return lambda hyps, refs: bleu_reference(list(zip(hyps, refs)), **wrong)
+
+    fails(ex.check_corpus_bleu, as_fn(mean_r=True), "the mean of each sentence's")
+    fails(ex.check_corpus_bleu, as_fn(first=("r",)), "each sentence's first reference")
+
+
+def test_gpt_block_hard_coded_scales_and_qkv_read_as_v_k_q():
+    def block(scale=None, order="qkv"):
+        class Wrong(solution("12").MyBlock):
+            def attn(self, x):
+                B, T, C = x.shape
+                parts = dict(zip(order, self.qkv(x).chunk(3, dim=-1)))
+                q, k, v = (
+                    parts[n].view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+                    for n in "qkv"
+                )
+                y = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, scale=scale and 1 / scale(self)
+                )
+                return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+        return Wrong
+
+    fails(ex.check_gpt_block, block(scale=lambda m: 8.0), r"sqrt\(64\) = 8")
+    fails(ex.check_gpt_block, block(lambda m: math.sqrt(m.n_heads)), r"sqrt\(n_heads\)")
+    fails(ex.check_gpt_block, block(order="vkq"), "qkv.x. was read as v, k, q")
+
+
+def test_cosine_by_distance_a_ratio_of_means():
+    def ratio(table):
+        n, lengths = len(table), table.norm(dim=1)
+        dots = table @ table.T
+        return torch.stack([
+            dots.diagonal(k).mean() / (lengths[: n - k] * lengths[k:]).mean()
+            for k in range(n)
+        ])  # fmt: skip
+
+    fails(ex.check_cosine_by_distance, ratio, "a ratio of means")
+
+
+def test_tiled_attention_overlapping_tiles_and_float32_work():
+    right = solution("14").my_tiled_attention
+
+    def overlapping(q, k, v, block):
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+        for s in range(k.size(-2)):  # a tile starting at every key
+            scores = (
+                q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+            )
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p, c = (scores - m_new).exp(), (m - m_new).exp()
+            ell, out = (
+                ell * c + p.sum(-1, keepdim=True),
+                out * c + p @ v[..., s : s + block, :],
+            )
+            m = m_new
+        return out / ell  # fmt: skip
+
+    fails(ex.check_tiled_attention, overlapping, "the tiles overlap")
+
+    def in_float32(q, k, v, block):
+        return right(q.float(), k.float(), v.float(), block).to(q.dtype)
+
+    fails(ex.check_tiled_attention, in_float32, "float32's 7 digits")
+
+
+def test_grouped_attention_triu_given_as_the_keys_to_keep():
+    def inverted(q, k, v):
+        g, T = q.size(1) // k.size(1), q.size(2)
+        hide = torch.ones(T, T, dtype=torch.bool).triu(1)
+        return F.scaled_dot_product_attention(
+            q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=hide
+        )
+
+    fails(ex.check_grouped_attention, inverted, "the mask is inverted")
+
+
+def test_geglu_gelu_after_proj():
+    class Outer(solution("16").MyGeGLU):
+        def forward(self, x):
+            return F.gelu(self.proj(self.gate(x) * self.up(x)))
+
+    fails(ex.check_geglu, Outer, "the GELU went after proj")
+
+
+def test_pack_pairs_blocks_one_token_too_long():
+    right = solution("17").pack_pairs
+
+    def long_blocks(pairs):
+        inputs, targets, _ = right(pairs)
+        seg = torch.tensor([i for i, (ids, _) in enumerate(pairs) for _ in ids])
+        seg = seg[: len(inputs)]
+        causal = torch.ones(len(inputs), len(inputs), dtype=torch.bool).tril()
+        return inputs, targets, causal & (seg[:, None] == seg[None, :])
+
+    fails(ex.check_pack_pairs, long_blocks, "pairs are one token too long")
+
+
+def test_beam_search_probabilities_added():
+    def added(step, beam, max_len, eos):
+        tokens, _ = solution("10").my_beam_search(step, beam, max_len, eos)
+        return tokens, sum(
+            step(tuple(tokens[:i]))[t].exp().item() for i, t in enumerate(tokens)
+        )
+
+    fails(ex.check_beam_search, added, "the sum of the tokens' probabilities")
+
+
+def test_encoder_layer_mask_given_as_key():
+    class Positional(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask)[0]  # mask lands in key
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, Positional, "the mask went in as key")

@@ -374,7 +374,7 @@ def test_merge_and_unload_a_new_linear_with_a_fresh_bias():
                 base.in_features, base.out_features, dtype=base.weight.dtype
             )
             with torch.no_grad():
-                new.weight.copy_(base.weight + m.delta_weight())
+                new.weight.copy_(base.weight + (0 if m.merged else m.delta_weight()))
                 if copy_bias:
                     new.bias.copy_(base.bias)
             parent, _, child = name.rpartition(".")

@@ -100,8 +100,8 @@ def tensor_output(got, name: str):
 
 
 def load_weights(mine: nn.Module, state: dict, name: str) -> None:
-    """Copy the reference's weights into the learner's module, or say which names
-    differ."""
+    """Copy the reference's weights into the learner's module, made the reference's
+    dtype (float64) first, or say which names differ."""
     if not isinstance(mine, nn.Module):
         raise ExerciseError(f"{name}: expected an nn.Module, got {type(mine).__name__}")
     have = mine.state_dict()
@@ -118,6 +118,9 @@ def load_weights(mine: nn.Module, state: dict, name: str) -> None:
                 f"{name}: {k} has shape {tuple(have[k].shape)}, expected "
                 f"{tuple(v.shape)}"
             )
+    floats = [v.dtype for v in state.values() if v.is_floating_point()]
+    if floats:  # in the reference's dtype first, so that its weights load exactly
+        mine.to(floats[0])
     mine.load_state_dict(state, strict=False)  # a buffer of its own (a mask) stays
 
 

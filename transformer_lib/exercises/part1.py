@@ -95,6 +95,13 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "(here its only) chunk, shorter than a full one, was dropped; "
                     "loop until read() returns b'' and update the hash with every chunk"
                 )
+            if got != want and got in _chained_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: each chunk was hashed with the hexdigest so far "
+                    "(a new sha256 per chunk, chained): one hash, h = "
+                    "hashlib.sha256() before the loop, and h.update(chunk) for every "
+                    "chunk, the digest read once at the end"
+                )
             if got == "":
                 raise ExerciseError(
                     f"a {n}-byte file: got an empty string: return h.hexdigest() of "
@@ -133,11 +140,16 @@ def _check_chunk_argument(fn: Callable) -> None:
                 f"{got!r}, expected the file's sha256"
             )
         if peak > 64 * chunk:
+            why = (
+                "the file was read in pieces of a size of its own, not chunk bytes"
+                if peak < n
+                else "a loop over the file's lines reads up to each b'\\n', here the "
+                "whole file"
+            )
             raise ExerciseError(
                 f"fn(path, chunk={chunk}): {peak / 2**10:.0f} KiB were held at once, "
                 f"expected about {chunk // 2**10} KiB: the argument chunk is ignored "
-                "(a loop over the file's lines reads up to each b'\\n', here the whole "
-                "file); read chunk bytes at a time, f.read(chunk)"
+                f"({why}); read chunk bytes at a time, f.read(chunk)"
             )
 
 
@@ -165,6 +177,18 @@ def _last_chunk_digests(data: bytes) -> set[str]:
         for k in range(10, 25)
         if data
     }
+
+
+def _chained_digests(data: bytes) -> set[str]:
+    """The digests of sha256(previous hexdigest + chunk), chunk after chunk, for chunks
+    of 4 KiB to 1 MiB (a new hash per chunk, chained by its hex digest)."""
+    out = set()
+    for k in (12, 13, 14, 16, 20):
+        h = hashlib.sha256()
+        for i in range(0, len(data), 2**k):
+            h = hashlib.sha256(h.hexdigest().encode() + data[i : i + 2**k])
+        out.add(h.hexdigest())
+    return out
 
 
 def _other_digests(data: bytes) -> dict[str, str]:
@@ -748,10 +772,12 @@ def _mha_variant(
     """MultiHeadAttention's forward with a usual mistake, to recognise it (wrong:
     split_wrong="qkv", or "k" etc.: those projections split with a plain reshape;
     merge_wrong, the merge without the transpose back, by default when all three are
-    split wrong; mask_after, mask_inverted or mask_multiplied=True)."""
+    split wrong; mask_after, mask_inverted or mask_multiplied=True; heads=1, no split
+    into heads)."""
     B, T, C = query.shape
-    H = m.n_heads
+    H = wrong.get("heads", m.n_heads)
     D = C // H
+    scale = scale or C // m.n_heads  # sqrt(d_head) of the heads asked for
 
     def split(x: Tensor, name: str) -> Tensor:  # (B, T, C) -> (B, H, T, D)
         if name in split_wrong:
@@ -760,7 +786,7 @@ def _mha_variant(
 
     q, k = split(m.q_proj(query), "q"), split(m.k_proj(key), "k")
     v = split(m.v_proj(value), "v")
-    s = q @ k.transpose(-2, -1) / math.sqrt(scale or D)
+    s = q @ k.transpose(-2, -1) / math.sqrt(scale)
     if mask is not None and wrong.get("mask_after"):
         y = (s.softmax(-1) * mask) @ v  # weights zeroed after the softmax
     else:
@@ -835,6 +861,15 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(n_heads) = sqrt(2), expected "
                     "sqrt(d_head) = sqrt(8): the scale is one head's width, "
                     "d_model / n_heads"
+                )
+            if any(
+                is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=c, heads=1))
+                for c in (8, 16)
+            ):
+                raise ExerciseError(
+                    f"{name}: one head of width d_model = 16, not split: split q, k "
+                    "and v into n_heads = 2 heads of d_head = 8, view(B, T, H, D)"
+                    ".transpose(1, 2), attend in each, and merge them back"
                 )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=1)):
                 raise ExerciseError(
@@ -962,6 +997,24 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
                 f"off by one: each query sees {size} positions; query t sees the "
                 f"{window} keys t - {window} + 1 .. t"
             )
+    keep = ids != pad_id  # (B, T)
+    k = torch.arange(T)
+    causal = (k[None, :] <= k[:, None])[None]  # (1, T, T)
+    if torch.equal(got[:, 0], causal & (k < window) & keep[:, None, :]):
+        return (
+            f"the window was counted from the sequence's start: every query sees "
+            f"keys 0 .. {window - 1} only; it slides with the query, keys "
+            f"t - {window} + 1 .. t"
+        )
+    n = keep.cumsum(1) - 1  # each token's place among the non-<pad> ones
+    if torch.equal(
+        got[:, 0], causal & (n[:, None, :] > n[:, :, None] - window) & keep[:, None, :]
+    ):
+        return (
+            f"the window was counted over the non-<pad> tokens, so it reaches past "
+            f"the <pad> keys: it counts positions, keys t - {window} + 1 .. t, "
+            "<pad> ones included (and hidden)"
+        )
     no_pad = sliding_window_reference(torch.ones_like(ids), 0, window)
     if torch.equal(got, no_pad):
         return "the padding is missing: queries may see <pad> keys"

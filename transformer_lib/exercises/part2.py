@@ -9,6 +9,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from transformer_lib.exercises.framework import (
     is_close,
     jitter,
     load_weights,
+    raised,
     tensor_output,
 )
 
@@ -29,10 +31,19 @@ from transformer_lib.exercises.framework import (
 
 
 def _forward(layer: nn.Module, *args) -> Tensor:
-    """layer(*args), with one slip of a layer built on MultiHeadAttention named: its
-    (output, weights) pair used as if it were the output."""
+    """layer(*args), with two slips of a layer built on MultiHeadAttention named: its
+    (output, weights) pair used as if it were the output, a mask given as key."""
     try:
         return layer(*args)
+    except ValueError as e:
+        got = re.match(r"key must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e))
+        if got is None or len(got[1].split(",")) == 3:
+            raise
+        raise ExerciseError(
+            f"{raised(e)}: the mask went in as key, the "
+            "second argument of forward(query, key=None, value=None, mask=None): "
+            "pass it by name, self_attn(h, mask=mask)"
+        ) from None
     except TypeError as e:
         if "'tuple'" not in str(e):
             raise
@@ -40,6 +51,60 @@ def _forward(layer: nn.Module, *args) -> Tensor:
             f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn and "
             "cross_attn return a pair (output, weights); take the output, [0]"
         ) from None
+
+
+@contextmanager
+def _heads(ref: nn.Module, n: int):
+    """Every MultiHeadAttention of `ref` split into n heads while inside (its
+    projections unchanged: the same weights, cut into heads of another width)."""
+    attns = [m for m in ref.modules() if hasattr(m, "n_heads") and hasattr(m, "q_proj")]
+    old = [m.n_heads for m in attns]
+    for m in attns:
+        m.n_heads = n
+    try:
+        yield
+    finally:
+        for m, n_old in zip(attns, old):
+            m.n_heads = n_old
+
+
+def _name_heads(got: Tensor, ref: nn.Module, run: Callable) -> None:
+    """Raise ExerciseError if `got` (of a layer built with d_model 16, n_heads 2) is
+    run() with the attention split into 1 head of 16, or into 8 heads of 2 (n_heads
+    and d_head swapped)."""
+    for n, hint in (
+        (
+            1,
+            "the attention has 1 head of width 16: MultiHeadAttention(d_model, "
+            "n_heads) with n_heads as given, here 2 heads of 8",
+        ),
+        (
+            8,
+            "the attention has 8 heads of width 2: n_heads and d_head are swapped, "
+            "MultiHeadAttention(d_model, d_model // n_heads); pass n_heads itself, "
+            "MultiHeadAttention(d_model, n_heads), here 2 heads of 8",
+        ),
+    ):
+        with _heads(ref, n):
+            if is_close(got, run()):
+                raise ExerciseError(hint)
+
+
+def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module):
+    """compare_module, with a LayerNorm of another eps than the reference's named
+    (its output is close, its gradients are not)."""
+    try:
+        compare_module(call, got, want, mine, ref)
+    except ExerciseError:
+        eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
+        for key, m in mine.named_modules():
+            if isinstance(m, nn.LayerNorm) and m.eps not in eps:
+                raise ExerciseError(
+                    f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
+                    f"eps, {min(eps):g}, as the course's layer does (the gradients "
+                    "differ)"
+                ) from None
+        raise
 
 
 @checker("encoder layer")
@@ -106,7 +171,8 @@ def check_encoder_layer(cls: type) -> str:
             for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
-    compare_module("MyEncoderLayer(x, mask)", got, want, mine, ref)
+            _name_heads(got, ref, lambda: ref(x, mask))
+    _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
 
@@ -178,8 +244,8 @@ def check_decoder_layer(cls: type) -> str:
     from transformer_lib.seq2seq import DecoderLayer
 
     torch.manual_seed(0)
-    ref = jitter(DecoderLayer(16, 4, 32, dropout=0.0, norm_first=True)).eval()
-    mine = cls(16, 4, 32)
+    ref = jitter(DecoderLayer(16, 2, 32, dropout=0.0, norm_first=True)).eval()
+    mine = cls(16, 2, 32)  # 2 heads of 8: n_heads and d_head differ
     load_weights(mine, ref.state_dict(), "MyDecoderLayer")
     mine.double().eval()
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
@@ -258,6 +324,12 @@ def check_decoder_layer(cls: type) -> str:
                     "and values are memory as given",
                 ),
                 (
+                    ff(h + ref.cross_attn(ref.norm2(x), mem, mask=mem_mask)[0]),
+                    "cross-attention read norm2 of the layer's input x, from before "
+                    "self-attention's residual: it reads norm2(h), h = x + "
+                    "self_attn(norm1(x))",
+                ),
+                (
                     _norms_swapped(ref, h, mem, mem_mask),
                     "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
                     "norm3 before the feed-forward network",
@@ -289,7 +361,8 @@ def check_decoder_layer(cls: type) -> str:
                     "tgt_mask is inverted: True means 'may attend', so pass it as "
                     "given, not ~tgt_mask"
                 )
-    compare_module(
+            _name_heads(got, ref, lambda: ref(x, mem, tgt_mask, mem_mask))
+    _compare_layer(
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
     return (
@@ -500,6 +573,8 @@ def check_train_step(fn: Callable) -> str:
             any(p.grad is not None and p.grad.any() for p in model.parameters())
         )
     )
+    modes: list[bool] = []  # model.training at each forward pass
+    model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
@@ -620,7 +695,28 @@ def check_train_step(fn: Callable) -> str:
             raise ExerciseError(
                 f"return the loss as a float (loss.item()), got {type(got).__name__}"
             )
+        if not all(modes) or not model.training:
+            raise ExerciseError(
+                f"step {step}: the model {'ran' if not all(modes) else 'was left'} in "
+                "eval mode (model.eval()?): the step runs the model in the mode it "
+                "comes in, training mode (dropout on), as the docstring says; the "
+                "loop sets it with model.train(), so leave the mode alone"
+            )
         if not math.isclose(got, want, rel_tol=1e-6):  # float32 inside is fine
+            with torch.no_grad():
+                after = F.cross_entropy(
+                    ref(src, tgt_in).flatten(0, 1),
+                    tgt_out.flatten(),
+                    ignore_index=_PAD,
+                    label_smoothing=eps,
+                )
+            variants += (
+                (
+                    after,
+                    "the loss of the model after optimizer.step(): return the loss "
+                    "that was backpropagated, computed before the update, loss.item()",
+                ),
+            )
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
                     raise ExerciseError(f"step {step}: loss {got:.4f}, {hint}")
@@ -703,6 +799,12 @@ def check_training_loop(fn: Callable) -> str:
     if not isinstance(losses, list) or len(losses) != len(batches):
         n = len(losses) if isinstance(losses, list) else type(losses).__name__
         raise ExerciseError(f"returned {n} losses for {len(batches)} batches")
+    if not all(isinstance(loss, float) for loss in losses):
+        kind = next(type(x).__name__ for x in losses if not isinstance(x, float))
+        raise ExerciseError(
+            f"the losses hold a {kind}: return a list of floats, list[float] as the "
+            "docstring says, train_step's losses as it returns them"
+        )
     if len(log) != len(batches):
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
@@ -741,6 +843,12 @@ def check_training_loop(fn: Callable) -> str:
     for s, batch in enumerate(batches):
         ref_opt.param_groups[0]["lr"] = lr_at(s)
         want.append(_regression_step([])(ref, ref_opt, batch))
+    running = [sum(want[: s + 1]) / (s + 1) for s in range(len(want))]
+    if is_close(torch.tensor(losses), torch.tensor(running)):
+        raise ExerciseError(
+            "the losses are a running mean (the mean of steps 0..s at step s): return "
+            "each step's own loss, as train_step returns it"
+        )
     compare("the losses", torch.tensor(losses), torch.tensor(want))
 
     for bad in (math.nan, math.inf):
@@ -1054,6 +1162,15 @@ def check_beam_search(fn: Callable) -> str:
                 "return the log-probability, the sum of the log-probs "
                 f"({want_score:.4f})"
             )
+        probs = sum(
+            _toy_step(tuple(want[:i]))[t].exp().item() for i, t in enumerate(want)
+        )
+        if math.isclose(score, probs, rel_tol=1e-5):
+            raise ExerciseError(
+                f"beam={beam}: tokens right, but {score:.4f} is the sum of the tokens' "
+                "probabilities: a prefix's score is the sum of their log-probs "
+                f"({want_score:.4f}), the log of their product"
+            )
         if math.isclose(score, want_score / len(want), rel_tol=1e-5):
             raise ExerciseError(
                 f"beam={beam}: tokens right, but {score:.4f} is the log-prob divided "
@@ -1073,6 +1190,7 @@ def check_beam_search(fn: Callable) -> str:
                 f"beam={beam}: tokens right, but log-prob {score:.4f}, expected "
                 f"{want_score:.4f}"
             )
+    _check_beam_max_len(fn)
     for beam, want, why in (
         (
             1,
@@ -1168,6 +1286,60 @@ def _check_beam_places(fn: Callable) -> None:
         )
 
 
+_MAX_LEN_TABLE = {(): [0.55, 0.0, 0.45], (0,): [0.3, 0.25, 0.45]}
+
+
+def _check_beam_max_len(fn: Callable) -> None:
+    """A beam of 2 with max_len 4 where [0, 0, 0, 0] is still alive at the end: step()
+    sees prefixes of 0 to 3 tokens, no more, no fewer; [<eos>] (p = 0.45) finishes
+    first and is the best, [0, <eos>] (p = 0.25) and [0, 0, 0, <eos>] (p = 0.04)
+    later, and [0, <eos>] has the best mean per token."""
+    lengths: set = set()
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        lengths.add(len(prefix))
+        default = [0.3, 0.2, 0.5] if len(prefix) == 2 else [0.12, 0.08, 0.8]
+        return torch.tensor(_MAX_LEN_TABLE.get(prefix, default)).log()
+
+    try:
+        got = list(fn(step, 2, 4, 2)[0])
+    except Exception:
+        if max(lengths, default=0) != 2:
+            raise
+        got = None
+    if max(lengths, default=0) >= 4:
+        raise ExerciseError(
+            f"beam=2, max_len=4: step() was called on a prefix of {max(lengths)} "
+            "tokens: the search ran more than max_len steps; it runs max_len steps at "
+            "most, for _ in range(max_len), so no sequence is longer than max_len"
+        )
+    if max(lengths, default=0) == 2:
+        raise ExerciseError(
+            "beam=2, max_len=4: step() never saw a prefix of 3 tokens, though "
+            "[0, 0, 0] was still alive: the search stopped one step short, after "
+            "max_len - 1 steps; run max_len steps, for _ in range(max_len), so that a "
+            "sequence can reach max_len tokens"
+        )
+    if got == [0, 0, 0, 2]:
+        raise ExerciseError(
+            "beam=2: returned [0, 0, 0, <eos>] (p = 0.04), the last sequence to "
+            "finish: keep every finished sequence, and return the best of them all, "
+            "here [<eos>] (p = 0.45), the first to finish"
+        )
+    if got == [0, 2]:
+        raise ExerciseError(
+            "beam=2: returned [0, <eos>] (p = 0.25), the best mean log-prob per token:"
+            " rank by the total log-probability, with no length penalty: [<eos>] "
+            "(p = 0.45) wins"
+        )
+    if got != [2]:
+        raise ExerciseError(
+            f"beam=2, max_len=4, a toy still growing at max_len: got tokens {got}, "
+            "expected [2] (p = 0.45)"
+        )
+
+
 def _length_step(prefix: tuple[int, ...]) -> Tensor:
     """A toy where the shortest sentence, [<eos>], has the highest total probability."""
     table = {(): [0.7, 0.0, 0.3], (0,): [0.6, 0.0, 0.4], (0, 0): [0.55, 0.0, 0.45]}
@@ -1236,6 +1408,7 @@ def bleu_reference(
     bp_always=False,
     ref_total=False,
     hyp_length=False,
+    mean_r=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1243,7 +1416,8 @@ def bleu_reference(
     the sum over the references, the longer of two closest references, only the first
     `orders` precisions, add_k added to every match and n-gram count; the first
     reference alone for what `first` names ("clip", "r"), the penalty applied even
-    when c > r, the precision's denominator counted in the closest reference."""
+    when c > r, the precision's denominator counted in the closest reference, r the
+    mean reference length."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
     sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
@@ -1252,6 +1426,7 @@ def bleu_reference(
         lengths = list(map(len, refs))
         closest = refs[0] if "r" in first else closest
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
+        r += sum(lengths) / len(lengths) - len(closest) if mean_r else 0
         for n in range(1, 5):
             got, most = _grams(hyp, n), Counter()
             for ref in refs[:1] if "clip" in first else refs:  # the most any one has
@@ -1285,6 +1460,30 @@ def _sacrebleu(corpus, smooth_method: str = "none") -> float:
     ).score
 
 
+_R_SLIPS = {
+    "r came from each sentence's first reference: take the closest reference's "
+    "length (the shorter one on a tie)": dict(first=("r",)),
+    "r is the mean of each sentence's reference lengths: take the closest "
+    "reference's length (the shorter one on a tie)": dict(mean_r=True),
+}
+
+
+def _r_slip(fn: Callable) -> str | None:
+    """The one way of taking r in _R_SLIPS that gives fn's BLEU on every corpus (they
+    agree on some), if any."""
+    left = dict(_R_SLIPS)
+    for sentences in _BLEU_CORPORA:
+        corpus = [(list(h), [list(r) for r in refs]) for h, refs in sentences]
+        try:
+            got = float(fn([h for h, _ in corpus], [refs for _, refs in corpus]))
+        except Exception:
+            continue
+        for hint, slip in list(left.items()):
+            if not math.isclose(got, bleu_reference(corpus, **slip), abs_tol=1e-4):
+                del left[hint]
+    return next(iter(left)) if len(left) == 1 else None
+
+
 @checker("corpus BLEU")
 def check_corpus_bleu(fn: Callable) -> str:
     """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's with no
@@ -1312,6 +1511,11 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "4-gram matches), and with no smoothing BLEU is then 0; a small "
                 "epsilon in the log is smoothing"
             )
+        if any(
+            math.isclose(got, bleu_reference(corpus, **slip), abs_tol=1e-4)
+            for slip in _R_SLIPS.values()
+        ) and (slip := _r_slip(fn)):
+            raise ExerciseError(f"corpus {k}: {got:.2f}, expected {want:.2f}: {slip}")
         mean = sum(bleu_reference([pair]) for pair in corpus) / len(corpus)
         c = sum(len(h) for h, _ in corpus)
         r = sum(
@@ -1367,11 +1571,6 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "the counts were clipped against the first reference only: clip each "
                 "n-gram to the most times any one of the references has it",
                 bleu_reference(corpus, first=("clip",)),
-            ),
-            (
-                "r came from each sentence's first reference: take the closest "
-                "reference's length (the shorter one on a tie)",
-                bleu_reference(corpus, first=("r",)),
             ),
             (
                 "the brevity penalty was applied although the hypotheses are longer "

@@ -63,6 +63,17 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     a = x + attn(ref.norm1(x))
     return (
         (
+            _block_with(ref, x, scale=8.0),
+            f"scores divided by sqrt(64) = 8, a head width of its own: divide by "
+            f"sqrt(d_head) = {math.sqrt(C // H):g}, d_head = d_model / n_heads",
+        ),
+        (
+            _block_with(ref, x, scale=math.sqrt(H)),
+            f"scores divided by sqrt(n_heads) = {math.sqrt(H):g}, expected "
+            f"sqrt(d_head) = {math.sqrt(C // H):g}: the scale is one head's width, "
+            "d_model / n_heads",
+        ),
+        (
             wide + mlp(ref.norm2(wide)),
             f"scores divided by sqrt(d_model) = {math.sqrt(C):g}, expected "
             f"sqrt(d_head) = {math.sqrt(C // H):g}: each head has width d_model / "
@@ -130,16 +141,19 @@ def _unscaled(ref, x: Tensor) -> Tensor:
     return a + ref.mlp(ref.norm2(a))
 
 
-def _block_with(ref, x: Tensor, split=None, weights=None, merge=None) -> Tensor:
+def _block_with(
+    ref, x: Tensor, split=None, weights=None, merge=None, scale=None
+) -> Tensor:
     """The reference block with one step of its attention done another way: split(z)
     -> q, k, v from qkv's output z (B, T, 3C); weights(scores, keep) -> (B, H, T, T)
-    from the scaled scores and the causal mask; merge(y) -> (B, T, C)."""
+    from the scaled scores and the causal mask; merge(y) -> (B, T, C); the scores
+    divided by scale, not sqrt(D)."""
     (B, T, C), H = x.shape, ref.attn.n_heads
     D, z = C // H, ref.attn.qkv(ref.norm1(x))
     heads = lambda t: t.view(B, T, H, D).transpose(1, 2)  # noqa: E731
     q, k, v = split(z) if split else (heads(t) for t in z.chunk(3, -1))
     keep = torch.ones(T, T, dtype=torch.bool).tril()
-    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T)
+    scores = q @ k.transpose(-2, -1) / (scale or math.sqrt(D))  # (B, H, T, T)
     w = weights(scores, keep) if weights else scores.masked_fill(~keep, -math.inf)
     y = (w.softmax(-1) if weights is None else w) @ v  # (B, H, T, D)
     a = x + ref.attn.proj(merge(y) if merge else y.transpose(1, 2).reshape(B, T, C))
@@ -206,7 +220,22 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "q, v and k came out in the wrong order: qkv(x).split(C, dim=-1) gives "
             "q, k, v in that order",
         ),
+        *(
+            (
+                _block_with(ref, x, split=lambda z, o=order: heads(*_read_as(z, o))),
+                f"qkv(x) was read as {', '.join(order)}: its three parts are q, k and "
+                "v in that order, q, k, v = qkv(x).split(C, dim=-1)",
+            )
+            for order in ("vkq", "kvq", "vqk")
+        ),
     )
+
+
+def _read_as(z: Tensor, order: str) -> tuple[Tensor, Tensor, Tensor]:
+    """qkv's output z read in the order given ("vkq": v first, then k, then q) ->
+    what became q, k, v."""
+    parts = dict(zip(order, z.chunk(3, -1)))
+    return parts["q"], parts["k"], parts["v"]
 
 
 def _diagonal_hidden(ref, x: Tensor, got: Tensor) -> None:
@@ -472,14 +501,16 @@ def _online_softmax(
     short=0,
     m0=None,
     inverted=False,
+    stride=None,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
     each block `short` keys short, the running max started at m0, not -inf, the
-    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0)."""
+    factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
+    a block starting every `stride` keys (overlapping when stride < block)."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
-    for s in range(0, k.size(-2), block):
+    for s in range(0, k.size(-2), stride or block):
         end = s + block - short
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
@@ -551,6 +582,10 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
                       "holds the block's keys"))  # fmt: skip
+        slips.append((dict(stride=1), "the tiles overlap: the loop steps one key at "
+                      "a time, range(0, T_k, 1), and each tile holds `block` keys, so "
+                      "most keys count several times; step by block, range(0, T_k, "
+                      "block)"))  # fmt: skip
     for slip, hint in slips:
         wrong = _online_softmax(q, k, v, block, **slip)
         if is_close(got, wrong, atol=1e-9, equal_nan=True):
@@ -645,6 +680,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
             if isinstance(got, Tensor) and got.shape == want.shape:
                 if not is_close(got, want, atol=1e-9):
                     _first_block_max(q, k, v, block, got)
+                    _float32_work(got, want, block)
                     _tiled_hint(q, k, v, block, got.detach().double())
             compare(f"block={block}", got, want, atol=1e-9)
             if block < n_keys and reads.first is not None:
@@ -674,6 +710,19 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
     )
+
+
+def _float32_work(got: Tensor, want: Tensor, block: int) -> None:
+    """An output right to float32's precision only: computed in float32, cast back."""
+    err = (got.detach().double() - want).abs().max().item()
+    if got.isfinite().all() and torch.allclose(
+        got.double(), want, rtol=1e-5, atol=1e-6
+    ):
+        raise ExerciseError(
+            f"block={block}: the output is right to float32's 7 digits only (off by "
+            f"up to {err:.1e}): was the work done in float32 (.float()) and cast "
+            "back? q is float64: keep its dtype throughout"
+        )
 
 
 def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
@@ -768,6 +817,20 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         raise ExerciseError(
             "entry k averages every pair at distance k or more (gap >= k): take "
             "the pairs exactly k apart, gap == k (the k-th diagonal)"
+        )
+    rows = table.double()
+    dots, lengths = rows @ rows.T, rows.norm(dim=1)
+    ratio = torch.stack(
+        [
+            dots.diagonal(k).mean() / (lengths[: n - k] * lengths[k:]).mean()
+            for k in range(n)
+        ]
+    )
+    if got.shape == want.shape and torch.allclose(got, ratio, atol=1e-9):
+        raise ExerciseError(
+            "the mean dot product was divided by the mean product of the lengths: "
+            "a ratio of means, not a mean of cosines; divide each pair's dot product "
+            "by its own lengths first (normalise the rows), then take the mean"
         )
     median = torch.stack([(unit @ unit.T).diagonal(k).median() for k in range(n)])
     if got.shape == want.shape and torch.allclose(got, median, atol=1e-9):

@@ -58,6 +58,14 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             f"{name}: the causal mask is inverted: query t saw keys t and later; it "
             "keeps the keys j <= t, the lower triangle (tril), and hides the rest"
         )
+    hide = torch.ones(q.size(2), q.size(2), dtype=torch.bool).triu(1)
+    kept_hidden = _grouped_reference(q, k, v, mask=hide)  # the last query keeps none
+    if torch.allclose(got[:, :, :-1], kept_hidden[:, :, :-1], atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the mask is inverted: query t saw only the keys after it, "
+            "triu(1), the ones to hide; a boolean attn_mask is True where a query may "
+            "attend: pass tril() (~triu(1)), or is_causal=True"
+        )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
     D = q.size(-1)
@@ -419,6 +427,12 @@ def check_geglu(cls: type) -> str:
             ):
                 if is_close(got, ref.proj(h)):
                     raise ExerciseError(hint)
+            if is_close(got, F.gelu(ref.proj(g * u))):
+                raise ExerciseError(
+                    "gelu(proj(gate(x) * up(x))): the GELU went after proj, on the "
+                    "output, so nothing gates: it goes on gate(x) alone, "
+                    "proj(gelu(gate(x)) * up(x))"
+                )
             if is_close(got, x + want):
                 raise ExerciseError(
                     "x was added to the output: MyGeGLU returns the MLP alone, "

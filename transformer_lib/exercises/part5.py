@@ -147,7 +147,26 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
                 what = f"{g}, expected {w}"
             raise ExerciseError(f"{call}: target {t} is {what}")
     _wrong_pack_mask(call, mask, want_mask)
+    _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _pairs_one_longer(call: str, mask, pairs: list, T: int) -> None:
+    """The mask's pairs counted len(ids) long, not len(ids) - 1 (the inputs)."""
+    seg = [i for i, (ids, _) in enumerate(pairs) for _ in ids][:T]
+    seg = torch.tensor(seg)
+    wrong = torch.ones(T, T, dtype=torch.bool).tril() & (seg[:, None] == seg[None, :])
+    if (
+        isinstance(mask, Tensor)
+        and mask.shape == wrong.shape
+        and torch.equal(mask.to(torch.bool), wrong)
+    ):
+        raise ExerciseError(
+            f"{call}: the attention mask's pairs are one token too long: pair 1's "
+            f"block spans its {len(pairs[0][0])} ids, but it has {len(pairs[0][0]) - 1}"
+            " inputs (ids[:-1]); each pair's block is len(ids) - 1 positions, so "
+            "every later boundary shifts"
+        )
 
 
 def _masked_not_with_ignore_index(call: str, y: list, want_y: list) -> None:
@@ -188,6 +207,9 @@ def _wrong_merge(name: str, got: Tensor, slips: dict) -> None:
             raise ExerciseError(f"{name}: its weight is {hint}")
 
 
+_TWICE = "W + 2 (alpha / r) B A: the update was added twice (merge() adds it already)"
+
+
 @checker("merge_and_unload")
 def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     """fn(model) -> the names of the LoRALinear layers replaced: each merged, W <- W +
@@ -208,8 +230,7 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     with torch.no_grad():
         want = model(ids)[0]
         slips = {
-            "W + 2 (alpha / r) B A: the update was added twice (merge() adds it "
-            "already)": _merged_weights(model, names, 2.0),
+            _TWICE: _merged_weights(model, names, 2.0),
             "W + B A: the scale alpha / r = 2 is missing": _merged_weights(
                 model, names, 0.5
             ),
@@ -227,10 +248,19 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
         }
+    merged = names[1]  # one layer merged already, as after an evaluation
+    with torch.no_grad():
+        model.get_submodule(merged).merge()
     bases = {name: model.get_submodule(name).base for name in names}
     try:
         returned = fn(model)
     except (RuntimeError, ValueError) as e:
+        if "already merged" in str(e):
+            raise ExerciseError(
+                f"RuntimeError ({str(e).splitlines()[0]}): {merged} was merged "
+                "already (its merged is True), and merge() refuses a second one: "
+                "merge only the layers not merged yet, if not layer.merged"
+            ) from None
         if "leaf" not in str(e):
             raise
         raise ExerciseError(
@@ -268,6 +298,14 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
                 f"{name} is a new nn.Linear in {layer.weight.dtype}, the model is in "
                 "float64: make it in the model's dtype, or put the merged base back, "
                 "layer.base"
+            )
+        if name == merged and is_close(
+            layer.weight.detach(), slips[_TWICE][name], atol=1e-9
+        ):
+            raise ExerciseError(
+                f"{name}: its weight is W + 2 (alpha / r) B A: the layer was merged "
+                "already (its merged is True) and its update was added again: merge "
+                "only the layers not merged yet, if not layer.merged"
             )
         _wrong_merge(name, layer.weight.detach(), slips)
         if (
