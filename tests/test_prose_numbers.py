@@ -532,6 +532,10 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.017": "= 1.7235 - 1.7069",
         "8,320": "= 65 * 128",
         "0.20": "benchmarks/results/part4_ablation.json, a sum of its gains",
+        "0.044": "exercise 1's answer: 1/sqrt(512), derived",
+        "0.0442": "exercise 1's answer: 1/sqrt(512), which its check computes",
+        "0.2": "Muon's factor 0.2 sqrt(max(A, B)), and Liu et al.'s measured range",
+        "0.4": "Liu et al.'s measured range of AdamW's update RMS, cited",
     },
     "A2": {
         "0.8": "nanoGPT's README, cited",
