@@ -750,8 +750,8 @@ SETUP_FIGURES = [
     (CHINA, r"压缩包本身也要校验：([\d,]+) 字节", None, "cited: the zip as served"),
     (
         CHINA,
-        r"完整模型\]\([^)]*\)需要 ([\d.]+) 分钟",
-        lambda: elapsed("08_decoder_and_model", 60),
+        r"完整模型\]\([^)]*\)需要 (\d+) s",
+        lambda: elapsed("08_decoder_and_model"),
         "08",
     ),
     (
