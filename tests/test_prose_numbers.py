@@ -418,6 +418,20 @@ def test_quoted_number_matches_output(name, prose_re, output_re):
     )
 
 
+def test_13s_extra_seconds_of_the_bpe_model_are_the_tables_difference():
+    """A difference the outputs do not print: 13's 'N s more of training' for the BPE
+    model is its time minus the character model's in the table (a bare "6" would pass
+    the check below whenever a 6 is printed anywhere)."""
+    prose, outputs = texts("13_what_the_gpt_learned")
+    quoted = re.search(r"for (\d+) s more of training", prose)
+    char = re.search(r"character +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)", outputs)
+    bpe = re.search(r"BPE 512 +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)", outputs)
+    assert quoted and char and bpe, "13: the sentence or the table was reworded"
+    assert int(quoted[1]) == int(bpe[1]) - int(char[1]), (
+        f"13: the prose says {quoted[0]!r}; the table gives {bpe[1]} - {char[1]} s"
+    )
+
+
 # Every other figure: a decimal (1.913, 5.3x) or a number with thousands separators
 # (26,759) in a notebook's prose must be printed by one of its stored outputs, unless
 # it is listed here with what it is: a cited figure, a setting, a constant. So a re-run
