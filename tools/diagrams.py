@@ -72,8 +72,9 @@ def course_map():
         "(06), encoder "
         "block (07), decoder block with cross-attention and the whole model "
         "(08), training "
-        "(09), decoding (10) and evaluation with BLEU (11), GPT block with RMSNorm and "
-        "GELU (12) and what it learned (13), KV cache, fused attention and DDP (14), "
+        "(09), decoding (10) and evaluation with BLEU (11), GPT block with RMSNorm, "
+        "GELU and the residual additions (12) and what it learned (13), KV cache, "
+        "fused attention and DDP (14), "
         "and today's variants: RoPE, grouped-query attention and QK-norm (15), "
         "SwiGLU and the Muon optimizer (16); then the GPT adapted: "
         "a translator with a prompt and a loss mask (17), LoRA (18) and DPO (19).",
@@ -158,7 +159,7 @@ def course_map():
     s.arrow(dx + 100, 164, dx + 100, 120)
     # GPT
     gx = 690
-    g_in = _stack(
+    _stack(
         s,
         gx,
         630,
@@ -169,22 +170,46 @@ def course_map():
         ],
     )
     _block_frame(s, gx - 10, 310, w + 20, 226, "GPT block × L", "pre-norm · 12")
-    g = _stack(
-        s,
+    # pre-norm: each sublayer reads RMSNorm(x) and adds its output to x, the residual
+    # stream, drawn on the left; the boxes are stacked by hand for the two "+" nodes
+    cx = gx + w / 2
+    s.box(gx, 500, w, 24, "RMSNorm", "norm", size=13)
+    s.box(
         gx,
-        524,
+        460,
         w,
-        [
-            ("RMSNorm", "norm"),
-            ("causal self-attention", "attn", "04-06 · 15: RoPE, GQA, QK-norm"),
-            ("RMSNorm", "norm"),
-            ("MLP with GELU", "ffn", "16: SwiGLU"),
-        ],
-        gap=12,
+        34,
+        "causal self-attention",
+        "attn",
+        size=13,
+        sub="04-06 · 15: RoPE, GQA, QK-norm",
     )
-    s.arrow(gx + 100, g_in[-1][1], gx + 100, g[0][1] + g[0][3])
-    s.box(gx, 256, w, 40, "RMSNorm + LM head", "out", size=13, sub="12")
-    s.arrow(gx + 100, g[-1][1], gx + 100, 296)
+    s.circle(cx, 444, r=9)
+    s.box(gx, 405, w, 24, "RMSNorm", "norm", size=13)
+    s.box(gx, 365, w, 34, "MLP with GELU", "ffn", size=13, sub="16: SwiGLU")
+    s.circle(cx, 350, r=9)
+    for bottom, top in (
+        (548, 524),
+        (500, 494),
+        (460, 453),
+        (435, 429),
+        (405, 399),
+        (365, 359),
+    ):
+        s.arrow(cx, bottom, cx, top)
+    s.line([(cx, 542), (gx - 6, 542), (gx - 6, 444), (cx - 9, 444)])
+    s.line([(gx - 6, 444), (gx - 6, 350), (cx - 9, 350)])
+    s.arrow(cx, 341, cx, 296)
+    s.box(
+        gx,
+        256,
+        w,
+        40,
+        "RMSNorm + LM head",
+        "out",
+        size=13,
+        sub="12 · what it learned: 13",
+    )
     s.box(gx, 172, w, 40, "sampling", "out", size=13, sub="10, 12")
     s.arrow(gx + 100, 256, gx + 100, 212)
     s.box(
