@@ -73,7 +73,7 @@ def course_map():
         "block (07), decoder block with cross-attention and the whole model "
         "(08), training "
         "(09), decoding (10) and evaluation with BLEU (11), GPT block with RMSNorm, "
-        "GELU and the residual additions (12) and what it learned (13), KV cache, "
+        "GELU and residual additions (12) and what it learned (13), KV cache, "
         "fused attention and DDP (14), "
         "and today's variants: RoPE, grouped-query attention and QK-norm (15), "
         "SwiGLU and the Muon optimizer (16); then the GPT adapted: "
