@@ -6,8 +6,10 @@ block is folded in Jupyter, in Colab and in the book alike (MyST passes it throu
 renders the markdown and the math inside, given a blank line after `<summary>` and
 before `</details>`). So each notebook's Exercises section, in both editions, holds its
 answers in one `<details>` block after the questions, and any MyST dropdown left there
-holds only a `{literalinclude}` of `solutions/` (a build-it's solution, which Jupyter
-shows as a file name, not as code)."""
+holds only a `{literalinclude}` of `solutions/`. A build-it's solution is folded the
+same way, in its own `<details>` block ("Solution: ..."): the book shows the code, which
+its `{literalinclude}` reads from `solutions/`; Jupyter and Colab show a link to the
+file on GitHub (they cannot include a file)."""
 
 import json
 import re
@@ -23,6 +25,12 @@ HEADING = re.compile(r"^## (Exercises|练习)\s*$", re.M)
 ANSWERS = re.compile(
     r"^<details>\n<summary>(Answers|参考答案)</summary>\n\n(.*?)\n\n</details>$",
     re.M | re.S,
+)
+SOLUTION = re.compile(
+    r"^<details>\n<summary>(?:Solution|参考答案)：?:? ?<code>\w+</code></summary>\n\n"
+    r"(?:On GitHub|GitHub 上的文件)[:：] ?\[`(solutions/[\w.]+)`\]\(https://github\.com/\S+/blob/\S+/\1\)[.。]\n\n"
+    r"```\{literalinclude\} (?:\.\./)+\1\n(?::\w+:.*\n)*```\n\n</details>$",
+    re.M,
 )
 DROPDOWN = re.compile(r"^:::\{(?:admonition|dropdown)\}[^\n]*\n(.*?)^:::$", re.M | re.S)
 ITEM = re.compile(r"^(\d+)\. ", re.M)
@@ -54,7 +62,7 @@ def test_the_answers_are_folded_in_jupyter_colab_and_the_book(path):
     folded = [m for text in cells for m in ANSWERS.finditer(text)]
     assert len(folded) == 1, f"{label(path)}: one <details> block of answers expected"
     for text in cells:
-        outside = ANSWERS.sub("", text)
+        outside = SOLUTION.sub("", ANSWERS.sub("", text))
         assert "<details>" not in outside and "</details>" not in outside, (
             f"{label(path)}: a <details> block without its blank lines or its summary"
         )
