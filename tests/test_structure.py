@@ -20,6 +20,7 @@ HAND_WRITTEN = {
     "downloads",
     "files",
     "viz",
+    "stored",
     "tokenizer_kit",
     "cli_args",
     "mt_cli",
@@ -117,6 +118,7 @@ def test_the_lists_above_cover_every_module():
         "positional",
         "attention",
         "viz",
+        "stored",
         "multi_head",
         "masks",
     }

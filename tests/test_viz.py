@@ -15,9 +15,9 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from transformer_lib.stored import REPOSITORY_RAW, load_result  # noqa: E402
 from transformer_lib.viz import (  # noqa: E402
     ATTENTION_CMAP,
-    STORED_URL,
     load_stored_attention,
     plot_attention,
     plot_heads,
@@ -123,7 +123,7 @@ def test_load_stored_attention_downloads_where_no_repository_is(tmp_path, monkey
     export = {"command": "python tools/export_attention.py", "samples": []}
     monkeypatch.setattr(urllib.request, "urlopen", served(json.dumps(export).encode()))
     assert load_stored_attention("gpt", start=tmp_path, online=True) == export
-    assert asked == [STORED_URL.format(name="gpt")]
+    assert asked == [REPOSITORY_RAW + "_static/explorer/gpt.json"]
     assert load_stored_attention("gpt", start=tmp_path) is None  # not on Colab: offline
     assert len(asked) == 1
     monkeypatch.setattr(urllib.request, "urlopen", served(b"<html>404</html>"))
@@ -134,3 +134,36 @@ def test_load_stored_attention_downloads_where_no_repository_is(tmp_path, monkey
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     assert load_stored_attention("gpt", start=tmp_path, online=True) is None
+
+
+def test_a_benchmark_result_is_found_from_a_notebook_folder_or_downloaded(
+    tmp_path, monkeypatch
+):
+    """Notebooks 15-19 and A2 read benchmarks/results/ through load_result: from a
+    checkout's notebook folder the file itself; from a lone notebook (Colab) the
+    repository's copy; offline and alone, None (the notebook says what is missing)."""
+    root = Path(__file__).resolve().parents[1]
+    on_disk = json.loads((root / "benchmarks/results/part5_lora.json").read_text())
+    for start in (root / "notebooks", root / "zh" / "notebooks"):
+        assert load_result("part5_lora.json", start=start) == on_disk
+    assert load_result("part5_lora.json", start=tmp_path) is None
+    asked = []
+
+    def urlopen(url, timeout):
+        asked.append(url)
+        return _Response(json.dumps(on_disk).encode())
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    assert load_result("part5_lora.json", start=tmp_path, online=True) == on_disk
+    assert asked == [REPOSITORY_RAW + "benchmarks/results/part5_lora.json"]
+
+
+def test_the_download_address_is_the_configured_repository():
+    """REPOSITORY_RAW is the raw address of the repository set in _config.yml (the
+    notebooks' diagrams use it too, tools/repo_images.py)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from repo_images import raw_prefix
+
+    assert REPOSITORY_RAW == raw_prefix()

@@ -2,8 +2,9 @@
 Scratch'.
 
 Every module but the data loaders, the durable files, the tokenizers' kit, the heatmaps,
-the checkers and the command line is written in a notebook and exported from it (its
-first line names the notebooks: edit them, then `make export`). One concept a module:
+the stored runs' files, the checkers and the command line is written in a notebook and
+exported from it (its first line names the notebooks: edit them, then `make export`).
+One concept a module:
 
     part           module (notebooks)                     what it holds
     foundations    runtime (00), tokenization (01)        devices, seeds, tokenizers
@@ -13,6 +14,8 @@ first line names the notebooks: edit them, then `make export`). One concept a mo
     Part I         embeddings (02), positional (03)       the pieces of a Transformer
                    attention (04), multi_head (05)
                    masks (06), viz (by hand)              heatmaps of the weights
+                   stored (by hand)                       the stored runs' files,
+                                                          on Colab downloaded
     Part II        encoder (07), seq2seq (08)             the English-Chinese
                    torch_reference (07, 08)               translator
                    translation_data, translator (09)

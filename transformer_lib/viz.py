@@ -14,10 +14,7 @@ a change to what it draws makes them stale, so keep its behaviour as it is.
   system, so that Chinese labels draw; called at import, with the course's theme.
 """
 
-import json
 import math
-import sys
-import urllib.request
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -27,6 +24,8 @@ from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from transformer_lib.stored import load_stored
+
 __all__ = [
     "ATTENTION_CMAP",
     "CJK_FONTS",
@@ -34,7 +33,6 @@ __all__ = [
     "plot_attention",
     "plot_heads",
     "load_stored_attention",
-    "STORED_URL",
 ]
 
 ATTENTION_CMAP = "viridis"  # the one colour map of every attention heatmap
@@ -179,12 +177,6 @@ def plot_heads(
     return fig
 
 
-STORED_URL = (  # where a notebook opened alone (Colab) finds the stored exports
-    "https://raw.githubusercontent.com/transformer-course/transformer-from-scratch/"
-    "main/_static/explorer/{name}.json"
-)
-
-
 def load_stored_attention(
     name: str = "translator", start: Path | None = None, online: bool | None = None
 ) -> dict | None:
@@ -193,29 +185,8 @@ def load_stored_attention(
     tools/export_attention.py wrote it ("translator": notebook 09's translator;
     "gpt": appendix A2's Part IV speedrun). Each of its `sentences` holds the tokens
     and, as nested lists, the weights (layer, head, query, key), e.g. the
-    translator's `enc_self` (N, H, S, S). Looked for in `start` (default: the
-    working directory, notebooks/ or zh/notebooks/) and the folders above; else, when
-    `online` (default: on Colab, where a notebook is opened alone), downloaded from
-    the course's repository (`STORED_URL`). None when neither finds it.
+    translator's `enc_self` (N, H, S, S). Found as `stored.load_stored` finds a file
+    of the repository: in the folders above `start`, or on Colab downloaded.
     """
-    here = Path.cwd() if start is None else Path(start)
-    for folder in (here, *here.parents):
-        path = folder / "_static" / "explorer" / f"{name}.json"
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
-    if online is None:
-        online = "google.colab" in sys.modules
-    return _download_stored(name) if online else None
-
-
-def _download_stored(name: str, max_bytes: int = 4_000_000) -> dict | None:
-    """The export `name` from `STORED_URL`, or None when the network or file fails."""
-    try:
-        with urllib.request.urlopen(STORED_URL.format(name=name), timeout=30) as r:
-            data = r.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            return None  # not an export of ours
-        stored = json.loads(data.decode("utf-8"))
-    except (OSError, ValueError):  # no network, HTTP error, not JSON
-        return None
+    stored = load_stored(f"_static/explorer/{name}.json", start, online)
     return stored if isinstance(stored, dict) and "command" in stored else None
