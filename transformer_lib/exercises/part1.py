@@ -363,8 +363,8 @@ def check_tied_output(cls: type) -> str:
 
     torch.manual_seed(0)
     V, C = 50, 8
-    emb = TokenEmbedding(V, C).double()
-    mix = nn.Linear(C, C).double()  # the checker's own model: embed, mix, score
+    emb = TokenEmbedding(V, C)
+    mix = nn.Linear(C, C)  # the checker's own model: embed, mix, score
     head = cls(emb)
     if not isinstance(head, nn.Module):
         raise ExerciseError(f"expected an nn.Module, got {type(head).__name__}")
@@ -385,11 +385,20 @@ def check_tied_output(cls: type) -> str:
             "the embedding's weight tied in: no nn.Linear; compute h @ W.T with "
             "W = embedding.weight"
         )
+    model.double()  # as .to(device) or .half() would: W gets new storage
     ids = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     h = torch.tanh(mix(emb(ids)))  # (2, 4, C)
     try:
         logits = head(h)
     except RuntimeError as e:
+        if "dtype" in str(e) or "scalar type" in str(e):
+            raise ExerciseError(
+                f"RuntimeError ({str(e).splitlines()[0]}) after model.double(): the "
+                "layer keeps a copy of W made in __init__ (embedding.weight.T, .data "
+                "or a clone), which .double() and .to(device) leave behind; keep the "
+                "embedding (self.embedding = embedding) and read embedding.weight in "
+                "forward"
+            ) from None
         if "shape" not in str(e):
             raise
         raise ExerciseError(

@@ -984,7 +984,10 @@ def check_min_p_sampling(fn: Callable) -> str:
         for row in range(2):
             freq = torch.bincount(got[:, row], minlength=5).double() / n
             message = _min_p_axis_message(p, probs, row, freq, want[row])
-            message = message or _min_p_message(p, probs[row], freq > 0, keep[row])
+            if not message:
+                message = _min_p_message(p, probs[row], freq > 0, keep[row])
+                if message:
+                    _min_p_rows(fn, probs)
             if message:
                 raise ExerciseError(message)
             for t in range(5):
@@ -995,6 +998,7 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
     _min_p_tie(fn)
+    _min_p_shifted(fn, probs)
     _min_p_generator(fn, probs.log())
     return (
         f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each; a tie "
@@ -1057,6 +1061,54 @@ def _min_p_tie(fn: Callable) -> None:
             "0.25 is exactly 0.5 * 0.5: keep p >= min_p * p_max (at least, not more "
             "than: >=, not >)"
         )
+
+
+def _min_p_rows(fn: Callable, probs: Tensor) -> None:
+    """At min_p 0.04, where every token is kept, two slips show in row 1's draws: every
+    row drawn from row 0's probabilities, and sorted positions taken for token ids."""
+    n = 4000
+    got = fn(probs.log().repeat(n, 1), 0.04, torch.Generator().manual_seed(0))
+    freq = torch.bincount(torch.as_tensor(got).reshape(n, 2)[:, 1], minlength=5) / n
+    order = probs[1].argsort(descending=True)
+    if (freq - probs[0]).abs().max() < 0.03:
+        raise ExerciseError(
+            "min_p=0.04: row 1's draws follow row 0's probabilities: every row was "
+            "drawn from one row's distribution; torch.multinomial(q, 1) on the whole "
+            "(B, n_vocab) matrix draws one token per row, each from its own row"
+        )
+    if (freq - probs[1][order]).abs().max() < 0.03:
+        raise ExerciseError(
+            f"min_p=0.04: row 1's token 0 was drawn as often as its most likely token "
+            f"({int(order[0])}) should be: the draws are positions in the sorted "
+            "order; map them back to token ids, sorted_ids.gather(-1, drawn)"
+        )
+
+
+def _min_p_shifted(fn: Callable, probs: Tensor) -> None:
+    """The logits + 100 have the same softmax, and must draw the same tokens: exp of a
+    logit of 100 overflows float32 unless the row's max is subtracted first."""
+    p = 0.12
+    logits = (probs.log() + 100).repeat(200, 1)
+    try:
+        got = fn(logits, p, torch.Generator().manual_seed(0))
+    except RuntimeError as e:
+        raise ExerciseError(
+            f"min_p={p}, the logits + 100 (the same softmax): RuntimeError "
+            f"({str(e).splitlines()[0]}): exp(100) overflows float32 to inf; "
+            "softmax(dim=-1) subtracts the row's max before exp, exp(logits) alone "
+            "does not"
+        ) from None
+    drawn = torch.as_tensor(got).reshape(200, 2)
+    for row in range(2):
+        seen = torch.bincount(drawn[:, row], minlength=5) > 0
+        keep = probs[row] >= p * probs[row].max()
+        if not torch.equal(seen, keep):
+            raise ExerciseError(
+                f"min_p={p}, the logits + 100 (the same softmax): row {row} drew "
+                f"tokens {seen.nonzero().flatten().tolist()}, expected "
+                f"{keep.nonzero().flatten().tolist()}: take the softmax of the "
+                "logits, softmax(dim=-1), which subtracts the row's max first"
+            )
 
 
 def _min_p_generator(fn: Callable, logits: Tensor) -> None:
