@@ -1168,7 +1168,7 @@ def beam_search_reference(
             (done if p[-1] == eos else alive).append((p, s))
         if not alive:
             break
-    best = max(done + alive, key=lambda c: c[1])
+    best = max(done or alive, key=lambda c: c[1])  # a live one only if none finished
     return list(best[0]), best[1]
 
 
@@ -1272,6 +1272,7 @@ def check_beam_search(fn: Callable) -> str:
             )
     _check_beam_places(fn)
     _check_beam_late(fn)
+    _check_beam_unfinished(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
         "; no length penalty; a finished prefix takes a place on the step it finishes"
@@ -1295,6 +1296,29 @@ def _check_beam_late(fn: Callable) -> None:
         )
     if got != (want := beam_search_reference(_late_step, 2, 4)[0]):
         raise ExerciseError(f"beam=2, a late finish: got tokens {got}, expected {want}")
+
+
+def _check_beam_unfinished(fn: Callable) -> None:
+    """At max_len 2 the live [0, 0] (p = 0.45) outscores the finished [<eos>]
+    (p = 0.3): the answer is the best finished sequence, not a live prefix."""
+    table = {(): [0.5, 0.2, 0.3], (0,): [0.9, 0.04, 0.06]}
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        return torch.tensor(table.get(prefix, [0.12, 0.08, 0.8])).log()
+
+    got = list(fn(step, 2, 2, 2)[0])
+    if got == [0, 0]:
+        raise ExerciseError(
+            "beam=2, max_len=2: returned [0, 0] (p = 0.45), a prefix still live at "
+            "max_len, which never finished: return the best finished sequence, "
+            "[<eos>] (p = 0.3), as the docstring says; a live one only if none finished"
+        )
+    if got != [2]:
+        raise ExerciseError(
+            f"beam=2, max_len=2, a live prefix ahead at the end: got tokens {got}, "
+            "expected [2] (p = 0.3), the best finished sequence"
+        )
 
 
 _PLACES_TABLE = {(): [0.55, 0.15, 0.3], (0,): [0.6, 0.35, 0.05]}
