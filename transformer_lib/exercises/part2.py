@@ -1520,6 +1520,21 @@ def bleu_reference(
     return 100 * (math.exp(1 - r / c) if bp and short else 1.0) * mean
 
 
+def _bleu_empty(fn: Callable) -> None:
+    """A corpus whose every hypothesis is empty (c = 0) scores 0: no n-gram matches."""
+    refs = [[["the", "cat"]], [["a", "dog", "ran"]]]
+    try:
+        got = float(fn([[], []], refs))
+    except ZeroDivisionError as e:
+        raise ExerciseError(
+            f"every hypothesis empty (c = 0): ZeroDivisionError ({e}): with no n-gram "
+            "matched BLEU is 0; return 0.0 when a precision is 0, before the brevity "
+            "penalty exp(1 - r / c) divides by c"
+        ) from None
+    if got != 0.0:
+        raise ExerciseError(f"every hypothesis empty: BLEU {got:.4f}, expected 0.0")
+
+
 def _sacrebleu(corpus, smooth_method: str = "none") -> float:
     """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists, unsmoothed
     unless smooth_method says otherwise (a zero precision gives 0)."""
@@ -1701,6 +1716,7 @@ def check_corpus_bleu(fn: Callable) -> str:
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
+    _bleu_empty(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "

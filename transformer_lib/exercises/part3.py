@@ -406,6 +406,7 @@ def check_kv_cache(cls: type) -> str:
     last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
     compare("attention of the last token over the cache", last, full[:, :, -1:])
     _kv_cache_apart(cls, cache, total)
+    _kv_dtype(cls)
     return "a prompt of 4 tokens, then 1, 1, 3 and 40: keys, values and length match"
 
 
@@ -426,6 +427,13 @@ def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:
             f"after {total} tokens update returned {keys.size(2)} positions: a "
             "preallocated buffer is returned up to its length, buffer[:, :, :length]"
         )
+    n = keys.size(2) if isinstance(keys, Tensor) and keys.dim() == 4 else total
+    if n < total and is_close(keys, want_k[:, :, :n]):
+        raise ExerciseError(
+            f"after {total} tokens update returned the first {n} keys only: a "
+            f"buffer of {n} places dropped the rest; a cache takes any number of "
+            "tokens, with no fixed capacity: torch.cat along dim 2"
+        )
 
 
 def _kv_cache_apart(cls: type, cache, total: int) -> None:
@@ -445,6 +453,22 @@ def _kv_cache_apart(cls: type, cache, total: int) -> None:
             f"a second cache changed the first one's length ({cache.length}, "
             f"expected {total}): the caches share state; create it in __init__"
         )
+
+
+def _kv_dtype(cls: type) -> None:
+    """A cache given float64 keys and values returns them in float64, as given."""
+    g = torch.Generator().manual_seed(1)
+    cache = cls()
+    for t in (3, 1):
+        k, v = (torch.randn(1, 2, t, 4, generator=g, dtype=torch.float64) for _ in "kv")
+        keys, values = cache.update(k, v)
+    for name, got in (("keys", keys), ("values", values)):
+        if isinstance(got, Tensor) and got.dtype != torch.float64:
+            raise ExerciseError(
+                f"given float64 keys and values, update returned {name} in {got.dtype}"
+                ": store them as given (no .float(), no buffer of another dtype), "
+                "in the model's dtype"
+            )
 
 
 # 14 · attention in tiles with an online softmax ---------------------------------------
