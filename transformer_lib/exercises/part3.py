@@ -850,6 +850,14 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             for k in range(n)
         ]
     )
+    for square in (lengths[:, None] ** 2, lengths[None, :] ** 2):
+        one = torch.stack([(dots / square).diagonal(k).mean() for k in range(n)])
+        if got.shape == want.shape and torch.allclose(got, one, atol=1e-9):
+            raise ExerciseError(
+                "each dot product a.b was divided by one row's length squared, "
+                "|a|^2: the cosine divides by both lengths, a.b / (|a| |b|) (or "
+                "normalise every row first, F.normalize(table, dim=1))"
+            )
     if got.shape == want.shape and torch.allclose(got, ratio, atol=1e-9):
         raise ExerciseError(
             "the mean dot product was divided by the mean product of the lengths: "
@@ -916,7 +924,23 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
     }
     for name, table in tables.items():
         table = table.double()
-        got = fn(table.clone())
+        given = table.clone()
+        try:
+            got = fn(given)
+        except RuntimeError as e:
+            if "tensor a (0)" not in str(e) and "tensor b (0)" not in str(e):
+                raise
+            raise ExerciseError(
+                f"{name}: RuntimeError ({str(e).splitlines()[0]}): an empty slice: "
+                "at k = 0, table[:-k] is table[:0] (-0 is 0), no rows; slice "
+                "table[:N - k] and table[k:]"
+            ) from None
+        if not torch.equal(given, table):
+            raise ExerciseError(
+                f"{name}: the caller's table was changed in place (table /= ..., or "
+                "an in-place op): compute new tensors, F.normalize(table, dim=1), and "
+                "leave the table as it was"
+            )
         if isinstance(got, Tensor):
             _wrong_distance(table, got)
         compare(name, got, _by_distance(table), atol=1e-9)
