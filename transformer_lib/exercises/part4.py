@@ -324,6 +324,13 @@ def _geglu_width_hints() -> list[tuple[Callable[[int], int], str]]:
             lambda d: 8 * math.ceil(8 * d / 3 / 8),
             f"a multiple of 8, as the library's SwiGLU: this one {up}",
         ),
+        (
+            lambda d: 64 * math.ceil(8 * round(8 * d / 3 / 8) / 64),
+            "8 * d_model / 3 was first rounded to the nearest multiple of 8, as the "
+            "library's SwiGLU does, then up to 64: 66.7 (d_model 25) becomes 64 and "
+            "stays 64; round 8 * d_model / 3 itself up, 64 * math.ceil(8 * d_model / "
+            "3 / 64) = 128",
+        ),
     ]
 
 
@@ -341,15 +348,15 @@ def _check_geglu_width(cls: type) -> None:
             "nn.Linear named gate, up and proj (not one fused gate_up), so that the "
             "weights load by name"
         )
-    for d in (24, 40, 50):
+    for d in (24, 40, 50, 25):  # 25: 8 * 25 / 3 = 66.7 rounds to 64 but up to 128
         if (got := width(d)) == (want := _geglu_width(d)):
             continue
-        seen = tuple(width(e) for e in (24, 40, 50, 100))
+        seen = tuple(width(e) for e in (24, 40, 50, 100, 25))
         hint = next(
             (
                 h
                 for rule, h in _geglu_width_hints()
-                if seen == tuple(map(rule, (24, 40, 50, 100)))
+                if seen == tuple(map(rule, (24, 40, 50, 100, 25)))
             ),
             f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
         )
