@@ -109,9 +109,24 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
     """One case of check_pack_pairs."""
     call = f"pack_pairs({pairs})"
     want_x, want_y, want_mask = _pack_reference(pairs)
-    got = fn([(list(ids), n) for ids, n in pairs])
+    given = [(list(ids), n) for ids, n in pairs]
+    got = fn(given)
+    for k, ((ids, _), (now, _)) in enumerate(zip(pairs, given), 1):
+        if now != list(ids):
+            raise ExerciseError(
+                f"{call}: the caller's pairs changed, pair {k}'s ids became {now}: "
+                "read them (ids[:-1], ids[1:]) without pop(), append() or another "
+                "in-place edit; the caller may use the pairs again"
+            )
     if not (isinstance(got, tuple) and len(got) == 3):
         raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
+    for what, part in (("inputs", got[0]), ("targets", got[1])):
+        if not isinstance(part, list):
+            raise ExerciseError(
+                f"{call}: {what} is a {type(part).__name__}, the docstring asks for "
+                "a list of ints: join the pairs' ids as lists (torch.tensor makes one where "
+                "it is needed)"
+            )
     x, y, mask = list(got[0]), list(got[1]), got[2]
     if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
         raise ExerciseError(
