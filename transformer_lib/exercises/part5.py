@@ -124,8 +124,8 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
         if not isinstance(part, list):
             raise ExerciseError(
                 f"{call}: {what} is a {type(part).__name__}, the docstring asks for "
-                "a list of ints: join the pairs' ids as lists (torch.tensor makes one where "
-                "it is needed)"
+                "a list of ints: join the pairs' ids as lists (torch.tensor makes "
+                "one where it is needed)"
             )
     x, y, mask = list(got[0]), list(got[1]), got[2]
     if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
