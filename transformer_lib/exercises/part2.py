@@ -853,9 +853,34 @@ def check_training_loop(fn: Callable) -> str:
 
     for bad in (math.nan, math.inf):
         _check_stops_on(fn, batches, lr_at, bad)
+    _check_big_loss(fn, batches, lr_at)
     return (
         "6 steps of warm-up: rates, mode and losses match; a NaN or inf loss stops it"
     )
+
+
+def _check_big_loss(fn: Callable, batches: list, lr_at: Callable) -> None:
+    """A large but finite loss (1e30 at step 2) does not stop the loop."""
+    calls: list = []
+
+    def big_at_2(model, optimizer, batch) -> float:
+        calls.append(1)
+        return 1e30 if len(calls) == 3 else 1.0
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))])
+    try:
+        losses = fn(nn.Linear(3, 1), opt, batches, lr_at, big_at_2)
+    except ValueError as e:
+        raise ExerciseError(
+            f"a finite loss of 1e+30 at step 2 raised ValueError ({e}): only a NaN "
+            "or inf loss stops the loop, whatever its size; test "
+            "math.isfinite(loss), with no threshold"
+        ) from None
+    if list(losses) != [1.0, 1.0, 1e30] + [1.0] * (len(batches) - 3):
+        raise ExerciseError(
+            f"a loss of 1e+30 at step 2: returned {losses}, train_step's losses as "
+            "it returned them"
+        )
 
 
 def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) -> None:
@@ -877,6 +902,13 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
         )
     except ValueError as e:
         if "2" not in str(e):
+            shifted = str(2 + len(batches))  # after the first call's steps
+            if shifted in re.findall(r"\d+", str(e)):
+                raise ExerciseError(
+                    f"the error named step {shifted}, expected 2 ({e}): the step count "
+                    "went on from an earlier call (a global or class counter); count "
+                    "this call's steps from 0, for s, batch in enumerate(batches)"
+                ) from None
             raise ExerciseError(f"the error should name the step (2): {e}") from None
     except AssertionError as e:
         raise ExerciseError(
