@@ -848,6 +848,19 @@ def check_multi_head_attention(cls: type) -> str:
         try:
             got = first_output(mine(*args, mask=mask))
         except RuntimeError as e:
+            said = f"{name}: RuntimeError ({str(e).splitlines()[0]})"
+            if "Boolean value of Tensor" in str(e):
+                raise ExerciseError(
+                    f"{said}: `key or query` asks a tensor whether it is true; test "
+                    "for None: key = query if key is None else key"
+                ) from None
+            if len(args) == 1 and mask is not None and "must match" in str(e):
+                raise ExerciseError(
+                    f"{said} with a mask of shape {tuple(mask.shape)}: was the mask "
+                    "reshaped (mask.unsqueeze(1))? It comes broadcastable to (B, H, "
+                    "T_q, T_k), as the docstring says: (T, T) here, (B, 1, 1, T_k) "
+                    "for padding; use it as given, scores.masked_fill(~mask, -inf)"
+                ) from None
             if len(args) == 1 or "size" not in str(e):
                 raise
             raise ExerciseError(
