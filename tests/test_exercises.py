@@ -685,7 +685,7 @@ def test_beam_search():
                 alive = [c for c in pool if c[0][-1] != eos][:beam]
             if not alive:
                 break
-        tokens, score = max(done + alive, key=lambda c: c[1])
+        tokens, score = max(done or alive, key=lambda c: c[1])
         return list(tokens), float(score)
 
     assert ex.outcome(ex.check_beam_search, beam_search)[0] == "pass"

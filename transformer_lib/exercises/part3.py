@@ -61,7 +61,20 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     interleaved = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
     post = ref.norm1(x + attn(x))
     a = x + attn(ref.norm1(x))
+    n1 = ref.norm1(x)
+    from_normed, n2 = n1 + attn(n1), ref.norm2(n1 + attn(n1))
+    normed = "each residual starts from the normalised input: x + sublayer(norm(x)), "
     return (
+        (n2 + mlp(n2), normed + "the norm on the sublayer's input only"),
+        (
+            from_normed + mlp(ref.norm2(from_normed)),
+            normed.replace("each", "the attention's") + "the norm on its input only",
+        ),
+        (
+            x + attn(ref.norm1(x)) + mlp(ref.norm2(x)),
+            "the two sublayers run in parallel on x: the MLP reads the attention's "
+            "result, a = x + attn(norm1(x)), then a + mlp(norm2(a))",
+        ),
         (
             _block_with(ref, x, scale=8.0),
             f"scores divided by sqrt(64) = 8, a head width of its own: divide by "
@@ -177,6 +190,12 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             ),
             "the mask is inverted: query t kept the keys j >= t (triu()); keep j <= "
             "t, the lower triangle (tril()), and hide the keys after t (triu(1))",
+        ),
+        (
+            _block_with(ref, x, weights=lambda s, k: s.softmax(-1) * k),
+            "the mask was applied after the softmax: the later keys still count in "
+            "its sum, so the weights depend on them; hide them in the scores first, "
+            "masked_fill(hide, float('-inf')), then take the softmax",
         ),
         (
             _block_with(ref, x, weights=lambda s, k: s.masked_fill(~k, 0).softmax(-1)),
