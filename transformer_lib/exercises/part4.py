@@ -4,6 +4,7 @@ GeGLU. Written by hand."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -215,6 +216,14 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
         try:
             got = _without_enable_gqa(fn, *given)
         except RuntimeError as e:
+            sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(e))}
+            if n_kv > 2 and sizes == {4, n_kv * n_kv}:
+                raise ExerciseError(
+                    f"{name}: RuntimeError ({str(e).splitlines()[0]}): k and v were "
+                    f"repeated by H_kv = {n_kv}, giving {n_kv * n_kv} heads: the "
+                    f"factor is H // H_kv = {4 // n_kv}, so that the H_kv heads become "
+                    "H, repeat_interleave(H // H_kv, dim=1)"
+                ) from None
             if n_kv == 4 or "must match the size" not in str(e):
                 raise
             _one_not_repeated(fn, name, q, k, v, e)
