@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -699,6 +700,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     got = fn(*mine, block)
                 except (IndexError, RuntimeError) as e:
                     _widths_mixed(e, q, v, block)
+                    _keepdim_lost(e, q, block)
                     if "non-zero size" not in str(e):
                         raise
                     raise ExerciseError(
@@ -766,6 +768,19 @@ def _float32_work(got: Tensor, want: Tensor, block: int) -> None:
             f"up to {err:.1e}): was the work done in float32 (.float()) and cast "
             "back? q is float64: keep its dtype throughout"
         )
+
+
+def _keepdim_lost(error: Exception, q: Tensor, block: int) -> None:
+    """A size mismatch between T_q and H: a row statistic (..., T_q) lost the axis
+    that lines it up with the scores (..., T_q, block)."""
+    sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(error))}
+    if "must match" in str(error) and sizes == {q.size(-2), q.size(-3)}:
+        raise ExerciseError(
+            f"block={block}: RuntimeError ({str(error).splitlines()[0]}): a running "
+            f"statistic of shape (B, H, T_q) = {tuple(q.shape[:-1])} met the scores "
+            f"(B, H, T_q, block): the max (or the sum) lost its last axis; keep it, "
+            "s.max(-1, keepdim=True), or line it up, m[..., None]"
+        ) from None
 
 
 def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
