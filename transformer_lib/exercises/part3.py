@@ -546,22 +546,26 @@ def _online_softmax(
     m0=None,
     inverted=False,
     stride=None,
+    tile_max=False,
+    p_old=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
     each block `short` keys short, the running max started at m0, not -inf, the
     factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
-    a block starting every `stride` keys (overlapping when stride < block)."""
+    a block starting every `stride` keys (overlapping when stride < block), the block's
+    own max taken for the running one, p = exp(s - m_old) with the old max."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), stride or block):
         end = s + block - short
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        m_new = scores.amax(-1, keepdim=True) if tile_max else m_new
         factor = (m - m_new).exp()
         if inverted:
             factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
-        p = (scores - m_new).exp()
+        p = (scores - (torch.where(m.isneginf(), m_new, m) if p_old else m_new)).exp()
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
         m = m_new
@@ -622,6 +626,13 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
     slips.append((dict(m0=0.0), "the running max started at 0, not -inf: when every "
                   "score of a row is far below 0, exp(score - 0) underflows and ell "
                   "stays 0; start m at -inf (torch.full(..., -math.inf))"))  # fmt: skip
+    slips.append((dict(tile_max=True), "the running maximum became the block's own "
+                  "max: when a block's scores fall far below the earlier ones, "
+                  "exp(m_old - m_block) overflows; m_new = max(m_old, the block's "
+                  "max), which never decreases"))  # fmt: skip
+    slips.append((dict(p_old=True), "p = exp(s - m_old) used the old maximum: compute "
+                  "m_new = max(m_old, the block's max) first, then p = exp(s - m_new)"
+                  ", the m_new that rescales ell and out"))  # fmt: skip
     if block > 1:  # with block 1, the slice is empty and amax raises
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
