@@ -107,6 +107,23 @@ def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module
         raise
 
 
+def _no_dropout(mine: nn.Module, run: Callable, got: Tensor) -> None:
+    """In training mode the layer gives what it gives in eval mode: the docstring's
+    parts have no dropout."""
+    mine.train()
+    with torch.no_grad():
+        again = tensor_output(run(), type(mine).__name__)
+    mine.eval()
+    if not is_close(again, got.detach()):
+        drops = [k for k, m in mine.named_modules() if isinstance(m, nn.Dropout)]
+        raise ExerciseError(
+            "in training mode the output changed: dropout"
+            + (f" ({', '.join(drops)})" if drops else "")
+            + "? The docstring builds its parts with no dropout argument (0 by "
+            "default): build them as it says, and add no nn.Dropout"
+        )
+
+
 @checker("encoder layer")
 def check_encoder_layer(cls: type) -> str:
     """cls(d_model, n_heads, d_ff) with self_attn, ff, norm1, norm2; forward(x,
@@ -173,6 +190,7 @@ def check_encoder_layer(cls: type) -> str:
                     raise ExerciseError(hint)
             _name_heads(got, ref, lambda: ref(x, mask))
     _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
+    _no_dropout(mine, lambda: _forward(mine, x, mask), got)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
 
@@ -193,7 +211,7 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
                 "a LayerNorm was applied to the layer's output: in pre-norm the "
                 "output is the residual stream, h + ff(norm2(h)), left unnormalised",
             )
-            for norm in (ref.norm1, ref.norm2)
+            for norm in (ref.norm1, ref.norm2, lambda t: F.layer_norm(t, (t.size(-1),)))
         ),
         (
             ff_first + ref.self_attn(ref.norm1(ff_first), mask=mask)[0],
@@ -330,6 +348,12 @@ def check_decoder_layer(cls: type) -> str:
                     "self_attn(norm1(x))",
                 ),
                 (
+                    ff(ref.norm2(h) + ca(h)),
+                    "cross-attention's residual starts from norm2(h), the normalised "
+                    "input: h + cross_attn(norm2(h), memory, memory, memory_mask), "
+                    "the LayerNorm on the sublayer's input only",
+                ),
+                (
                     _norms_swapped(ref, h, mem, mem_mask),
                     "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
                     "norm3 before the feed-forward network",
@@ -365,6 +389,7 @@ def check_decoder_layer(cls: type) -> str:
     _compare_layer(
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
+    _no_dropout(mine, lambda: _forward(mine, x, mem, tgt_mask, mem_mask), got)
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
