@@ -1013,12 +1013,32 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
     if later.any():
         b, t, s = later.nonzero()[0].tolist()
         return f"query {t} may see key {s}, a later token (row {b}): keep it causal"
-    for w, size in ((window + 1, "window + 1"), (window - 1, "window - 1")):
+    for w, size, by in (
+        (window + 1, "window + 1", "one"),
+        (window - 1, "window - 1", "one"),
+        (window + 2, "window + 2", "two"),
+    ):
         if w > 0 and torch.equal(got, sliding_window_reference(ids, pad_id, w)):
             return (
-                f"off by one: each query sees {size} positions; query t sees the "
+                f"off by {by}: each query sees {size} positions; query t sees the "
                 f"{window} keys t - {window} + 1 .. t"
             )
+    zero = sliding_window_reference(ids, pad_id, window) & (ids != 0)[:, None, None]
+    if pad_id != 0 and torch.equal(got, zero):
+        return (
+            f"token 0 was masked as well as <pad> ({pad_id}): 0 is a token here; "
+            "mask the keys where ids == pad_id only"
+        )
+    pads = ids == pad_id
+    first = torch.where(pads.any(1), pads.int().argmax(1), T)  # (B,)
+    before = (torch.arange(T)[None, :] < first[:, None])[:, None, None]  # (B, 1, 1, T)
+    band = sliding_window_reference(torch.ones_like(ids), 0, window)  # no padding
+    if torch.equal(got, band & before):
+        return (
+            "every key from the first <pad> on was masked, as if the padding were "
+            "always at the end: <pad> may come first or in the middle too; mask "
+            "exactly the keys where ids == pad_id"
+        )
     keep = ids != pad_id  # (B, T)
     k = torch.arange(T)
     causal = (k[None, :] <= k[:, None])[None]  # (1, T, T)
