@@ -495,7 +495,16 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
     swapped = rope_reference(halves[..., [0, 4, 1, 5, 2, 6, 3, 7]])
     flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
     freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 8)
+    angle = torch.arange(x.size(-2), dtype=x.dtype)[:, None] * freq  # (T, C/2)
+    first = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
+    second = first * angle.sin() + x[..., 1::2] * angle.cos()  # from the new x[2i]
     hints = (
+        (
+            torch.stack([first, second], -1).flatten(-2),
+            "x'[2i+1] was computed from the new x'[2i], already rotated: both come "
+            "from the old pair, x'[2i] = x cos - y sin and x'[2i+1] = x sin + y cos "
+            "with x, y = x[2i], x[2i+1] as given (compute both, then write them)",
+        ),
         (
             swapped[..., [0, 2, 4, 6, 1, 3, 5, 7]],
             "my_apply_rope rotates the first half against the second half (a real "
