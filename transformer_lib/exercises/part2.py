@@ -1542,6 +1542,10 @@ def bleu_reference(
     ref_total=False,
     hyp_length=False,
     mean_r=False,
+    short=False,
+    longest_total=False,
+    distinct=False,
+    corpus_r=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1550,8 +1554,16 @@ def bleu_reference(
     `orders` precisions, add_k added to every match and n-gram count; the first
     reference alone for what `first` names ("clip", "r"), the penalty applied even
     when c > r, the precision's denominator counted in the closest reference, r the
-    mean reference length."""
+    mean reference length; the n-grams one short, range(len - n); the denominator the
+    most n-grams of any reference; each distinct n-gram counted once; r the total
+    length of the reference column closest to c."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
+
+    def grams(tokens: list[str], n: int) -> Counter:
+        if short:
+            return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n))
+        return _grams(tokens, n)
+
     sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
         c += len(hyp)
@@ -1561,14 +1573,22 @@ def bleu_reference(
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         r += sum(lengths) / len(lengths) - len(closest) if mean_r else 0
         for n in range(1, 5):
-            got, most = _grams(hyp, n), Counter()
+            got, most = grams(hyp, n), Counter()
+            got = Counter(set(got)) if distinct else got
             for ref in refs[:1] if "clip" in first else refs:  # the most any one has
-                most = most + _grams(ref, n) if summed else most | _grams(ref, n)
+                most = most + grams(ref, n) if summed else most | grams(ref, n)
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
-            total[n - 1] += sum((_grams(closest, n) if ref_total else got).values())
+            total[n - 1] += sum((grams(closest, n) if ref_total else got).values())
             total[n - 1] += (len(hyp) - sum(got.values())) if hyp_length else 0
+            if longest_total:
+                total[n - 1] += max(sum(grams(x, n).values()) for x in refs) - sum(
+                    got.values()
+                )
+    if corpus_r:  # one r for the corpus: the reference column whose total is closest
+        columns = [sum(map(len, col)) for col in zip(*(refs for _, refs in corpus))]
+        r = min(columns, key=lambda n: (abs(n - c), n))
     if min(match) == 0 and not add_k:
         return 0.0
     p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
@@ -1766,6 +1786,28 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "the brevity penalty is inverted, exp(1 - c / r), above 1: it is "
                 "exp(1 - r / c) when c < r",
                 bleu_reference(corpus, bp=False) * math.exp(1 - c / r),
+            ),
+            (
+                "each sentence's n-grams are one short, range(len(tokens) - n): a "
+                "sentence of L tokens has L - n + 1 n-grams, range(len(tokens) - n "
+                "+ 1)",
+                bleu_reference(corpus, short=True),
+            ),
+            (
+                "each precision was divided by the references' n-grams: divide the "
+                "clipped matches by the hypothesis's own n-grams",
+                bleu_reference(corpus, longest_total=True),
+            ),
+            (
+                "each distinct n-gram of a hypothesis counted once: count every "
+                "occurrence, Counter(n-grams), and clip it to the references",
+                bleu_reference(corpus, distinct=True),
+            ),
+            (
+                "r was chosen once for the corpus, the reference set whose total "
+                "length is closest to c: choose it per sentence, the closest "
+                "reference's length (the shorter on a tie), and sum those",
+                bleu_reference(corpus, corpus_r=True),
             ),
         ):
             if math.isclose(got, value, abs_tol=1e-4):
