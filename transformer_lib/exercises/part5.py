@@ -32,10 +32,22 @@ def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Ten
     return xs, ys, torch.block_diag(*blocks).bool()  # (T, T), True = may attend
 
 
-def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
+def _wrong_pack_mask(call: str, got, want: Tensor, pairs: list = ()) -> None:
     """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
     if not (isinstance(got, Tensor) and got.shape == want.shape):
         return
+    if pairs:  # every block as long as the first pair's inputs
+        first = len(pairs[0][0]) - 1
+        t = torch.arange(len(want))
+        same = (t[:, None] // first) == (t[None, :] // first)
+        lengths = [len(ids) - 1 for ids, _ in pairs]
+        wrong = same & same.tril()
+        if not torch.equal(wrong, want) and torch.equal(got.bool(), wrong):
+            raise ExerciseError(
+                f"{call}: the attention mask's blocks all have the first pair's "
+                f"length, {first}: each pair's block is as long as its own inputs, "
+                f"len(ids) - 1, here {lengths}"
+            )
     if got.is_floating_point() and ((got == 0) | got.isneginf()).all():
         raise ExerciseError(
             f"{call}: the attention mask is an additive one (0 and -inf, dtype "
@@ -161,7 +173,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             else:
                 what = f"{g}, expected {w}"
             raise ExerciseError(f"{call}: target {t} is {what}")
-    _wrong_pack_mask(call, mask, want_mask)
+    _wrong_pack_mask(call, mask, want_mask, pairs)
     _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
 
