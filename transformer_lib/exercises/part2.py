@@ -745,6 +745,11 @@ def check_train_step(fn: Callable) -> str:
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
                     raise ExerciseError(f"step {step}: loss {got:.4f}, {hint}")
+            if any(got == round(want, k) for k in range(5)):
+                raise ExerciseError(
+                    f"step {step}: loss {got:g}, expected {want:.6f}: the loss was "
+                    "rounded; return loss.item() as it is (round only to print it)"
+                )
             raise ExerciseError(f"step {step}: loss {got:.6f}, expected {want:.6f}")
         for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
             if torch.allclose(p, r, atol=1e-6):
@@ -1274,9 +1279,12 @@ def check_beam_search(fn: Callable) -> str:
         probs = sum(
             _toy_step(tuple(want[:i]))[t].exp().item() for i, t in enumerate(want)
         )
-        if math.isclose(score, probs, rel_tol=1e-5):
+        if math.isclose(score, probs, rel_tol=1e-5) or math.isclose(
+            score, math.log(probs), rel_tol=1e-5
+        ):
             raise ExerciseError(
-                f"beam={beam}: tokens right, but {score:.4f} is the sum of the tokens' "
+                f"beam={beam}: tokens right, but {score:.4f} is (the log of) the sum "
+                "of the tokens' "
                 "probabilities: a prefix's score is the sum of their log-probs "
                 f"({want_score:.4f}), the log of their product"
             )
