@@ -1131,7 +1131,10 @@ def _min_p_rows(fn: Callable, probs: Tensor) -> None:
     """At min_p 0.04, where every token is kept, two slips show in row 1's draws: every
     row drawn from row 0's probabilities, and sorted positions taken for token ids."""
     n = 4000
-    got = fn(probs.log().repeat(n, 1), 0.04, torch.Generator().manual_seed(0))
+    try:
+        got = fn(probs.log().repeat(n, 1), 0.04, torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - another mistake: the first message stands
+        return
     freq = torch.bincount(torch.as_tensor(got).reshape(n, 2)[:, 1], minlength=5) / n
     order = probs[1].argsort(descending=True)
     if (freq - probs[0]).abs().max() < 0.03:
