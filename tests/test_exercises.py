@@ -4043,3 +4043,38 @@ def test_rope_second_coordinate_from_the_rotated_first():
         return y
 
     fails(ex.check_rope, sequential, r"x'\[2i\+1\] was computed from the new")
+
+
+def test_three_unlikely_slips_named_latin1_transposed_update_trunc_division():
+    import hashlib
+
+    def latin1(path, chunk=1 << 20):
+        h = hashlib.sha256()
+        with open(path, encoding="latin-1") as f:
+            while text := f.read(chunk):
+                h.update(text.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, latin1, "the file was read as text")
+
+    def transposed(model):
+        names = [name for name, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            with torch.no_grad():
+                d = layer.delta_weight()
+                square = d.size(0) == d.size(1)
+                layer.base.weight += d.T if square and not layer.merged else 0 * d
+                if not square and not layer.merged:
+                    layer.base.weight += d
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, transposed, r"\(B A\)\^T, the update transposed")
+
+    def trunc(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * torch.div(pc, n, rounding_mode="trunc")).mean()
+
+    fails(ex.check_dpo_nll_loss, trunc, "divided as integers, rounded toward 0")

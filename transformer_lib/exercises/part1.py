@@ -74,7 +74,7 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: the digest is in uppercase hex ({got[:8]}...): "
                     "hexdigest() gives the lowercase one, as sha256sum prints it"
                 )
-            if got != want and got == _sha256_text(path):
+            if got != want and got in _sha256_text(path):
                 raise ExerciseError(
                     f"a {n}-byte file: the file was read as text: open it in binary "
                     "mode, open(path, 'rb'), and hash the bytes as they are"
@@ -202,10 +202,18 @@ def _path_digests(path: Path) -> set[str]:
     return {hashlib.sha256(str(t).encode()).hexdigest() for t in (path, path.name)}
 
 
-def _sha256_text(path: Path) -> str:
-    """The digest of a file read as text and encoded again, a typical mistake."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return hashlib.sha256(text.encode()).hexdigest()
+def _sha256_text(path: Path) -> set[str]:
+    """The digests of a file read as text and encoded again, a typical mistake: as
+    UTF-8 (bad bytes replaced or escaped) or latin-1, with and without the universal
+    newlines of text mode (\r\n read as \n)."""
+    texts = []
+    for encoding, errors in (("utf-8", "replace"), ("latin-1", None)):
+        for newline in ("", None):  # as they are; text mode's default translation
+            with open(path, encoding=encoding, errors=errors, newline=newline) as f:
+                texts.append(f.read().encode())
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        texts.append(f.read().encode("utf-8", "surrogateescape"))
+    return {hashlib.sha256(text).hexdigest() for text in texts}
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------

@@ -274,6 +274,13 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             ),
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
+            "W + (alpha / r) (B A)^T, the update transposed (its shape fits a square "
+            "layer only): W is (out, in) as B A is, W += (alpha / r) B A": {
+                name: layer.base.weight + layer.delta_weight().T
+                for name in names
+                if (layer := model.get_submodule(name)).base.weight.size(0)
+                == layer.base.weight.size(1)
+            },
         }
     merged = names[1]  # one layer merged already, as after an evaluation
     with torch.no_grad():
@@ -398,6 +405,12 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             (dpo - 0.3 * torch.div(pc, n, rounding_mode="floor")).mean(),
             "the NLL per token was floor-divided (//): divide with /, "
             "policy_chosen / chosen_tokens",
+        ),
+        (
+            (dpo - 0.3 * torch.div(pc, n, rounding_mode="trunc")).mean(),
+            "the NLL per token was divided as integers, rounded toward 0 "
+            "(rounding_mode='trunc', or int()): divide with /, policy_chosen / "
+            "chosen_tokens",
         ),
         (
             (dpo - 0.3 * pc).mean(),
