@@ -27,5 +27,5 @@ def my_beam_search(step, beam: int, max_len: int, eos: int):
             (done if p[-1] == eos else alive).append((p, s))
         if not alive:
             break
-    tokens, score = max(done + alive, key=lambda c: c[1])
+    tokens, score = max(done or alive, key=lambda c: c[1])  # live: if none finished
     return list(tokens), float(score)

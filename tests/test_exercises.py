@@ -685,7 +685,7 @@ def test_beam_search():
                 alive = [c for c in pool if c[0][-1] != eos][:beam]
             if not alive:
                 break
-        tokens, score = max(done + alive, key=lambda c: c[1])
+        tokens, score = max(done or alive, key=lambda c: c[1])
         return list(tokens), float(score)
 
     assert ex.outcome(ex.check_beam_search, beam_search)[0] == "pass"
@@ -3680,3 +3680,401 @@ def test_encoder_layer_mask_given_as_key():
             return x + self.ff(self.norm2(x))
 
     fails(ex.check_encoder_layer, Positional, "the mask went in as key")
+
+
+# The ninth blind review: the wrong answers that passed (a transpose kept from
+# __init__, exp without the max, a live prefix returned, an all-empty corpus, a float32
+# cache, the caller's table or pairs edited, d_model 25, a loss threshold, dropout),
+# and the misnamed, raw and bare ones named -----------------------------------------
+
+
+def test_tied_output_a_transpose_kept_from_init():
+    class Stale(nn.Module):
+        def __init__(self, embedding):
+            super().__init__()
+            self.wt = embedding.weight.T  # a view: .double() leaves it behind
+
+        def forward(self, h):
+            return h @ self.wt
+
+    fails(ex.check_tied_output, Stale, r"after model.double\(\).*copy of W")
+
+
+def test_min_p_exp_without_the_max_one_row_and_sorted_positions():
+    def exp_only(logits, min_p, generator=None):
+        p = logits.exp()
+        p = p * (p >= min_p * p.max(-1, keepdim=True).values)
+        return torch.multinomial(p, 1, generator=generator).squeeze(-1)
+
+    fails(ex.check_min_p_sampling, exp_only, r"logits \+ 100.*exp\(100\) overflows")
+
+    def one_row(logits, min_p, generator=None):
+        p = logits.softmax(-1)
+        p = p * (p >= min_p * p.max(-1, keepdim=True).values)
+        return torch.multinomial(p[0], len(p), replacement=True, generator=generator)
+
+    fails(ex.check_min_p_sampling, one_row, "row 1's draws follow row 0's")
+
+    def unsorted(logits, min_p, generator=None):
+        p = logits.softmax(-1).sort(-1, descending=True).values
+        p = p * (p >= min_p * p[:, :1])
+        return torch.multinomial(p, 1, generator=generator).squeeze(-1)
+
+    fails(ex.check_min_p_sampling, unsorted, "positions in the sorted order")
+
+
+def test_beam_search_a_live_prefix_and_summed_probabilities():
+    import transformer_lib.exercises.part2 as p2
+
+    def live_too(step, beam, max_len, eos):  # the best of finished and live
+        alive, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = sorted(
+                ((p + (t,), s + lp) for p, s in alive for t, lp in enumerate(step(p))),
+                key=lambda c: -c[1],
+            )
+            alive = []
+            for p, s in grown[:beam]:
+                (done if p[-1] == eos else alive).append((p, s))
+            if not alive:
+                break
+        tokens, score = max(done + alive, key=lambda c: c[1])
+        return list(tokens), float(score)
+
+    fails(ex.check_beam_search, live_too, "a prefix still live at max_len")
+
+    def log_of_sum(step, beam, max_len, eos):
+        tokens, _ = solution("10").my_beam_search(step, beam, max_len, eos)
+        probs = [step(tuple(tokens[:i]))[t].exp().item() for i, t in enumerate(tokens)]
+        return tokens, math.log(sum(probs))
+
+    fails(ex.check_beam_search, log_of_sum, r"\(the log of\) the sum")
+    assert p2.beam_search_reference(p2._toy_step, 2, 4)[0] == [1, 1, 2]
+
+
+def test_corpus_bleu_empty_hypotheses_and_four_counting_slips():
+    right = solution("11").my_corpus_bleu
+
+    def penalty_first(hyps, refs):
+        c = sum(map(len, hyps))
+        math.exp(1 - 1 / c)  # the brevity penalty before the zero test
+        return right(hyps, refs)
+
+    fails(ex.check_corpus_bleu, penalty_first, "every hypothesis empty.*ZeroDivision")
+    for slip, message in (
+        ({"short": True}, "n-grams are one short"),
+        ({"longest_total": True}, "divided by the references' n-grams"),
+        ({"distinct": True}, "each distinct n-gram"),
+        ({"corpus_r": True}, "r was chosen once for the corpus"),
+    ):
+        fails(
+            ex.check_corpus_bleu,
+            lambda h, r, s=slip: ex.bleu_reference(list(zip(h, r)), **s),
+            message,
+        )
+
+
+def test_kv_cache_float32_copies_and_a_fixed_buffer():
+    class Float32(solution("12").MyKVCache):
+        def update(self, k, v):
+            return super().update(k.float(), v.float())
+
+    fails(ex.check_kv_cache, Float32, "update returned keys in torch.float32")
+
+    class Fixed(solution("12").MyKVCache):
+        def update(self, k, v):
+            keys, values = super().update(k, v)
+            return keys[:, :, :48], values[:, :, :48]
+
+    fails(ex.check_kv_cache, Fixed, "a buffer of 48 places dropped the rest")
+
+
+def test_gpt_block_mask_after_softmax_normed_residuals_and_parallel():
+    Right = solution("12").MyBlock
+
+    class AfterSoftmax(Right):
+        def attn(self, x):
+            B, T, C = x.shape
+            q, k, v = (
+                t.view(B, T, self.n_heads, -1).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, -1)
+            )
+            w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+            y = (w * torch.ones(T, T).tril()) @ v
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, AfterSoftmax, "the mask was applied after the softmax")
+
+    class FromNormed(Right):
+        def forward(self, x):
+            x = self.norm1(x)
+            x = self.norm2(x + self.attn(x))
+            return x + self.fc_out(F.gelu(self.fc(x), approximate="tanh"))
+
+    fails(ex.check_gpt_block, FromNormed, "each residual starts from the normalised")
+
+    class Parallel(Right):
+        def forward(self, x):
+            h = F.gelu(self.fc(self.norm2(x)), approximate="tanh")
+            return x + self.attn(self.norm1(x)) + self.fc_out(h)
+
+    fails(ex.check_gpt_block, Parallel, "the two sublayers run in parallel")
+
+
+def test_cosine_by_distance_in_place_one_length_and_an_empty_slice():
+    right = solution("13").my_cosine_by_distance
+
+    def in_place(table):
+        table /= table.norm(dim=1, keepdim=True)
+        return right(table)
+
+    fails(ex.check_cosine_by_distance, in_place, "the caller's table was changed")
+
+    def one_length(table):
+        lengths = table.norm(dim=1)
+        s = table @ table.T / lengths[:, None] ** 2
+        return torch.stack([s.diagonal(k).mean() for k in range(len(table))])
+
+    fails(ex.check_cosine_by_distance, one_length, "one row's length squared")
+
+    def minus_k(table):
+        return torch.stack(
+            [
+                F.cosine_similarity(table[:-k], table[k:], dim=-1).mean()
+                for k in range(len(table))
+            ]
+        )
+
+    fails(ex.check_cosine_by_distance, minus_k, r"table\[:-k\] is table\[:0\]")
+
+
+def test_geglu_nearest_eight_then_up_to_sixty_four():
+    class Round8(solution("16").MyGeGLU):
+        def __init__(self, d_model, multiple_of=64):
+            super().__init__(d_model, multiple_of)
+            n = 8 * round(8 * d_model / 3 / 8)
+            f = multiple_of * math.ceil(n / multiple_of)
+            self.gate, self.up = (
+                nn.Linear(d_model, f, False),
+                nn.Linear(d_model, f, False),
+            )
+            self.proj = nn.Linear(f, d_model, bias=False)
+
+    fails(ex.check_geglu, Round8, r"MyGeGLU\(25\): hidden width 64: .*nearest")
+
+
+def test_pack_pairs_caller_pairs_tensors_and_first_pair_blocks():
+    right = solution("17").pack_pairs
+
+    def pops(pairs):
+        for ids, _ in pairs:
+            ids.pop()
+        return right([(ids + [0], n) for ids, n in pairs])
+
+    fails(ex.check_pack_pairs, pops, "the caller's pairs changed")
+
+    def tensors(pairs):
+        inputs, targets, mask = right(pairs)
+        return torch.tensor(inputs), torch.tensor(targets), mask
+
+    fails(ex.check_pack_pairs, tensors, "inputs is a Tensor")
+
+    def first_length(pairs):
+        inputs, targets, _ = right(pairs)
+        t, n = torch.arange(len(inputs)), len(pairs[0][0]) - 1
+        same = (t[:, None] // n) == (t[None, :] // n)
+        return inputs, targets, same & same.tril()
+
+    fails(ex.check_pack_pairs, first_length, "blocks all have the first pair's length")
+
+
+def test_training_loop_threshold_counter_and_rounded_step_loss():
+    right = solution("09").my_train
+
+    def threshold(model, optimizer, batches, lr_at, train_step):
+        def step(*a):
+            loss = train_step(*a)
+            return math.nan if loss > 1e6 else loss
+
+        return right(model, optimizer, batches, lr_at, step)
+
+    fails(ex.check_training_loop, threshold, "a finite loss of 1e\\+30")
+
+    count = [0]
+
+    def global_count(model, optimizer, batches, lr_at, train_step):
+        losses = []
+        model.train()
+        for batch in batches:
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(count[0])
+            loss = train_step(model, optimizer, batch)
+            if not math.isfinite(loss):
+                raise ValueError(f"step {count[0]}: not finite")
+            losses.append(loss)
+            count[0] += 1
+        return losses
+
+    fails(ex.check_training_loop, global_count, "went on from an earlier call")
+
+    def rounded(*args):
+        return round(solution("09").my_train_step(*args), 2)
+
+    fails(ex.check_train_step, rounded, "the loss was rounded")
+
+
+def test_layers_dropout_final_norm_and_cross_residual():
+    from transformer_lib.encoder import PositionwiseFeedForward
+
+    class Dropout(solution("07").MyEncoderLayer):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__(d_model, n_heads, d_ff)
+            self.ff = PositionwiseFeedForward(d_model, d_ff, dropout=0.5)
+
+    fails(ex.check_encoder_layer, Dropout, r"training mode.*\(ff.dropout\)")
+
+    class FinalNorm(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            y = super().forward(x, mask)
+            return F.layer_norm(y, y.shape[-1:])
+
+    fails(ex.check_encoder_layer, FinalNorm, "a LayerNorm was applied to the layer's")
+
+    class CrossFromNorm(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            h = self.norm2(x)
+            x = h + self.cross_attn(h, memory, memory, mask=memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, CrossFromNorm, "residual starts from norm2")
+
+    class DecoderDropout(solution("08").MyDecoderLayer):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__(d_model, n_heads, d_ff)
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            y = super().forward(x, memory, tgt_mask, memory_mask)
+            return x + self.drop(y - x)
+
+    fails(ex.check_decoder_layer, DecoderDropout, r"training mode.*\(drop\)")
+
+
+def test_multi_head_attention_truthy_defaults_and_an_unsqueezed_mask():
+    Right = solution("05").MyMultiHeadAttention
+
+    class Truthy(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            key = key or query
+            return super().forward(query, key, value or key, mask)
+
+    fails(ex.check_multi_head_attention, Truthy, "`key or query` asks a tensor")
+
+    class Unsqueezed(Right):
+        def forward(self, query, key=None, value=None, mask=None):
+            mask = None if mask is None else mask.unsqueeze(1)
+            return super().forward(query, key, value, mask)
+
+    fails(ex.check_multi_head_attention, Unsqueezed, r"mask.unsqueeze\(1\)")
+
+
+def test_tiled_attention_keepdim_the_blocks_max_and_p_with_the_old_max():
+    def tiled(q, k, v, block, keepdim=True, own_max=False, old_max=False):
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        m = m if keepdim else m[..., 0]
+        ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
+        for s in range(0, k.size(-2), block):
+            scores = q @ k[..., s : s + block, :].transpose(-2, -1) / math.sqrt(8)
+            top = scores.amax(-1, keepdim=keepdim)
+            m_new = top if own_max else torch.maximum(m, top)
+            base = torch.where(m.isneginf(), m_new, m) if old_max else m_new
+            p = (scores - base).exp()
+            ell = ell * (m - m_new).exp() + p.sum(-1, keepdim=True)
+            out = out * (m - m_new).exp() + p @ v[..., s : s + block, :]
+            m = m_new
+        return out / ell
+
+    fails(ex.check_tiled_attention, lambda *a: tiled(*a, keepdim=False), "keepdim")
+    fails(ex.check_tiled_attention, lambda *a: tiled(*a, own_max=True), "block's own")
+    fails(ex.check_tiled_attention, lambda *a: tiled(*a, old_max=True), "the old max")
+
+
+def test_grouped_attention_repeated_by_h_kv():
+    def by_h_kv(q, k, v):
+        n = k.size(1)
+        k, v = k.repeat_interleave(n, 1), v.repeat_interleave(n, 1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    fails(ex.check_grouped_attention, by_h_kv, "repeated by H_kv = 4, giving 16")
+
+
+def test_sliding_window_two_too_wide_token_zero_and_a_padding_suffix():
+    right = solution("06").my_sliding_window_mask
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, w: right(ids, pad_id, w + 2),
+        "off by two",
+    )
+    fails(
+        ex.check_sliding_window_mask,
+        lambda ids, pad_id, w: right(ids, pad_id, w) & (ids != 0)[:, None, None],
+        "token 0 was masked as well as <pad>",
+    )
+
+    def suffix(ids, pad_id, window):
+        pads = ids == pad_id
+        first = torch.where(pads.any(1), pads.int().argmax(1), ids.size(1))
+        before = torch.arange(ids.size(1))[None, :] < first[:, None]
+        return right(torch.ones_like(ids), 0, window) & before[:, None, None]
+
+    fails(ex.check_sliding_window_mask, suffix, "every key from the first <pad> on")
+
+
+def test_rope_second_coordinate_from_the_rotated_first():
+    def sequential(x, base=10000.0):
+        T, C = x.shape[-2:]
+        angle = torch.arange(T, dtype=x.dtype)[:, None] * base ** (
+            -torch.arange(0, C, 2, dtype=x.dtype) / C
+        )
+        y = x.clone()
+        y[..., 0::2] = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
+        y[..., 1::2] = y[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos()
+        return y
+
+    fails(ex.check_rope, sequential, r"x'\[2i\+1\] was computed from the new")
+
+
+def test_three_unlikely_slips_named_latin1_transposed_update_trunc_division():
+    import hashlib
+
+    def latin1(path, chunk=1 << 20):
+        h = hashlib.sha256()
+        with open(path, encoding="latin-1") as f:
+            while text := f.read(chunk):
+                h.update(text.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, latin1, "the file was read as text")
+
+    def transposed(model):
+        names = [name for name, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            with torch.no_grad():
+                d = layer.delta_weight()
+                square = d.size(0) == d.size(1)
+                layer.base.weight += d.T if square and not layer.merged else 0 * d
+                if not square and not layer.merged:
+                    layer.base.weight += d
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, transposed, r"\(B A\)\^T, the update transposed")
+
+    def trunc(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * torch.div(pc, n, rounding_mode="trunc")).mean()
+
+    fails(ex.check_dpo_nll_loss, trunc, "divided as integers, rounded toward 0")

@@ -74,7 +74,7 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: the digest is in uppercase hex ({got[:8]}...): "
                     "hexdigest() gives the lowercase one, as sha256sum prints it"
                 )
-            if got != want and got == _sha256_text(path):
+            if got != want and got in _sha256_text(path):
                 raise ExerciseError(
                     f"a {n}-byte file: the file was read as text: open it in binary "
                     "mode, open(path, 'rb'), and hash the bytes as they are"
@@ -202,10 +202,18 @@ def _path_digests(path: Path) -> set[str]:
     return {hashlib.sha256(str(t).encode()).hexdigest() for t in (path, path.name)}
 
 
-def _sha256_text(path: Path) -> str:
-    """The digest of a file read as text and encoded again, a typical mistake."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return hashlib.sha256(text.encode()).hexdigest()
+def _sha256_text(path: Path) -> set[str]:
+    """The digests of a file read as text and encoded again, a typical mistake: as
+    UTF-8 (bad bytes replaced or escaped) or latin-1, with and without the universal
+    newlines of text mode (\r\n read as \n)."""
+    texts = []
+    for encoding, errors in (("utf-8", "replace"), ("latin-1", None)):
+        for newline in ("", None):  # as they are; text mode's default translation
+            with open(path, encoding=encoding, errors=errors, newline=newline) as f:
+                texts.append(f.read().encode())
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        texts.append(f.read().encode("utf-8", "surrogateescape"))
+    return {hashlib.sha256(text).hexdigest() for text in texts}
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------
@@ -363,8 +371,8 @@ def check_tied_output(cls: type) -> str:
 
     torch.manual_seed(0)
     V, C = 50, 8
-    emb = TokenEmbedding(V, C).double()
-    mix = nn.Linear(C, C).double()  # the checker's own model: embed, mix, score
+    emb = TokenEmbedding(V, C)
+    mix = nn.Linear(C, C)  # the checker's own model: embed, mix, score
     head = cls(emb)
     if not isinstance(head, nn.Module):
         raise ExerciseError(f"expected an nn.Module, got {type(head).__name__}")
@@ -385,11 +393,20 @@ def check_tied_output(cls: type) -> str:
             "the embedding's weight tied in: no nn.Linear; compute h @ W.T with "
             "W = embedding.weight"
         )
+    model.double()  # as .to(device) or .half() would: W gets new storage
     ids = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     h = torch.tanh(mix(emb(ids)))  # (2, 4, C)
     try:
         logits = head(h)
     except RuntimeError as e:
+        if "dtype" in str(e) or "scalar type" in str(e):
+            raise ExerciseError(
+                f"RuntimeError ({str(e).splitlines()[0]}) after model.double(): the "
+                "layer keeps a copy of W made in __init__ (embedding.weight.T, .data "
+                "or a clone), which .double() and .to(device) leave behind; keep the "
+                "embedding (self.embedding = embedding) and read embedding.weight in "
+                "forward"
+            ) from None
         if "shape" not in str(e):
             raise
         raise ExerciseError(
@@ -486,7 +503,16 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
     swapped = rope_reference(halves[..., [0, 4, 1, 5, 2, 6, 3, 7]])
     flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
     freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 8)
+    angle = torch.arange(x.size(-2), dtype=x.dtype)[:, None] * freq  # (T, C/2)
+    first = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
+    second = first * angle.sin() + x[..., 1::2] * angle.cos()  # from the new x[2i]
     hints = (
+        (
+            torch.stack([first, second], -1).flatten(-2),
+            "x'[2i+1] was computed from the new x'[2i], already rotated: both come "
+            "from the old pair, x'[2i] = x cos - y sin and x'[2i+1] = x sin + y cos "
+            "with x, y = x[2i], x[2i+1] as given (compute both, then write them)",
+        ),
         (
             swapped[..., [0, 2, 4, 6, 1, 3, 5, 7]],
             "my_apply_rope rotates the first half against the second half (a real "
@@ -839,6 +865,19 @@ def check_multi_head_attention(cls: type) -> str:
         try:
             got = first_output(mine(*args, mask=mask))
         except RuntimeError as e:
+            said = f"{name}: RuntimeError ({str(e).splitlines()[0]})"
+            if "Boolean value of Tensor" in str(e):
+                raise ExerciseError(
+                    f"{said}: `key or query` asks a tensor whether it is true; test "
+                    "for None: key = query if key is None else key"
+                ) from None
+            if len(args) == 1 and mask is not None and "must match" in str(e):
+                raise ExerciseError(
+                    f"{said} with a mask of shape {tuple(mask.shape)}: was the mask "
+                    "reshaped (mask.unsqueeze(1))? It comes broadcastable to (B, H, "
+                    "T_q, T_k), as the docstring says: (T, T) here, (B, 1, 1, T_k) "
+                    "for padding; use it as given, scores.masked_fill(~mask, -inf)"
+                ) from None
             if len(args) == 1 or "size" not in str(e):
                 raise
             raise ExerciseError(
@@ -991,12 +1030,32 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
     if later.any():
         b, t, s = later.nonzero()[0].tolist()
         return f"query {t} may see key {s}, a later token (row {b}): keep it causal"
-    for w, size in ((window + 1, "window + 1"), (window - 1, "window - 1")):
+    for w, size, by in (
+        (window + 1, "window + 1", "one"),
+        (window - 1, "window - 1", "one"),
+        (window + 2, "window + 2", "two"),
+    ):
         if w > 0 and torch.equal(got, sliding_window_reference(ids, pad_id, w)):
             return (
-                f"off by one: each query sees {size} positions; query t sees the "
+                f"off by {by}: each query sees {size} positions; query t sees the "
                 f"{window} keys t - {window} + 1 .. t"
             )
+    zero = sliding_window_reference(ids, pad_id, window) & (ids != 0)[:, None, None]
+    if pad_id != 0 and torch.equal(got, zero):
+        return (
+            f"token 0 was masked as well as <pad> ({pad_id}): 0 is a token here; "
+            "mask the keys where ids == pad_id only"
+        )
+    pads = ids == pad_id
+    first = torch.where(pads.any(1), pads.int().argmax(1), T)  # (B,)
+    before = (torch.arange(T)[None, :] < first[:, None])[:, None, None]  # (B, 1, 1, T)
+    band = sliding_window_reference(torch.ones_like(ids), 0, window)  # no padding
+    if torch.equal(got, band & before):
+        return (
+            "every key from the first <pad> on was masked, as if the padding were "
+            "always at the end: <pad> may come first or in the middle too; mask "
+            "exactly the keys where ids == pad_id"
+        )
     keep = ids != pad_id  # (B, T)
     k = torch.arange(T)
     causal = (k[None, :] <= k[:, None])[None]  # (1, T, T)

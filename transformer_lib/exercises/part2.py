@@ -107,6 +107,25 @@ def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module
         raise
 
 
+def _no_dropout(mine: nn.Module, run: Callable, got: Tensor) -> None:
+    """In training mode the layer gives what it gives in eval mode: the docstring's
+    parts have no dropout."""
+    mine.train()
+    with torch.no_grad():
+        again = tensor_output(run(), type(mine).__name__)
+    mine.eval()
+    if not is_close(again, got.detach()):
+        drops = [
+            k for k, m in mine.named_modules() if isinstance(m, nn.Dropout) and m.p
+        ]
+        raise ExerciseError(
+            "in training mode the output changed: dropout"
+            + (f" ({', '.join(drops)})" if drops else "")
+            + "? The docstring builds its parts with no dropout argument (0 by "
+            "default): build them as it says, and add no nn.Dropout"
+        )
+
+
 @checker("encoder layer")
 def check_encoder_layer(cls: type) -> str:
     """cls(d_model, n_heads, d_ff) with self_attn, ff, norm1, norm2; forward(x,
@@ -173,6 +192,7 @@ def check_encoder_layer(cls: type) -> str:
                     raise ExerciseError(hint)
             _name_heads(got, ref, lambda: ref(x, mask))
     _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
+    _no_dropout(mine, lambda: _forward(mine, x, mask), got)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
 
@@ -193,7 +213,7 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
                 "a LayerNorm was applied to the layer's output: in pre-norm the "
                 "output is the residual stream, h + ff(norm2(h)), left unnormalised",
             )
-            for norm in (ref.norm1, ref.norm2)
+            for norm in (ref.norm1, ref.norm2, lambda t: F.layer_norm(t, (t.size(-1),)))
         ),
         (
             ff_first + ref.self_attn(ref.norm1(ff_first), mask=mask)[0],
@@ -330,6 +350,12 @@ def check_decoder_layer(cls: type) -> str:
                     "self_attn(norm1(x))",
                 ),
                 (
+                    ff(ref.norm2(h) + ca(h)),
+                    "cross-attention's residual starts from norm2(h), the normalised "
+                    "input: h + cross_attn(norm2(h), memory, memory, memory_mask), "
+                    "the LayerNorm on the sublayer's input only",
+                ),
+                (
                     _norms_swapped(ref, h, mem, mem_mask),
                     "norm2 and norm3 are swapped: norm2 goes before cross-attention, "
                     "norm3 before the feed-forward network",
@@ -365,6 +391,7 @@ def check_decoder_layer(cls: type) -> str:
     _compare_layer(
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
+    _no_dropout(mine, lambda: _forward(mine, x, mem, tgt_mask, mem_mask), got)
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
@@ -720,6 +747,11 @@ def check_train_step(fn: Callable) -> str:
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
                     raise ExerciseError(f"step {step}: loss {got:.4f}, {hint}")
+            if any(got == round(want, k) for k in range(5)):
+                raise ExerciseError(
+                    f"step {step}: loss {got:g}, expected {want:.6f}: the loss was "
+                    "rounded; return loss.item() as it is (round only to print it)"
+                )
             raise ExerciseError(f"step {step}: loss {got:.6f}, expected {want:.6f}")
         for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
             if torch.allclose(p, r, atol=1e-6):
@@ -853,9 +885,34 @@ def check_training_loop(fn: Callable) -> str:
 
     for bad in (math.nan, math.inf):
         _check_stops_on(fn, batches, lr_at, bad)
+    _check_big_loss(fn, batches, lr_at)
     return (
         "6 steps of warm-up: rates, mode and losses match; a NaN or inf loss stops it"
     )
+
+
+def _check_big_loss(fn: Callable, batches: list, lr_at: Callable) -> None:
+    """A large but finite loss (1e30 at step 2) does not stop the loop."""
+    calls: list = []
+
+    def big_at_2(model, optimizer, batch) -> float:
+        calls.append(1)
+        return 1e30 if len(calls) == 3 else 1.0
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))])
+    try:
+        losses = fn(nn.Linear(3, 1), opt, batches, lr_at, big_at_2)
+    except ValueError as e:
+        raise ExerciseError(
+            f"a finite loss of 1e+30 at step 2 raised ValueError ({e}): only a NaN "
+            "or inf loss stops the loop, whatever its size; test "
+            "math.isfinite(loss), with no threshold"
+        ) from None
+    if list(losses) != [1.0, 1.0, 1e30] + [1.0] * (len(batches) - 3):
+        raise ExerciseError(
+            f"a loss of 1e+30 at step 2: returned {losses}, train_step's losses as "
+            "it returned them"
+        )
 
 
 def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) -> None:
@@ -877,6 +934,13 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
         )
     except ValueError as e:
         if "2" not in str(e):
+            shifted = str(2 + len(batches))  # after the first call's steps
+            if shifted in re.findall(r"\d+", str(e)):
+                raise ExerciseError(
+                    f"the error named step {shifted}, expected 2 ({e}): the step count "
+                    "went on from an earlier call (a global or class counter); count "
+                    "this call's steps from 0, for s, batch in enumerate(batches)"
+                ) from None
             raise ExerciseError(f"the error should name the step (2): {e}") from None
     except AssertionError as e:
         raise ExerciseError(
@@ -984,7 +1048,10 @@ def check_min_p_sampling(fn: Callable) -> str:
         for row in range(2):
             freq = torch.bincount(got[:, row], minlength=5).double() / n
             message = _min_p_axis_message(p, probs, row, freq, want[row])
-            message = message or _min_p_message(p, probs[row], freq > 0, keep[row])
+            if not message:
+                message = _min_p_message(p, probs[row], freq > 0, keep[row])
+                if message:
+                    _min_p_rows(fn, probs)
             if message:
                 raise ExerciseError(message)
             for t in range(5):
@@ -995,6 +1062,7 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
     _min_p_tie(fn)
+    _min_p_shifted(fn, probs)
     _min_p_generator(fn, probs.log())
     return (
         f"two distributions, min_p = 0.45, 0.12, 0.28, 0.04; {n} draws each; a tie "
@@ -1059,6 +1127,57 @@ def _min_p_tie(fn: Callable) -> None:
         )
 
 
+def _min_p_rows(fn: Callable, probs: Tensor) -> None:
+    """At min_p 0.04, where every token is kept, two slips show in row 1's draws: every
+    row drawn from row 0's probabilities, and sorted positions taken for token ids."""
+    n = 4000
+    try:
+        got = fn(probs.log().repeat(n, 1), 0.04, torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - another mistake: the first message stands
+        return
+    freq = torch.bincount(torch.as_tensor(got).reshape(n, 2)[:, 1], minlength=5) / n
+    order = probs[1].argsort(descending=True)
+    if (freq - probs[0]).abs().max() < 0.03:
+        raise ExerciseError(
+            "min_p=0.04: row 1's draws follow row 0's probabilities: every row was "
+            "drawn from one row's distribution; torch.multinomial(q, 1) on the whole "
+            "(B, n_vocab) matrix draws one token per row, each from its own row"
+        )
+    if (freq - probs[1][order]).abs().max() < 0.03:
+        raise ExerciseError(
+            f"min_p=0.04: row 1's token 0 was drawn as often as its most likely token "
+            f"({int(order[0])}) should be: the draws are positions in the sorted "
+            "order; map them back to token ids, sorted_ids.gather(-1, drawn)"
+        )
+
+
+def _min_p_shifted(fn: Callable, probs: Tensor) -> None:
+    """The logits + 100 have the same softmax, and must draw the same tokens: exp of a
+    logit of 100 overflows float32 unless the row's max is subtracted first."""
+    p = 0.12
+    logits = (probs.log() + 100).repeat(200, 1)
+    try:
+        got = fn(logits, p, torch.Generator().manual_seed(0))
+    except RuntimeError as e:
+        raise ExerciseError(
+            f"min_p={p}, the logits + 100 (the same softmax): RuntimeError "
+            f"({str(e).splitlines()[0]}): exp(100) overflows float32 to inf; "
+            "softmax(dim=-1) subtracts the row's max before exp, exp(logits) alone "
+            "does not"
+        ) from None
+    drawn = torch.as_tensor(got).reshape(200, 2)
+    for row in range(2):
+        seen = torch.bincount(drawn[:, row], minlength=5) > 0
+        keep = probs[row] >= p * probs[row].max()
+        if not torch.equal(seen, keep):
+            raise ExerciseError(
+                f"min_p={p}, the logits + 100 (the same softmax): row {row} drew "
+                f"tokens {seen.nonzero().flatten().tolist()}, expected "
+                f"{keep.nonzero().flatten().tolist()}: take the softmax of the "
+                "logits, softmax(dim=-1), which subtracts the row's max first"
+            )
+
+
 def _min_p_generator(fn: Callable, logits: Tensor) -> None:
     """Two calls with equally seeded generators, the global seed changed in between,
     must draw the same tokens."""
@@ -1116,7 +1235,7 @@ def beam_search_reference(
             (done if p[-1] == eos else alive).append((p, s))
         if not alive:
             break
-    best = max(done + alive, key=lambda c: c[1])
+    best = max(done or alive, key=lambda c: c[1])  # a live one only if none finished
     return list(best[0]), best[1]
 
 
@@ -1165,9 +1284,12 @@ def check_beam_search(fn: Callable) -> str:
         probs = sum(
             _toy_step(tuple(want[:i]))[t].exp().item() for i, t in enumerate(want)
         )
-        if math.isclose(score, probs, rel_tol=1e-5):
+        if math.isclose(score, probs, rel_tol=1e-5) or math.isclose(
+            score, math.log(probs), rel_tol=1e-5
+        ):
             raise ExerciseError(
-                f"beam={beam}: tokens right, but {score:.4f} is the sum of the tokens' "
+                f"beam={beam}: tokens right, but {score:.4f} is (the log of) the sum "
+                "of the tokens' "
                 "probabilities: a prefix's score is the sum of their log-probs "
                 f"({want_score:.4f}), the log of their product"
             )
@@ -1220,6 +1342,7 @@ def check_beam_search(fn: Callable) -> str:
             )
     _check_beam_places(fn)
     _check_beam_late(fn)
+    _check_beam_unfinished(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
         "; no length penalty; a finished prefix takes a place on the step it finishes"
@@ -1243,6 +1366,29 @@ def _check_beam_late(fn: Callable) -> None:
         )
     if got != (want := beam_search_reference(_late_step, 2, 4)[0]):
         raise ExerciseError(f"beam=2, a late finish: got tokens {got}, expected {want}")
+
+
+def _check_beam_unfinished(fn: Callable) -> None:
+    """At max_len 2 the live [0, 0] (p = 0.45) outscores the finished [<eos>]
+    (p = 0.3): the answer is the best finished sequence, not a live prefix."""
+    table = {(): [0.5, 0.2, 0.3], (0,): [0.9, 0.04, 0.06]}
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        return torch.tensor(table.get(prefix, [0.12, 0.08, 0.8])).log()
+
+    got = list(fn(step, 2, 2, 2)[0])
+    if got == [0, 0]:
+        raise ExerciseError(
+            "beam=2, max_len=2: returned [0, 0] (p = 0.45), a prefix still live at "
+            "max_len, which never finished: return the best finished sequence, "
+            "[<eos>] (p = 0.3), as the docstring says; a live one only if none finished"
+        )
+    if got != [2]:
+        raise ExerciseError(
+            f"beam=2, max_len=2, a live prefix ahead at the end: got tokens {got}, "
+            "expected [2] (p = 0.3), the best finished sequence"
+        )
 
 
 _PLACES_TABLE = {(): [0.55, 0.15, 0.3], (0,): [0.6, 0.35, 0.05]}
@@ -1409,6 +1555,10 @@ def bleu_reference(
     ref_total=False,
     hyp_length=False,
     mean_r=False,
+    short=False,
+    longest_total=False,
+    distinct=False,
+    corpus_r=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1417,8 +1567,16 @@ def bleu_reference(
     `orders` precisions, add_k added to every match and n-gram count; the first
     reference alone for what `first` names ("clip", "r"), the penalty applied even
     when c > r, the precision's denominator counted in the closest reference, r the
-    mean reference length."""
+    mean reference length; the n-grams one short, range(len - n); the denominator the
+    most n-grams of any reference; each distinct n-gram counted once; r the total
+    length of the reference column closest to c."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
+
+    def grams(tokens: list[str], n: int) -> Counter:
+        if short:
+            return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n))
+        return _grams(tokens, n)
+
     sign = -1 if tie_longer else 1
     for hyp, refs in corpus:
         c += len(hyp)
@@ -1428,20 +1586,43 @@ def bleu_reference(
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         r += sum(lengths) / len(lengths) - len(closest) if mean_r else 0
         for n in range(1, 5):
-            got, most = _grams(hyp, n), Counter()
+            got, most = grams(hyp, n), Counter()
+            got = Counter(set(got)) if distinct else got
             for ref in refs[:1] if "clip" in first else refs:  # the most any one has
-                most = most + _grams(ref, n) if summed else most | _grams(ref, n)
+                most = most + grams(ref, n) if summed else most | grams(ref, n)
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
-            total[n - 1] += sum((_grams(closest, n) if ref_total else got).values())
+            total[n - 1] += sum((grams(closest, n) if ref_total else got).values())
             total[n - 1] += (len(hyp) - sum(got.values())) if hyp_length else 0
+            if longest_total:
+                total[n - 1] += max(sum(grams(x, n).values()) for x in refs) - sum(
+                    got.values()
+                )
+    if corpus_r:  # one r for the corpus: the reference column whose total is closest
+        columns = [sum(map(len, col)) for col in zip(*(refs for _, refs in corpus))]
+        r = min(columns, key=lambda n: (abs(n - c), n))
     if min(match) == 0 and not add_k:
         return 0.0
     p = [(m + add_k) / (t + add_k) for m, t in zip(match, total)][:orders]
     mean = sum(p) / orders if arithmetic else math.exp(sum(map(math.log, p)) / orders)
     short = c < r or bp_always
     return 100 * (math.exp(1 - r / c) if bp and short else 1.0) * mean
+
+
+def _bleu_empty(fn: Callable) -> None:
+    """A corpus whose every hypothesis is empty (c = 0) scores 0: no n-gram matches."""
+    refs = [[["the", "cat"]], [["a", "dog", "ran"]]]
+    try:
+        got = float(fn([[], []], refs))
+    except ZeroDivisionError as e:
+        raise ExerciseError(
+            f"every hypothesis empty (c = 0): ZeroDivisionError ({e}): with no n-gram "
+            "matched BLEU is 0; return 0.0 when a precision is 0, before the brevity "
+            "penalty exp(1 - r / c) divides by c"
+        ) from None
+    if got != 0.0:
+        raise ExerciseError(f"every hypothesis empty: BLEU {got:.4f}, expected 0.0")
 
 
 def _sacrebleu(corpus, smooth_method: str = "none") -> float:
@@ -1619,12 +1800,35 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "exp(1 - r / c) when c < r",
                 bleu_reference(corpus, bp=False) * math.exp(1 - c / r),
             ),
+            (
+                "each sentence's n-grams are one short, range(len(tokens) - n): a "
+                "sentence of L tokens has L - n + 1 n-grams, range(len(tokens) - n "
+                "+ 1)",
+                bleu_reference(corpus, short=True),
+            ),
+            (
+                "each precision was divided by the references' n-grams: divide the "
+                "clipped matches by the hypothesis's own n-grams",
+                bleu_reference(corpus, longest_total=True),
+            ),
+            (
+                "each distinct n-gram of a hypothesis counted once: count every "
+                "occurrence, Counter(n-grams), and clip it to the references",
+                bleu_reference(corpus, distinct=True),
+            ),
+            (
+                "r was chosen once for the corpus, the reference set whose total "
+                "length is closest to c: choose it per sentence, the closest "
+                "reference's length (the shorter on a tie), and sum those",
+                bleu_reference(corpus, corpus_r=True),
+            ),
         ):
             if math.isclose(got, value, abs_tol=1e-4):
                 raise ExerciseError(
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
+    _bleu_empty(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -61,7 +62,20 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
     interleaved = x + ref.attn.proj(y.transpose(1, 2).reshape(B, T, C))
     post = ref.norm1(x + attn(x))
     a = x + attn(ref.norm1(x))
+    n1 = ref.norm1(x)
+    from_normed, n2 = n1 + attn(n1), ref.norm2(n1 + attn(n1))
+    normed = "each residual starts from the normalised input: x + sublayer(norm(x)), "
     return (
+        (n2 + mlp(n2), normed + "the norm on the sublayer's input only"),
+        (
+            from_normed + mlp(ref.norm2(from_normed)),
+            normed.replace("each", "the attention's") + "the norm on its input only",
+        ),
+        (
+            x + attn(ref.norm1(x)) + mlp(ref.norm2(x)),
+            "the two sublayers run in parallel on x: the MLP reads the attention's "
+            "result, a = x + attn(norm1(x)), then a + mlp(norm2(a))",
+        ),
         (
             _block_with(ref, x, scale=8.0),
             f"scores divided by sqrt(64) = 8, a head width of its own: divide by "
@@ -177,6 +191,12 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             ),
             "the mask is inverted: query t kept the keys j >= t (triu()); keep j <= "
             "t, the lower triangle (tril()), and hide the keys after t (triu(1))",
+        ),
+        (
+            _block_with(ref, x, weights=lambda s, k: s.softmax(-1) * k),
+            "the mask was applied after the softmax: the later keys still count in "
+            "its sum, so the weights depend on them; hide them in the scores first, "
+            "masked_fill(hide, float('-inf')), then take the softmax",
         ),
         (
             _block_with(ref, x, weights=lambda s, k: s.masked_fill(~k, 0).softmax(-1)),
@@ -406,6 +426,7 @@ def check_kv_cache(cls: type) -> str:
     last = F.scaled_dot_product_attention(q[:, :, -1:], keys, values)
     compare("attention of the last token over the cache", last, full[:, :, -1:])
     _kv_cache_apart(cls, cache, total)
+    _kv_dtype(cls)
     return "a prompt of 4 tokens, then 1, 1, 3 and 40: keys, values and length match"
 
 
@@ -426,6 +447,13 @@ def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:
             f"after {total} tokens update returned {keys.size(2)} positions: a "
             "preallocated buffer is returned up to its length, buffer[:, :, :length]"
         )
+    n = keys.size(2) if isinstance(keys, Tensor) and keys.dim() == 4 else total
+    if n < total and is_close(keys, want_k[:, :, :n]):
+        raise ExerciseError(
+            f"after {total} tokens update returned the first {n} keys only: a "
+            f"buffer of {n} places dropped the rest; a cache takes any number of "
+            "tokens, with no fixed capacity: torch.cat along dim 2"
+        )
 
 
 def _kv_cache_apart(cls: type, cache, total: int) -> None:
@@ -445,6 +473,22 @@ def _kv_cache_apart(cls: type, cache, total: int) -> None:
             f"a second cache changed the first one's length ({cache.length}, "
             f"expected {total}): the caches share state; create it in __init__"
         )
+
+
+def _kv_dtype(cls: type) -> None:
+    """A cache given float64 keys and values returns them in float64, as given."""
+    g = torch.Generator().manual_seed(1)
+    cache = cls()
+    for t in (3, 1):
+        k, v = (torch.randn(1, 2, t, 4, generator=g, dtype=torch.float64) for _ in "kv")
+        keys, values = cache.update(k, v)
+    for name, got in (("keys", keys), ("values", values)):
+        if isinstance(got, Tensor) and got.dtype != torch.float64:
+            raise ExerciseError(
+                f"given float64 keys and values, update returned {name} in {got.dtype}"
+                ": store them as given (no .float(), no buffer of another dtype), "
+                "in the model's dtype"
+            )
 
 
 # 14 · attention in tiles with an online softmax ---------------------------------------
@@ -502,22 +546,26 @@ def _online_softmax(
     m0=None,
     inverted=False,
     stride=None,
+    tile_max=False,
+    p_old=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
     each block `short` keys short, the running max started at m0, not -inf, the
     factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
-    a block starting every `stride` keys (overlapping when stride < block)."""
+    a block starting every `stride` keys (overlapping when stride < block), the block's
+    own max taken for the running one, p = exp(s - m_old) with the old max."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), stride or block):
         end = s + block - short
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        m_new = scores.amax(-1, keepdim=True) if tile_max else m_new
         factor = (m - m_new).exp()
         if inverted:
             factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
-        p = (scores - m_new).exp()
+        p = (scores - (torch.where(m.isneginf(), m_new, m) if p_old else m_new)).exp()
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
         m = m_new
@@ -578,6 +626,13 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
     slips.append((dict(m0=0.0), "the running max started at 0, not -inf: when every "
                   "score of a row is far below 0, exp(score - 0) underflows and ell "
                   "stays 0; start m at -inf (torch.full(..., -math.inf))"))  # fmt: skip
+    slips.append((dict(tile_max=True), "the running maximum became the block's own "
+                  "max: when a block's scores fall far below the earlier ones, "
+                  "exp(m_old - m_block) overflows; m_new = max(m_old, the block's "
+                  "max), which never decreases"))  # fmt: skip
+    slips.append((dict(p_old=True), "p = exp(s - m_old) used the old maximum: compute "
+                  "m_new = max(m_old, the block's max) first, then p = exp(s - m_new)"
+                  ", the m_new that rescales ell and out"))  # fmt: skip
     if block > 1:  # with block 1, the slice is empty and amax raises
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
@@ -656,6 +711,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     got = fn(*mine, block)
                 except (IndexError, RuntimeError) as e:
                     _widths_mixed(e, q, v, block)
+                    _keepdim_lost(e, q, block)
                     if "non-zero size" not in str(e):
                         raise
                     raise ExerciseError(
@@ -723,6 +779,19 @@ def _float32_work(got: Tensor, want: Tensor, block: int) -> None:
             f"up to {err:.1e}): was the work done in float32 (.float()) and cast "
             "back? q is float64: keep its dtype throughout"
         )
+
+
+def _keepdim_lost(error: Exception, q: Tensor, block: int) -> None:
+    """A size mismatch between T_q and H: a row statistic (..., T_q) lost the axis
+    that lines it up with the scores (..., T_q, block)."""
+    sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(error))}
+    if "must match" in str(error) and sizes == {q.size(-2), q.size(-3)}:
+        raise ExerciseError(
+            f"block={block}: RuntimeError ({str(error).splitlines()[0]}): a running "
+            f"statistic of shape (B, H, T_q) = {tuple(q.shape[:-1])} met the scores "
+            f"(B, H, T_q, block): the max (or the sum) lost its last axis; keep it, "
+            "s.max(-1, keepdim=True), or line it up, m[..., None]"
+        ) from None
 
 
 def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
@@ -826,6 +895,14 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             for k in range(n)
         ]
     )
+    for square in (lengths[:, None] ** 2, lengths[None, :] ** 2):
+        one = torch.stack([(dots / square).diagonal(k).mean() for k in range(n)])
+        if got.shape == want.shape and torch.allclose(got, one, atol=1e-9):
+            raise ExerciseError(
+                "each dot product a.b was divided by one row's length squared, "
+                "|a|^2: the cosine divides by both lengths, a.b / (|a| |b|) (or "
+                "normalise every row first, F.normalize(table, dim=1))"
+            )
     if got.shape == want.shape and torch.allclose(got, ratio, atol=1e-9):
         raise ExerciseError(
             "the mean dot product was divided by the mean product of the lengths: "
@@ -892,7 +969,23 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
     }
     for name, table in tables.items():
         table = table.double()
-        got = fn(table.clone())
+        given = table.clone()
+        try:
+            got = fn(given)
+        except RuntimeError as e:
+            if "tensor a (0)" not in str(e) and "tensor b (0)" not in str(e):
+                raise
+            raise ExerciseError(
+                f"{name}: RuntimeError ({str(e).splitlines()[0]}): an empty slice: "
+                "at k = 0, table[:-k] is table[:0] (-0 is 0), no rows; slice "
+                "table[:N - k] and table[k:]"
+            ) from None
+        if not torch.equal(given, table):
+            raise ExerciseError(
+                f"{name}: the caller's table was changed in place (table /= ..., or "
+                "an in-place op): compute new tensors, F.normalize(table, dim=1), and "
+                "leave the table as it was"
+            )
         if isinstance(got, Tensor):
             _wrong_distance(table, got)
         compare(name, got, _by_distance(table), atol=1e-9)

@@ -4,6 +4,7 @@ GeGLU. Written by hand."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -215,6 +216,14 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
         try:
             got = _without_enable_gqa(fn, *given)
         except RuntimeError as e:
+            sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(e))}
+            if n_kv > 2 and sizes == {4, n_kv * n_kv}:
+                raise ExerciseError(
+                    f"{name}: RuntimeError ({str(e).splitlines()[0]}): k and v were "
+                    f"repeated by H_kv = {n_kv}, giving {n_kv * n_kv} heads: the "
+                    f"factor is H // H_kv = {4 // n_kv}, so that the H_kv heads become "
+                    "H, repeat_interleave(H // H_kv, dim=1)"
+                ) from None
             if n_kv == 4 or "must match the size" not in str(e):
                 raise
             _one_not_repeated(fn, name, q, k, v, e)
@@ -324,6 +333,13 @@ def _geglu_width_hints() -> list[tuple[Callable[[int], int], str]]:
             lambda d: 8 * math.ceil(8 * d / 3 / 8),
             f"a multiple of 8, as the library's SwiGLU: this one {up}",
         ),
+        (
+            lambda d: 64 * math.ceil(8 * round(8 * d / 3 / 8) / 64),
+            "8 * d_model / 3 was first rounded to the nearest multiple of 8, as the "
+            "library's SwiGLU does, then up to 64: 66.7 (d_model 25) becomes 64 and "
+            "stays 64; round 8 * d_model / 3 itself up, 64 * math.ceil(8 * d_model / "
+            "3 / 64) = 128",
+        ),
     ]
 
 
@@ -341,15 +357,15 @@ def _check_geglu_width(cls: type) -> None:
             "nn.Linear named gate, up and proj (not one fused gate_up), so that the "
             "weights load by name"
         )
-    for d in (24, 40, 50):
+    for d in (24, 40, 50, 25):  # 25: 8 * 25 / 3 = 66.7 rounds to 64 but up to 128
         if (got := width(d)) == (want := _geglu_width(d)):
             continue
-        seen = tuple(width(e) for e in (24, 40, 50, 100))
+        seen = tuple(width(e) for e in (24, 40, 50, 100, 25))
         hint = next(
             (
                 h
                 for rule, h in _geglu_width_hints()
-                if seen == tuple(map(rule, (24, 40, 50, 100)))
+                if seen == tuple(map(rule, (24, 40, 50, 100, 25)))
             ),
             f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
         )

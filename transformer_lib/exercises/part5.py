@@ -32,10 +32,22 @@ def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Ten
     return xs, ys, torch.block_diag(*blocks).bool()  # (T, T), True = may attend
 
 
-def _wrong_pack_mask(call: str, got, want: Tensor) -> None:
+def _wrong_pack_mask(call: str, got, want: Tensor, pairs: list = ()) -> None:
     """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
     if not (isinstance(got, Tensor) and got.shape == want.shape):
         return
+    if pairs:  # every block as long as the first pair's inputs
+        first = len(pairs[0][0]) - 1
+        t = torch.arange(len(want))
+        same = (t[:, None] // first) == (t[None, :] // first)
+        lengths = [len(ids) - 1 for ids, _ in pairs]
+        wrong = same & same.tril()
+        if not torch.equal(wrong, want) and torch.equal(got.bool(), wrong):
+            raise ExerciseError(
+                f"{call}: the attention mask's blocks all have the first pair's "
+                f"length, {first}: each pair's block is as long as its own inputs, "
+                f"len(ids) - 1, here {lengths}"
+            )
     if got.is_floating_point() and ((got == 0) | got.isneginf()).all():
         raise ExerciseError(
             f"{call}: the attention mask is an additive one (0 and -inf, dtype "
@@ -109,9 +121,24 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
     """One case of check_pack_pairs."""
     call = f"pack_pairs({pairs})"
     want_x, want_y, want_mask = _pack_reference(pairs)
-    got = fn([(list(ids), n) for ids, n in pairs])
+    given = [(list(ids), n) for ids, n in pairs]
+    got = fn(given)
+    for k, ((ids, _), (now, _)) in enumerate(zip(pairs, given), 1):
+        if now != list(ids):
+            raise ExerciseError(
+                f"{call}: the caller's pairs changed, pair {k}'s ids became {now}: "
+                "read them (ids[:-1], ids[1:]) without pop(), append() or another "
+                "in-place edit; the caller may use the pairs again"
+            )
     if not (isinstance(got, tuple) and len(got) == 3):
         raise ExerciseError(f"{call}: expected (inputs, targets, mask)")
+    for what, part in (("inputs", got[0]), ("targets", got[1])):
+        if not isinstance(part, list):
+            raise ExerciseError(
+                f"{call}: {what} is a {type(part).__name__}, the docstring asks for "
+                "a list of ints: join the pairs' ids as lists (torch.tensor makes "
+                "one where it is needed)"
+            )
     x, y, mask = list(got[0]), list(got[1]), got[2]
     if len(x) == len(want_x) + len(pairs) - 1 or len(y) == len(want_y) + 1:
         raise ExerciseError(
@@ -146,7 +173,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             else:
                 what = f"{g}, expected {w}"
             raise ExerciseError(f"{call}: target {t} is {what}")
-    _wrong_pack_mask(call, mask, want_mask)
+    _wrong_pack_mask(call, mask, want_mask, pairs)
     _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
 
@@ -247,6 +274,13 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             ),
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
             "(alpha / r) B A": _merged_weights(model, names, 1.0, base=False),
+            "W + (alpha / r) (B A)^T, the update transposed (its shape fits a square "
+            "layer only): W is (out, in) as B A is, W += (alpha / r) B A": {
+                name: layer.base.weight + layer.delta_weight().T
+                for name in names
+                if (layer := model.get_submodule(name)).base.weight.size(0)
+                == layer.base.weight.size(1)
+            },
         }
     merged = names[1]  # one layer merged already, as after an evaluation
     with torch.no_grad():
@@ -371,6 +405,12 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             (dpo - 0.3 * torch.div(pc, n, rounding_mode="floor")).mean(),
             "the NLL per token was floor-divided (//): divide with /, "
             "policy_chosen / chosen_tokens",
+        ),
+        (
+            (dpo - 0.3 * torch.div(pc, n, rounding_mode="trunc")).mean(),
+            "the NLL per token was divided as integers, rounded toward 0 "
+            "(rounding_mode='trunc', or int()): divide with /, policy_chosen / "
+            "chosen_tokens",
         ),
         (
             (dpo - 0.3 * pc).mean(),
