@@ -70,10 +70,11 @@ def test_without_check_it_tidies_in_place(untidy, capsys):
     assert again.value.code == 0
 
 
-def test_a_cell_the_book_folds_is_folded_in_jupyter_too():
+@pytest.mark.parametrize("tag", ["hide-input", "remove-input"])
+def test_a_cell_the_book_folds_is_folded_in_jupyter_too(tag):
     cell = {
         "cell_type": "code",
-        "metadata": {"tags": ["hide-input"]},
+        "metadata": {"tags": [tag]},
         "source": ["x = 1"],
     }
     tidy_notebooks.tidy_cell(cell)

@@ -9,8 +9,9 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
   `mystnb.image.alt`, which the book puts on the image) unless it has alt text already,
   and a numbered caption with the same text (`mystnb.figure.caption`; the Chinese
   edition puts the translated title there);
-- a code cell the book folds (tag `hide-input`) is folded in JupyterLab and Notebook 7
-  too (`jupyter.source_hidden`), so the plumbing stays off the path where learners run.
+- a code cell whose code the book folds or leaves out (tag `hide-input` or
+  `remove-input`) is folded in JupyterLab and Notebook 7 too (`jupyter.source_hidden`),
+  so the plumbing stays off the path where learners run.
 `--check` exits 1 if any notebook would change.
 """
 
@@ -66,7 +67,7 @@ def tidy_cell(cell: dict) -> None:
     if cell["cell_type"] != "code":
         return
     _set_alt(cell)
-    if "hide-input" in cell["metadata"].get("tags", []):
+    if {"hide-input", "remove-input"} & set(cell["metadata"].get("tags", [])):
         cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
     lines = "".join(cell["source"]).splitlines(keepends=True)
     text = "".join(lines).strip()
