@@ -64,7 +64,7 @@ def test_notebook_markdown_renders_in_jupyter_and_colab(path):
     its diagrams are at the repository's raw address (tools/repo_images.py), which
     the book rewrites to the files themselves."""
     sys.path.insert(0, str(ROOT / "tools"))
-    from repo_images import raw_prefix
+    from repo_images import SVG_QUERY, raw_prefix
 
     text = "\n".join(markdown_of(path))
     boxes = MYST_BOX.findall(text)
@@ -73,7 +73,11 @@ def test_notebook_markdown_renders_in_jupyter_and_colab(path):
     )
     for src in IMAGE_SRC.findall(text):
         assert src.startswith(raw_prefix()), f"{path.name}: {src} is not on Colab"
-        assert (ROOT / src.removeprefix(raw_prefix())).is_file(), f"{path.name}: {src}"
+        file, _, query = src.removeprefix(raw_prefix()).partition("?")
+        assert (ROOT / file).is_file(), f"{path.name}: {src}"
+        # GitHub serves a raw SVG as text/plain unless asked to sanitise it
+        svg = file.endswith(".svg")
+        assert ("?" + query == SVG_QUERY) == svg, f"{path.name}: {src}"
 
 
 def markdown_of(path: Path) -> list[str]:
