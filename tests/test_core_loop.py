@@ -91,3 +91,36 @@ def test_the_saved_translator_holds_the_best_and_the_last_weights(tmp_path):
     for flag, want in ((True, best), (False, last)):
         got = load_translator(tmp_path / "t.pt", best=flag)[0].state_dict()
         assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_saved_translator_is_replaced_only_on_purpose_and_in_one_step(
+    tmp_path, monkeypatch
+):
+    """save_translator refuses to overwrite; with replace=True (a restart) the new file
+    takes the old one's place in one step: if writing fails, the old one is intact."""
+    import pytest
+
+    from transformer_lib import files
+    from transformer_lib.translator import TranslatorRun, save_translator
+
+    cfg, data = test_mt_train._tiny_translator_data()
+    model = Transformer(data["model_config"])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    run = TranslatorRun(best_model=state, recent_models=[state])
+    path = tmp_path / "t.pt"
+    save_translator(path, model, run, cfg, data)
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="already holds a trained translator"):
+        save_translator(path, model, run, cfg, data)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(files.os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_translator(path, model, run, cfg, data, replace=True)
+    assert path.read_bytes() == before  # the old model, whole
+    monkeypatch.undo()
+    run.history = [{"epoch": 1}]
+    save_translator(path, model, run, cfg, data, replace=True)
+    assert path.read_bytes() != before

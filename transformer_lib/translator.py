@@ -222,10 +222,13 @@ def train_loop(model, train: list, valid: list, cfg, log=print) -> TranslatorRun
 CHECKPOINT_FORMAT = "transformer_lib.translator/1"  # the kind of file, inside it
 
 # %% ../notebooks/09_training_a_translator.ipynb #tr09-save
-def save_translator(path, model: Transformer, run: TranslatorRun, cfg, data: dict):
+def save_translator(
+    path, model: Transformer, run: TranslatorRun, cfg, data: dict, replace=False
+):
     """Write the model, its tokenizers, settings and run to `path`, all or nothing
-    (`atomic_write`); an existing file is never replaced (FileExistsError says so)."""
-    if Path(path).exists():
+    (`atomic_write`). An existing file is replaced only with replace=True, in one step:
+    a crash leaves the old file whole; otherwise FileExistsError says so."""
+    if Path(path).exists() and not replace:
         raise FileExistsError(
             f"{path} already holds a trained translator: load it, delete it, or "
             "save under another name"
@@ -269,8 +272,8 @@ def train_translator(
     model = Transformer(data["model_config"]).to(device)
     log = print if progress else (lambda *_: None)
     run = train_loop(model, data["train"], data["valid"], cfg, log)
-    Path(path).unlink(missing_ok=True)  # existing="restart": replaced on purpose
-    save_translator(path, model, run, cfg, data)
+    # existing="restart": the old file is replaced on purpose, in one step
+    save_translator(path, model, run, cfg, data, replace=existing == "restart")
     return model, data, run.history
 
 # %% ../notebooks/09_training_a_translator.ipynb #dbe721ea
