@@ -4078,3 +4078,18 @@ def test_three_unlikely_slips_named_latin1_transposed_update_trunc_division():
         return (dpo - alpha * torch.div(pc, n, rounding_mode="trunc")).mean()
 
     fails(ex.check_dpo_nll_loss, trunc, "divided as integers, rounded toward 0")
+
+
+# Read 8 (an expert reader) tried a BPE encoder that merges the pair of smallest ids,
+# min(pairs), and was told it merged the leftmost pair: on the first text the two agree.
+def test_bpe_encode_smallest_pair_ids_first_is_named_not_leftmost():
+    fails(
+        ex.check_bpe_encode,
+        lambda t, m: ex.part1._bpe_encode_variant(t, m, "smallest"),
+        r"merges the pair of smallest ids first",
+    )
+    fails(
+        ex.check_bpe_encode,
+        lambda t, m: ex.part1._bpe_encode_variant(t, m, "leftmost"),
+        r"merges the leftmost",
+    )

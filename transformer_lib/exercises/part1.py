@@ -238,7 +238,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     first), `frequent` (the most frequent known pair first), `chars` (ord, not
     bytes), `offset` and `low` (merge k gets the id 257 + k or 255 + k), `once` (one
     merge per chunk), `highest` (the last-learnt pair first), `onepass` (only the
-    pairs found at the start), `latin1` (Latin-1 bytes)."""
+    pairs found at the start), `latin1` (Latin-1 bytes), `smallest` (the pair of
+    smallest ids first, min(pairs) without the ranks)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
@@ -264,6 +265,8 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 pair = max(known, key=known.count)
             elif how == "highest":
                 pair = max(known, key=ranks.get)
+            elif how == "smallest":  # min over the pairs themselves, not their ranks
+                pair = min(known)
             else:
                 pair = min(known, key=ranks.get)
             ids = merge(ids, pair, ranks[pair] + (how == "offset") - (how == "low"))
@@ -296,6 +299,8 @@ _BPE_MISTAKES = {
     "CHUNK_PATTERN, whose chunks keep the space before each word",
     "latin1": "encodes the text as Latin-1, not UTF-8: ids 0-255 are UTF-8 bytes, "
     "chunk.encode() (utf-8) gives them",
+    "smallest": "merges the pair of smallest ids first (min over the pairs): take the "
+    "pair of lowest rank, learnt first, min(pairs, key=ranks.get)",
 }
 
 
@@ -323,6 +328,10 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
         if got == want:
             continue
         hows = [h for h in _BPE_MISTAKES if got == _bpe_encode_variant(text, merges, h)]
+        for other in _BPE_TEXTS if len(hows) > 1 else []:  # the others may tell them
+            out = [int(i) for i in fn(other, list(merges))]
+            same = [h for h in hows if out == _bpe_encode_variant(other, merges, h)]
+            hows = same or hows
         if hows == ["leftmost", "frequent"]:  # this text cannot tell them apart
             raise ExerciseError(
                 f"{call} merges the leftmost or the most frequent known pair first: "
