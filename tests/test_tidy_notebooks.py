@@ -82,3 +82,15 @@ def test_a_cell_the_book_folds_is_folded_in_jupyter_too(tag):
     shown = {"cell_type": "code", "metadata": {}, "source": ["x = 1"]}
     tidy_notebooks.tidy_cell(shown)
     assert "jupyter" not in shown["metadata"]
+
+
+def test_every_notebook_is_valid_nbformat():
+    """nbconvert refuses a notebook the schema rejects (two equal tags, for one), so the
+    Colab check and `make execute` would stop on it; nbval does not validate."""
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted(root.glob("notebooks/*.ipynb")) + sorted(
+        root.glob("zh/notebooks/*.ipynb")
+    ):
+        nbformat.validate(nbformat.read(path, as_version=4))
