@@ -358,6 +358,9 @@ def check_gpt_block(cls: type) -> str:
             for variant, hint in _block_hints(ref, x):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
+    from transformer_lib.exercises.part2 import _no_dropout
+
+    _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
@@ -370,15 +373,25 @@ def check_kv_cache(cls: type) -> str:
     length + T, D) each, the new ones after the stored ones."""
     g = torch.Generator().manual_seed(0)
     cache = cls()
+    try:
+        fresh = cache.length
+    except Exception as e:
+        raise ExerciseError(
+            f"a fresh cache's .length raised {type(e).__name__} ({e}): before any "
+            "update it is 0, so keep a count (or test for no keys yet)"
+        ) from None
+    if fresh != 0:
+        raise ExerciseError(f"a fresh cache's .length is {fresh!r}, expected 0")
     ks, vs, total = [], [], 0
-    for t in (4, 1, 1, 3, 40):  # a prompt of 4 tokens, generation, a long chunk
+    # a prompt of 4 tokens, generation, long chunks past 64 and 128 stored tokens
+    for t in (4, 1, 1, 3, 40, 200):
         k, v = (torch.randn(2, 3, t, 8, generator=g) for _ in range(2))
         ks.append(k)
         vs.append(v)
         total += t
         try:
             got = cache.update(k, v)
-        except RuntimeError as e:
+        except (RuntimeError, IndexError) as e:
             said = f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
             if "must match except in dimension" not in str(e):
                 raise ExerciseError(

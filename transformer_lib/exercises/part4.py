@@ -454,6 +454,9 @@ def check_geglu(cls: type) -> str:
                     "x was added to the output: MyGeGLU returns the MLP alone, "
                     "proj(gelu(gate(x)) * up(x)); the block adds the residual"
                 )
+    from transformer_lib.exercises.part2 import _no_dropout
+
+    _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyGeGLU(x)", got, want, mine, ref)
     widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
     return (
