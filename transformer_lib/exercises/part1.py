@@ -399,7 +399,8 @@ def check_tied_output(cls: type) -> str:
     if linear is not None:
         raise ExerciseError(
             f"the output layer holds an nn.Linear ({linear or 'itself'}), even with "
-            "the embedding's weight tied in: no nn.Linear; compute h @ W.T with "
+            "the embedding's weight tied in: the docstring says no nn.Linear; "
+            "compute h @ W.T with "
             "W = embedding.weight"
         )
     model.double()  # as .to(device) or .half() would: W gets new storage

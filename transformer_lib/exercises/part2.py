@@ -602,6 +602,12 @@ def check_train_step(fn: Callable) -> str:
     )
     modes: list[bool] = []  # model.training at each forward pass
     model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+    graded: list[bool] = []  # torch.is_grad_enabled() at each forward pass
+    model.register_forward_pre_hook(
+        lambda m, args: graded.append(torch.is_grad_enabled())
+    )
+    for p in model.parameters():  # stale gradients, as a loop's last step leaves
+        p.grad = torch.full_like(p, 0.01)
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
@@ -743,6 +749,17 @@ def check_train_step(fn: Callable) -> str:
                     "the loss of the model after optimizer.step(): return the loss "
                     "that was backpropagated, computed before the update, loss.item()",
                 ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.T.flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=eps,
+                    ),
+                    "the targets were flattened in another order than the logits "
+                    "(tgt_out.T, or transposed): flatten both the same way, "
+                    "logits.flatten(0, 1) (B*T, n_vocab) and tgt_out.flatten() (B*T,)",
+                ),
             )
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
@@ -756,6 +773,19 @@ def check_train_step(fn: Callable) -> str:
         for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
             if torch.allclose(p, r, atol=1e-6):
                 continue
+            if step == 1 and torch.allclose(p, r - 0.5 * 0.01, atol=1e-6):
+                raise ExerciseError(
+                    f"step 1: the loss is right but {name} moved too far: the "
+                    "gradients already in .grad (a previous step's) were added to; "
+                    "call optimizer.zero_grad() first in the step, before "
+                    "loss.backward()"
+                )
+            if torch.equal(p, b) and graded and not all(graded):
+                raise ExerciseError(
+                    f"step {step}: the weights did not change: the forward pass ran "
+                    "under torch.no_grad(), so the loss has no graph back to them; "
+                    "run the model with gradients on"
+                )
             if torch.equal(p, b) and len(stepped) == step and not stepped[-1]:
                 raise ExerciseError(
                     f"step {step}: optimizer.step() found no gradients: call it right "
