@@ -957,7 +957,7 @@ def test_tiled_attention():
                 k.narrow(-2, s, min(block, k.size(-2) - s)),
                 v[..., s : s + block, :],
             )
-            scores = torch.einsum("bhqd,bhkd->bhqk", q, kb) / math.sqrt(q.size(-1))
+            scores = torch.einsum("...qd,...kd->...qk", q, kb) / math.sqrt(q.size(-1))
             m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
             p, c = (scores - m_new).exp(), (m - m_new).exp()
             ell, out, m = c * ell + p.sum(-1, keepdim=True), c * out + p @ vb, m_new

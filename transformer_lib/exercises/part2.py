@@ -1655,6 +1655,33 @@ def _bleu_empty(fn: Callable) -> None:
         raise ExerciseError(f"every hypothesis empty: BLEU {got:.4f}, expected 0.0")
 
 
+def _bleu_short(fn: Callable) -> None:
+    """A hypothesis of 2 tokens among longer ones has no 3- or 4-grams: 0, not -1."""
+    corpus = [(list("好。"), [list("好。")])] + [
+        (list(h), [list(r) for r in refs]) for h, refs in _BLEU_CORPORA[0]
+    ]
+    want, got = _sacrebleu(corpus), float(fn(*map(list, zip(*corpus))))
+    if not math.isclose(got, want, abs_tol=1e-4):
+        raise ExerciseError(
+            f"a hypothesis of 2 tokens with a longer one: BLEU {got:.4f}, expected "
+            f"{want:.4f}: a hypothesis of length L has max(L - n + 1, 0) n-grams, "
+            "never a negative count (2 - 4 + 1 = -1 4-grams is 0)"
+        )
+
+
+def _bleu_untouched(fn: Callable) -> None:
+    """fn leaves the caller's lists as they were (no sort or append in place)."""
+    corpus = [(list(h), [list(r) for r in refs]) for h, refs in _BLEU_CORPORA[1]]
+    hyps, refs = [h for h, _ in corpus], [r for _, r in corpus]
+    before = copy.deepcopy((hyps, refs))
+    fn(hyps, refs)
+    if (hyps, refs) != before:
+        raise ExerciseError(
+            "the caller's hypotheses or references changed (sorted or extended in "
+            "place?): BLEU only reads them; sort a copy, sorted(refs, key=len)"
+        )
+
+
 def _sacrebleu(corpus, smooth_method: str = "none") -> float:
     """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists, unsmoothed
     unless smooth_method says otherwise (a zero precision gives 0)."""
@@ -1857,8 +1884,15 @@ def check_corpus_bleu(fn: Callable) -> str:
                 raise ExerciseError(
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
+        if any(got == round(want, d) for d in range(4)):
+            raise ExerciseError(
+                f"corpus {k}: BLEU {got:g}, expected {want:.4f}: the score was "
+                "rounded; return it as it is (round only to print it)"
+            )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
     _bleu_empty(fn)
+    _bleu_short(fn)
+    _bleu_untouched(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "

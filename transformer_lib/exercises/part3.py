@@ -773,11 +773,33 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     "keys (the maximum first, then the sums)? The online softmax "
                     "reads each block once, rescaling ell and out as the maximum grows"
                 )
+    _tiled_3d(fn, q, k, v)
     return (
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
         "scores above 1000 and far below 0, later blocks' scores far above the "
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
+    )
+
+
+def _tiled_3d(fn: Callable, q: Tensor, k: Tensor, v: Tensor) -> None:
+    """q, k, v of one head, (T, D) with no batch or head dims: the docstring's
+    (..., T_q, D)."""
+    q, k, v = q[0, 0], k[0, 0], v[0, 0]
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), 4)
+    except (ValueError, IndexError, RuntimeError) as e:
+        raise ExerciseError(
+            f"q, k, v of shape {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} "
+            f"(no batch or head dims): {type(e).__name__} ({str(e).splitlines()[0]})"
+            ": the inputs are (..., T, D), any leading dims; index from the end "
+            "(q.shape[-2], k[..., s : s + block, :]), not B, H, T, D = q.shape"
+        ) from None
+    compare(
+        "q, k, v of shape (T, D), block=4",
+        got,
+        F.scaled_dot_product_attention(q, k, v),
+        atol=1e-9,
     )
 
 
