@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -4093,3 +4094,150 @@ def test_bpe_encode_smallest_pair_ids_first_is_named_not_leftmost():
         lambda t, m: ex.part1._bpe_encode_variant(t, m, "leftmost"),
         r"merges the leftmost",
     )
+
+
+# The tenth blind review: the wrong answers that passed (dropout kept in training mode,
+# stale gradients, a BLEU that sorts the caller's lists or counts -1 n-grams, a
+# 4-D-only tiled attention, a fixed-size KV cache) and the answers it misnamed.
+def _dropped(cls):
+    """cls with dropout 0.1 on its output in training mode."""
+
+    class Dropped(cls):
+        def forward(self, *args, **kwargs):
+            return F.dropout(super().forward(*args, **kwargs), 0.1, self.training)
+
+    return Dropped
+
+
+def test_review10_dropout_in_training_mode_is_refused():
+    for nb, name, check in (
+        ("05", "MyMultiHeadAttention", ex.check_multi_head_attention),
+        ("12", "MyBlock", ex.check_gpt_block),
+        ("16", "MyGeGLU", ex.check_geglu),
+    ):
+        fails(check, _dropped(getattr(solution(nb), name)), "in training mode")
+
+
+def test_review10_kv_cache_fresh_length_and_no_fixed_capacity():
+    base = solution("12").MyKVCache
+
+    class Lazy(base):
+        def __init__(self):
+            self.keys = self.values = None
+
+        @property
+        def length(self):
+            return self.keys.size(2)
+
+    fails(ex.check_kv_cache, Lazy, r"a fresh cache's \.length raised")
+
+    class Fixed:
+        def __init__(self):
+            self.length, self.k = 0, None
+
+        def update(self, k, v):
+            if self.k is None:
+                self.k = k.new_zeros(*k.shape[:2], 64, k.size(3))
+                self.v = v.new_zeros(*v.shape[:2], 64, v.size(3))
+            t = k.size(2)
+            self.k[:, :, self.length : self.length + t] = k
+            self.v[:, :, self.length : self.length + t] = v
+            self.length += t
+            return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    fails(ex.check_kv_cache, Fixed, "no fixed capacity")
+
+
+def test_review10_train_step_stale_gradients_no_grad_and_transposed_targets():
+    def late_zero(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        loss = F.cross_entropy(
+            model(src, tgt_in).flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    fails(ex.check_train_step, late_zero, r"gradients already in \.grad")
+
+    def no_grad(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        opt.zero_grad()
+        with torch.no_grad():
+            logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).requires_grad_(),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    fails(ex.check_train_step, no_grad, r"under torch\.no_grad\(\)")
+
+    def transposed(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        opt.zero_grad()
+        loss = F.cross_entropy(
+            model(src, tgt_in).flatten(0, 1),
+            tgt_out.T.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    fails(ex.check_train_step, transposed, "flattened in another order")
+
+
+def test_review10_bleu_untouched_clamped_and_not_rounded():
+    right = solution("11").my_corpus_bleu
+
+    def sorts(hyps, refs):
+        for rs in refs:
+            rs.sort(key=len, reverse=True)
+        return right(hyps, refs)
+
+    fails(ex.check_corpus_bleu, sorts, "the caller's hypotheses or references changed")
+    fails(ex.check_corpus_bleu, lambda h, r: round(right(h, r), 1), "was rounded")
+
+    def unclamped(hyps, refs):  # len(h) - n + 1 n-grams, -1 for 2 tokens and n = 4
+        def grams(t, n):
+            return Counter(tuple(t[i : i + n]) for i in range(len(t) - n + 1))
+
+        match, total, c, r = [0] * 4, [0] * 4, 0, 0
+        for h, rs in zip(hyps, refs):
+            c += len(h)
+            r += min((abs(len(x) - len(h)), len(x)) for x in rs)[1]
+            for n in range(1, 5):
+                most = Counter()
+                for x in rs:
+                    most |= grams(x, n)
+                match[n - 1] += sum((grams(h, n) & most).values())
+                total[n - 1] += len(h) - n + 1
+        if min(match) == 0:
+            return 0.0
+        bp = 1.0 if c > r else math.exp(1 - r / c)
+        return (
+            100 * bp * math.exp(sum(math.log(m / t) for m, t in zip(match, total)) / 4)
+        )
+
+    fails(ex.check_corpus_bleu, unclamped, r"max\(L - n \+ 1, 0\)")
+
+
+def test_review10_tiled_attention_takes_any_leading_dims():
+    right = solution("14").my_tiled_attention
+
+    def four_d(q, k, v, block):
+        B, H, T, D = q.shape
+        return right(q, k, v, block)
+
+    fails(ex.check_tiled_attention, four_d, r"not B, H, T, D = q\.shape")
+
+
+def test_review10_tied_output_stub_says_no_linear():
+    assert "No nn.Linear" in stubs("02")["MyTiedOutput"].__doc__
