@@ -4241,3 +4241,28 @@ def test_review10_tiled_attention_takes_any_leading_dims():
 
 def test_review10_tied_output_stub_says_no_linear():
     assert "No nn.Linear" in stubs("02")["MyTiedOutput"].__doc__
+
+
+def test_review10_alibi_in_place_swapped_and_slope_slips_named():
+    right = solution("04").my_alibi_attention
+
+    def in_place(q, k, v, slopes):
+        q *= 2  # the caller's q changed, the result right
+        return right(q / 2, k, v, slopes)
+
+    fails(ex.check_alibi_attention, in_place, "q was changed in place")
+    fails(
+        ex.check_alibi_attention,
+        lambda q, k, v, s: right(q, k, v, s)[::-1],
+        r"came back as \(weights, output\)",
+    )
+    for wrong, message in (
+        (lambda s: s * 0, "no penalty at all"),
+        (lambda s: s.mean().expand(len(s)), "the slopes' mean"),
+        (lambda s: s.flip(0), "the slopes were reversed"),
+    ):
+        fails(
+            ex.check_alibi_attention,
+            lambda q, k, v, s, wrong=wrong: right(q, k, v, wrong(s)),
+            message,
+        )

@@ -735,6 +735,20 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
         w, alibi_reference(q, k, v, slopes[:1].expand(len(slopes)))[1]
     ):
         return "every head used slopes[0]: head h subtracts slopes[h] * (i - j)"
+    for wrong, message in (
+        (slopes * 0, "no penalty at all: subtract slopes[h] * (i - j) from the scores"),
+        (
+            slopes.mean().expand(len(slopes)),
+            "every head used one slope, the slopes' mean: head h subtracts its own "
+            "slopes[h] * (i - j)",
+        ),
+        (
+            slopes.flip(0),
+            "the slopes were reversed: head 0 takes slopes[0] = 1/2, the steepest",
+        ),
+    ):
+        if len(slopes) > 1 and is_close(w, alibi_reference(q, k, v, wrong)[1]):
+            return message
     T = w.size(-1)
     diagonal = w[..., range(T), range(T)]
     if ((diagonal == 0) | diagonal.isnan()).all():
@@ -777,8 +791,9 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
         q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
         v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
         slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
+        mine = q.clone(), k.clone(), v.clone(), slopes.clone()
         try:
-            got = fn(q, k, v, slopes)
+            got = fn(*mine)
         except RuntimeError as e:
             if "must match the size" not in str(e):
                 raise
@@ -787,9 +802,26 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
                 "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
                 "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
             ) from None
+        for name, given, kept in zip(
+            ("q", "k", "v", "slopes"), (q, k, v, slopes), mine
+        ):
+            if not torch.equal(given, kept):
+                raise ExerciseError(
+                    f"{name} was changed in place (q /= ...?): the caller's {name} "
+                    f"must stay as it was; write {name} / ... into a new tensor"
+                )
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("return a pair (output, weights)")
         out, w = got
+        if (
+            isinstance(out, Tensor)
+            and out.shape == (B, H, T, T)
+            and getattr(w, "shape", None) == (B, H, T, 3)
+        ):
+            raise ExerciseError(
+                "the pair came back as (weights, output): return (output, weights), "
+                "the output first"
+            )
         want_out, want_w = alibi_reference(q, k, v, slopes)
         hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
         if hint:
