@@ -4266,3 +4266,20 @@ def test_review10_alibi_in_place_swapped_and_slope_slips_named():
             lambda q, k, v, s, wrong=wrong: right(q, k, v, wrong(s)),
             message,
         )
+
+
+def test_review10_weights_added_and_mask_as_value_named():
+    class AddsWeights(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[1]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, AddsWeights, r"\[1\] is the weights")
+
+    class MaskAsValue(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            x = x + self.cross_attn(self.norm2(x), memory, memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, MaskAsValue, "the mask went in as value")

@@ -36,15 +36,24 @@ def _forward(layer: nn.Module, *args) -> Tensor:
     try:
         return layer(*args)
     except ValueError as e:
-        got = re.match(r"key must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e))
-        if got is None or len(got[1].split(",")) == 3:
+        got = re.match(
+            r"(key|value) must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e)
+        )
+        if got is None or len(got[2].split(",")) == 3:
             raise
+        place = ("second", "key") if got[1] == "key" else ("third", "value")
         raise ExerciseError(
-            f"{raised(e)}: the mask went in as key, the "
-            "second argument of forward(query, key=None, value=None, mask=None): "
-            "pass it by name, self_attn(h, mask=mask)"
+            f"{raised(e)}: the mask went in as {place[1]}, the {place[0]} argument "
+            "of forward(query, key=None, value=None, mask=None): pass it by name, "
+            "self_attn(h, mask=mask), cross_attn(h, memory, memory, mask=mask)"
         ) from None
     except TypeError as e:
+        if "'NoneType'" in str(e):
+            raise ExerciseError(
+                f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn "
+                "and cross_attn return a pair (output, weights), the weights None "
+                "here: [1] is the weights; take the output, [0]"
+            ) from None
         if "'tuple'" not in str(e):
             raise
         raise ExerciseError(
