@@ -4283,3 +4283,15 @@ def test_review10_weights_added_and_mask_as_value_named():
             return x + self.ff(self.norm3(x))
 
     fails(ex.check_decoder_layer, MaskAsValue, "the mask went in as value")
+
+
+def test_review10_min_p_as_top_p_is_named():
+    def top_p(logits, min_p, generator):
+        probs = logits.softmax(-1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p >= min_p
+        sorted_p = sorted_p.masked_fill(drop, 0)
+        pick = torch.multinomial(sorted_p, 1, generator=generator)
+        return order.gather(-1, pick)[:, 0]
+
+    fails(ex.check_min_p_sampling, top_p, "the top-p set")

@@ -1034,6 +1034,22 @@ def _min_p_message(p: float, row: Tensor, drawn: Tensor, keep: Tensor) -> str | 
     return None
 
 
+def _min_p_top_p(fn: Callable) -> None:
+    """On probabilities 0.3, 0.3, 0.2, 0.2 and min_p 0.45 min-p keeps all four; top-p
+    with p = min_p keeps the first two, the argmax one: tell those apart."""
+    probs = torch.tensor([0.3, 0.3, 0.2, 0.2])
+    n = 2000
+    got = fn(probs.log().repeat(n, 1), 0.45, torch.Generator().manual_seed(0))
+    drawn = torch.bincount(torch.as_tensor(got).reshape(-1), minlength=4) > 0
+    if drawn.tolist() == [True, True, False, False]:
+        raise ExerciseError(
+            "min_p=0.45, probabilities [0.3, 0.3, 0.2, 0.2]: drew tokens 0 and 1 "
+            "only, the top-p set (the most likely until their sum reaches 0.45): "
+            "min-p keeps every token whose probability is at least min_p times the "
+            "top one, 0.135 here: all four"
+        )
+
+
 def _min_p_on_logits(fn: Callable, p: float, logits: Tensor, error: Exception) -> None:
     """Raise ExerciseError if `error` is what a threshold on the logits gives: they are
     log-probabilities here, all negative, so none passes it; the same logits + 10 (the
@@ -1091,6 +1107,8 @@ def check_min_p_sampling(fn: Callable) -> str:
                 message = _min_p_message(p, probs[row], freq > 0, keep[row])
                 if message:
                     _min_p_rows(fn, probs)
+                if message and "was drawn: sample" in message:
+                    _min_p_top_p(fn)
             if message:
                 raise ExerciseError(message)
             for t in range(5):
