@@ -4295,3 +4295,23 @@ def test_review10_min_p_as_top_p_is_named():
         return order.gather(-1, pick)[:, 0]
 
     fails(ex.check_min_p_sampling, top_p, "the top-p set")
+
+
+def test_review10_sha256_text_ignore_and_hash_of_hashes_named():
+    def text_ignore(path, chunk=2**20):
+        h = hashlib.sha256()
+        with open(path, encoding="utf-8", errors="ignore") as f:
+            while text := f.read(chunk):
+                h.update(text.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, text_ignore, "the file was read as text")
+
+    def of_hashes(path, chunk=2**20):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while b := f.read(chunk):
+                h.update(hashlib.sha256(b).digest())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, of_hashes, "a hash of hashes")

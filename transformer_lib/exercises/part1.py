@@ -102,6 +102,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "hashlib.sha256() before the loop, and h.update(chunk) for every "
                     "chunk, the digest read once at the end"
                 )
+            if got != want and got in _digest_of_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: the hash was updated with each chunk's own "
+                    "digest, a hash of hashes: update it with the chunk itself, "
+                    "h.update(chunk)"
+                )
             if got == "":
                 raise ExerciseError(
                     f"a {n}-byte file: got an empty string: return h.hexdigest() of "
@@ -191,6 +197,20 @@ def _chained_digests(data: bytes) -> set[str]:
     return out
 
 
+def _digest_of_digests(data: bytes) -> set[str]:
+    """The sha256 of each chunk's digest (raw or hex), one after the other, for chunks
+    of 4 KiB to 1 MiB: a hash of the chunks' hashes, not of the file."""
+    out = set()
+    for k in (12, 13, 14, 16, 20):
+        for hexed in (False, True):
+            h = hashlib.sha256()
+            for i in range(0, len(data), 2**k):
+                d = hashlib.sha256(data[i : i + 2**k])
+                h.update(d.hexdigest().encode() if hexed else d.digest())
+            out.add(h.hexdigest())
+    return out
+
+
 def _other_digests(data: bytes) -> dict[str, str]:
     """The data's digests by algorithms other than sha256 (a slip of the name)."""
     names = ("md5", "sha1", "sha224", "sha384", "sha512", "sha3_256", "blake2b")
@@ -207,7 +227,11 @@ def _sha256_text(path: Path) -> set[str]:
     UTF-8 (bad bytes replaced or escaped) or latin-1, with and without the universal
     newlines of text mode (\r\n read as \n)."""
     texts = []
-    for encoding, errors in (("utf-8", "replace"), ("latin-1", None)):
+    for encoding, errors in (
+        ("utf-8", "replace"),
+        ("utf-8", "ignore"),
+        ("latin-1", None),
+    ):
         for newline in ("", None):  # as they are; text mode's default translation
             with open(path, encoding=encoding, errors=errors, newline=newline) as f:
                 texts.append(f.read().encode())
