@@ -90,6 +90,7 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "open(path, 'rb'), and hash the bytes it reads"
                 )
             if got != want and n and got == hashlib.sha256(b"").hexdigest():
+                _ascii_probe(fn)
                 raise ExerciseError(
                     f"a {n}-byte file: got the sha256 of no bytes at all: its last "
                     "(here its only) chunk, shorter than a full one, was dropped; "
@@ -237,7 +238,26 @@ def _sha256_text(path: Path) -> set[str]:
                 texts.append(f.read().encode())
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         texts.append(f.read().encode("utf-8", "surrogateescape"))
-    return {hashlib.sha256(text).hexdigest() for text in texts}
+    return {hashlib.sha256(text).hexdigest() for text in texts if text}
+
+
+def _ascii_probe(fn: Callable) -> None:
+    """fn gave a 1-byte file the sha256 of no bytes: if it hashes a file of one ASCII
+    byte right, it read text and dropped the bytes UTF-8 refuses (errors='ignore')."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "a.txt"
+        path.write_bytes(b"a")
+        try:
+            right = fn(path) == hashlib.sha256(b"a").hexdigest()
+        except Exception:  # noqa: BLE001 - another mistake: the caller names it
+            right = False
+    if right:
+        raise ExerciseError(
+            "a 1-byte file: got the sha256 of no bytes at all, yet a file "
+            "of one ASCII byte hashes right: the file was read as text and the bytes "
+            "UTF-8 refuses dropped (errors='ignore'); open it in binary mode, "
+            "open(path, 'rb'), and hash the bytes as they are"
+        )
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------
