@@ -4315,3 +4315,37 @@ def test_review10_sha256_text_ignore_and_hash_of_hashes_named():
         return h.hexdigest()
 
     fails(ex.check_sha256, of_hashes, "a hash of hashes")
+
+
+def _beam_slip(step, beam, max_len, eos, per_prefix=False, last=False):
+    """Beam search with one of two slips: each prefix's best tokens kept in the order
+    they were made, or the last finished sequence returned."""
+    live, done = [((), 0.0)], []
+    for _ in range(max_len):
+        grown = []
+        for prefix, score in live:
+            lp = step(prefix).tolist()
+            order = sorted(range(len(lp)), key=lambda t: -lp[t])
+            grown += [(prefix + (t,), score + lp[t]) for t in order[:beam]]
+        if not per_prefix:
+            grown.sort(key=lambda c: -c[1])
+        live = [c for c in grown[:beam] if c[0][-1] != eos]
+        done += [c for c in grown[:beam] if c[0][-1] == eos]
+        if not live:
+            break
+    best = done[-1] if last else max(done, key=lambda c: c[1])
+    return list(best[0]), best[1]
+
+
+def test_review10_beam_insertion_order_and_last_finished_named():
+    fails(
+        ex.check_beam_search,
+        lambda *a: _beam_slip(*a, per_prefix=True),
+        "in the order they were made",
+    )
+    fails(
+        ex.check_beam_search,
+        lambda *a: _beam_slip(*a, last=True),
+        r"was reached \(step\(\) saw \[1, 1\]\) but not returned",
+    )
+    assert ex.outcome(ex.check_beam_search, _beam_slip)[0] == "pass"

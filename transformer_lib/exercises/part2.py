@@ -1301,7 +1301,13 @@ def check_beam_search(fn: Callable) -> str:
     """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
     beam disagree."""
     for beam, want in ((1, [0, 0, 2]), (2, [1, 1, 2])):
-        got = fn(_toy_step, beam, 4, 2)
+        seen: set[tuple] = set()  # the prefixes step() was asked about
+
+        def step(prefix, seen=seen):
+            seen.add(tuple(int(t) for t in prefix))
+            return _toy_step(prefix)
+
+        got = fn(step, beam, 4, 2)
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens + [2] == want:
@@ -1327,6 +1333,19 @@ def check_beam_search(fn: Callable) -> str:
                     raise ExerciseError(
                         f"beam={beam}: got tokens {tokens}, expected {want}: {hint}"
                     )
+            if beam > 1 and tokens == [0, 0, 2] and (1, 1) in seen:
+                greedy = (
+                    f": {want} was reached (step() saw [1, 1]) but not returned: "
+                    "return the finished sequence of the highest score, not the "
+                    "last (or first) one to finish"
+                )
+            elif beam > 1 and tokens == [0, 0, 2] and (1,) in seen:
+                greedy = (
+                    ": the beam kept the candidates in the order they were made "
+                    "(each prefix's best tokens, the first prefix's first): pool "
+                    "every prefix's candidates, sort them by score, keep the best "
+                    "`beam`"
+                )
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
