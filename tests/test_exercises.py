@@ -4357,3 +4357,11 @@ def test_review10_mha_returning_output_and_weights_still_passes():
             return super().forward(*args, **kwargs), None
 
     assert ex.outcome(ex.check_multi_head_attention, Pair)[0] == "pass"
+
+
+def test_review10_geglu_negated_gate_named():
+    class Negated(solution("16").MyGeGLU):
+        def forward(self, x):
+            return self.proj(F.gelu(-self.gate(x)) * self.up(x))
+
+    fails(ex.check_geglu, Negated, "the gate negated")

@@ -435,6 +435,11 @@ def check_geglu(cls: type) -> str:
                     "up(x) is missing: the gate multiplies a second, linear branch",
                 ),
                 (
+                    F.gelu(-g) * u,
+                    "the GELU went on -gate(x), the gate negated: use "
+                    "gelu(gate(x)) * up(x)",
+                ),
+                (
                     F.gelu(g * u),
                     "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
                     "multiplies up(x): gelu(gate(x)) * up(x)",
