@@ -4365,3 +4365,11 @@ def test_review10_geglu_negated_gate_named():
             return self.proj(F.gelu(-self.gate(x)) * self.up(x))
 
     fails(ex.check_geglu, Negated, "the gate negated")
+
+
+def test_review10_dpo_beta_on_the_nll_named():
+    def beta_on_nll(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * beta * pc / n).mean()
+
+    fails(ex.check_dpo_nll_loss, beta_on_nll, "beta scaled the NLL too")
