@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -957,7 +958,7 @@ def test_tiled_attention():
                 k.narrow(-2, s, min(block, k.size(-2) - s)),
                 v[..., s : s + block, :],
             )
-            scores = torch.einsum("bhqd,bhkd->bhqk", q, kb) / math.sqrt(q.size(-1))
+            scores = torch.einsum("...qd,...kd->...qk", q, kb) / math.sqrt(q.size(-1))
             m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
             p, c = (scores - m_new).exp(), (m - m_new).exp()
             ell, out, m = c * ell + p.sum(-1, keepdim=True), c * out + p @ vb, m_new
@@ -4093,3 +4094,282 @@ def test_bpe_encode_smallest_pair_ids_first_is_named_not_leftmost():
         lambda t, m: ex.part1._bpe_encode_variant(t, m, "leftmost"),
         r"merges the leftmost",
     )
+
+
+# The tenth blind review: the wrong answers that passed (dropout kept in training mode,
+# stale gradients, a BLEU that sorts the caller's lists or counts -1 n-grams, a
+# 4-D-only tiled attention, a fixed-size KV cache) and the answers it misnamed.
+def _dropped(cls):
+    """cls with dropout 0.1 on its output in training mode."""
+
+    class Dropped(cls):
+        def forward(self, *args, **kwargs):
+            return F.dropout(super().forward(*args, **kwargs), 0.1, self.training)
+
+    return Dropped
+
+
+def test_review10_dropout_in_training_mode_is_refused():
+    for nb, name, check in (
+        ("05", "MyMultiHeadAttention", ex.check_multi_head_attention),
+        ("12", "MyBlock", ex.check_gpt_block),
+        ("16", "MyGeGLU", ex.check_geglu),
+    ):
+        fails(check, _dropped(getattr(solution(nb), name)), "in training mode")
+
+
+def test_review10_kv_cache_fresh_length_and_no_fixed_capacity():
+    base = solution("12").MyKVCache
+
+    class Lazy(base):
+        def __init__(self):
+            self.keys = self.values = None
+
+        @property
+        def length(self):
+            return self.keys.size(2)
+
+    fails(ex.check_kv_cache, Lazy, r"a fresh cache's \.length raised")
+
+    class Fixed:
+        def __init__(self):
+            self.length, self.k = 0, None
+
+        def update(self, k, v):
+            if self.k is None:
+                self.k = k.new_zeros(*k.shape[:2], 64, k.size(3))
+                self.v = v.new_zeros(*v.shape[:2], 64, v.size(3))
+            t = k.size(2)
+            self.k[:, :, self.length : self.length + t] = k
+            self.v[:, :, self.length : self.length + t] = v
+            self.length += t
+            return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    fails(ex.check_kv_cache, Fixed, "no fixed capacity")
+
+
+def test_review10_train_step_stale_gradients_no_grad_and_transposed_targets():
+    def late_zero(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        loss = F.cross_entropy(
+            model(src, tgt_in).flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    fails(ex.check_train_step, late_zero, r"gradients already in \.grad")
+
+    def no_grad(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        opt.zero_grad()
+        with torch.no_grad():
+            logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).requires_grad_(),
+            tgt_out.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    fails(ex.check_train_step, no_grad, r"under torch\.no_grad\(\)")
+
+    def transposed(model, opt, src, tgt_in, tgt_out, pad_id, eps):
+        opt.zero_grad()
+        loss = F.cross_entropy(
+            model(src, tgt_in).flatten(0, 1),
+            tgt_out.T.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=eps,
+        )
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    fails(ex.check_train_step, transposed, "flattened in another order")
+
+
+def test_review10_bleu_untouched_clamped_and_not_rounded():
+    right = solution("11").my_corpus_bleu
+
+    def sorts(hyps, refs):
+        for rs in refs:
+            rs.sort(key=len, reverse=True)
+        return right(hyps, refs)
+
+    fails(ex.check_corpus_bleu, sorts, "the caller's hypotheses or references changed")
+    fails(ex.check_corpus_bleu, lambda h, r: round(right(h, r), 1), "was rounded")
+
+    def unclamped(hyps, refs):  # len(h) - n + 1 n-grams, -1 for 2 tokens and n = 4
+        def grams(t, n):
+            return Counter(tuple(t[i : i + n]) for i in range(len(t) - n + 1))
+
+        match, total, c, r = [0] * 4, [0] * 4, 0, 0
+        for h, rs in zip(hyps, refs):
+            c += len(h)
+            r += min((abs(len(x) - len(h)), len(x)) for x in rs)[1]
+            for n in range(1, 5):
+                most = Counter()
+                for x in rs:
+                    most |= grams(x, n)
+                match[n - 1] += sum((grams(h, n) & most).values())
+                total[n - 1] += len(h) - n + 1
+        if min(match) == 0:
+            return 0.0
+        bp = 1.0 if c > r else math.exp(1 - r / c)
+        return (
+            100 * bp * math.exp(sum(math.log(m / t) for m, t in zip(match, total)) / 4)
+        )
+
+    fails(ex.check_corpus_bleu, unclamped, r"max\(L - n \+ 1, 0\)")
+
+
+def test_review10_tiled_attention_takes_any_leading_dims():
+    right = solution("14").my_tiled_attention
+
+    def four_d(q, k, v, block):
+        B, H, T, D = q.shape
+        return right(q, k, v, block)
+
+    fails(ex.check_tiled_attention, four_d, r"not B, H, T, D = q\.shape")
+
+
+def test_review10_tied_output_stub_says_no_linear():
+    assert "No nn.Linear" in stubs("02")["MyTiedOutput"].__doc__
+
+
+def test_review10_alibi_in_place_swapped_and_slope_slips_named():
+    right = solution("04").my_alibi_attention
+
+    def in_place(q, k, v, slopes):
+        q *= 2  # the caller's q changed, the result right
+        return right(q / 2, k, v, slopes)
+
+    fails(ex.check_alibi_attention, in_place, "q was changed in place")
+    fails(
+        ex.check_alibi_attention,
+        lambda q, k, v, s: right(q, k, v, s)[::-1],
+        r"came back as \(weights, output\)",
+    )
+    for wrong, message in (
+        (lambda s: s * 0, "no penalty at all"),
+        (lambda s: s.mean().expand(len(s)), "the slopes' mean"),
+        (lambda s: s.flip(0), "the slopes were reversed"),
+    ):
+        fails(
+            ex.check_alibi_attention,
+            lambda q, k, v, s, wrong=wrong: right(q, k, v, wrong(s)),
+            message,
+        )
+
+
+def test_review10_weights_added_and_mask_as_value_named():
+    class AddsWeights(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[1]
+            return x + self.ff(self.norm2(x))
+
+    fails(ex.check_encoder_layer, AddsWeights, r"\[1\] is the weights")
+
+    class MaskAsValue(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            x = x + self.cross_attn(self.norm2(x), memory, memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, MaskAsValue, "the mask went in as value")
+
+
+def test_review10_min_p_as_top_p_is_named():
+    def top_p(logits, min_p, generator):
+        probs = logits.softmax(-1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p >= min_p
+        sorted_p = sorted_p.masked_fill(drop, 0)
+        pick = torch.multinomial(sorted_p, 1, generator=generator)
+        return order.gather(-1, pick)[:, 0]
+
+    fails(ex.check_min_p_sampling, top_p, "the top-p set")
+
+
+def test_review10_sha256_text_ignore_and_hash_of_hashes_named():
+    def text_ignore(path, chunk=2**20):
+        h = hashlib.sha256()
+        with open(path, encoding="utf-8", errors="ignore") as f:
+            while text := f.read(chunk):
+                h.update(text.encode())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, text_ignore, "the file was read as text")
+
+    def of_hashes(path, chunk=2**20):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while b := f.read(chunk):
+                h.update(hashlib.sha256(b).digest())
+        return h.hexdigest()
+
+    fails(ex.check_sha256, of_hashes, "a hash of hashes")
+
+
+def _beam_slip(step, beam, max_len, eos, per_prefix=False, last=False):
+    """Beam search with one of two slips: each prefix's best tokens kept in the order
+    they were made, or the last finished sequence returned."""
+    live, done = [((), 0.0)], []
+    for _ in range(max_len):
+        grown = []
+        for prefix, score in live:
+            lp = step(prefix).tolist()
+            order = sorted(range(len(lp)), key=lambda t: -lp[t])
+            grown += [(prefix + (t,), score + lp[t]) for t in order[:beam]]
+        if not per_prefix:
+            grown.sort(key=lambda c: -c[1])
+        live = [c for c in grown[:beam] if c[0][-1] != eos]
+        done += [c for c in grown[:beam] if c[0][-1] == eos]
+        if not live:
+            break
+    best = done[-1] if last else max(done, key=lambda c: c[1])
+    return list(best[0]), best[1]
+
+
+def test_review10_beam_insertion_order_and_last_finished_named():
+    fails(
+        ex.check_beam_search,
+        lambda *a: _beam_slip(*a, per_prefix=True),
+        "in the order they were made",
+    )
+    fails(
+        ex.check_beam_search,
+        lambda *a: _beam_slip(*a, last=True),
+        r"was reached \(step\(\) saw \[1, 1\]\) but not returned",
+    )
+    assert ex.outcome(ex.check_beam_search, _beam_slip)[0] == "pass"
+
+
+def test_review10_mha_returning_output_and_weights_still_passes():
+    class Pair(solution("05").MyMultiHeadAttention):  # as the library's layer returns
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs), None
+
+    assert ex.outcome(ex.check_multi_head_attention, Pair)[0] == "pass"
+
+
+def test_review10_geglu_negated_gate_named():
+    class Negated(solution("16").MyGeGLU):
+        def forward(self, x):
+            return self.proj(F.gelu(-self.gate(x)) * self.up(x))
+
+    fails(ex.check_geglu, Negated, "the gate negated")
+
+
+def test_review10_dpo_beta_on_the_nll_named():
+    def beta_on_nll(pc, pr, rc, rr, n, beta, alpha):
+        dpo = -F.logsigmoid(beta * ((pc - rc) - (pr - rr)))
+        return (dpo - alpha * beta * pc / n).mean()
+
+    fails(ex.check_dpo_nll_loss, beta_on_nll, "beta scaled the NLL too")

@@ -90,6 +90,7 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "open(path, 'rb'), and hash the bytes it reads"
                 )
             if got != want and n and got == hashlib.sha256(b"").hexdigest():
+                _ascii_probe(fn)
                 raise ExerciseError(
                     f"a {n}-byte file: got the sha256 of no bytes at all: its last "
                     "(here its only) chunk, shorter than a full one, was dropped; "
@@ -101,6 +102,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "(a new sha256 per chunk, chained): one hash, h = "
                     "hashlib.sha256() before the loop, and h.update(chunk) for every "
                     "chunk, the digest read once at the end"
+                )
+            if got != want and got in _digest_of_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: the hash was updated with each chunk's own "
+                    "digest, a hash of hashes: update it with the chunk itself, "
+                    "h.update(chunk)"
                 )
             if got == "":
                 raise ExerciseError(
@@ -191,6 +198,20 @@ def _chained_digests(data: bytes) -> set[str]:
     return out
 
 
+def _digest_of_digests(data: bytes) -> set[str]:
+    """The sha256 of each chunk's digest (raw or hex), one after the other, for chunks
+    of 4 KiB to 1 MiB: a hash of the chunks' hashes, not of the file."""
+    out = set()
+    for k in (12, 13, 14, 16, 20):
+        for hexed in (False, True):
+            h = hashlib.sha256()
+            for i in range(0, len(data), 2**k):
+                d = hashlib.sha256(data[i : i + 2**k])
+                h.update(d.hexdigest().encode() if hexed else d.digest())
+            out.add(h.hexdigest())
+    return out
+
+
 def _other_digests(data: bytes) -> dict[str, str]:
     """The data's digests by algorithms other than sha256 (a slip of the name)."""
     names = ("md5", "sha1", "sha224", "sha384", "sha512", "sha3_256", "blake2b")
@@ -207,13 +228,36 @@ def _sha256_text(path: Path) -> set[str]:
     UTF-8 (bad bytes replaced or escaped) or latin-1, with and without the universal
     newlines of text mode (\r\n read as \n)."""
     texts = []
-    for encoding, errors in (("utf-8", "replace"), ("latin-1", None)):
+    for encoding, errors in (
+        ("utf-8", "replace"),
+        ("utf-8", "ignore"),
+        ("latin-1", None),
+    ):
         for newline in ("", None):  # as they are; text mode's default translation
             with open(path, encoding=encoding, errors=errors, newline=newline) as f:
                 texts.append(f.read().encode())
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         texts.append(f.read().encode("utf-8", "surrogateescape"))
-    return {hashlib.sha256(text).hexdigest() for text in texts}
+    return {hashlib.sha256(text).hexdigest() for text in texts if text}
+
+
+def _ascii_probe(fn: Callable) -> None:
+    """fn gave a 1-byte file the sha256 of no bytes: if it hashes a file of one ASCII
+    byte right, it read text and dropped the bytes UTF-8 refuses (errors='ignore')."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "a.txt"
+        path.write_bytes(b"a")
+        try:
+            right = fn(path) == hashlib.sha256(b"a").hexdigest()
+        except Exception:  # noqa: BLE001 - another mistake: the caller names it
+            right = False
+    if right:
+        raise ExerciseError(
+            "a 1-byte file: got the sha256 of no bytes at all, yet a file "
+            "of one ASCII byte hashes right: the file was read as text and the bytes "
+            "UTF-8 refuses dropped (errors='ignore'); open it in binary mode, "
+            "open(path, 'rb'), and hash the bytes as they are"
+        )
 
 
 # 01 · BPE encoding with learnt merges ------------------------------------------------
@@ -399,7 +443,8 @@ def check_tied_output(cls: type) -> str:
     if linear is not None:
         raise ExerciseError(
             f"the output layer holds an nn.Linear ({linear or 'itself'}), even with "
-            "the embedding's weight tied in: no nn.Linear; compute h @ W.T with "
+            "the embedding's weight tied in: the docstring says no nn.Linear; "
+            "compute h @ W.T with "
             "W = embedding.weight"
         )
     model.double()  # as .to(device) or .half() would: W gets new storage
@@ -734,6 +779,20 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
         w, alibi_reference(q, k, v, slopes[:1].expand(len(slopes)))[1]
     ):
         return "every head used slopes[0]: head h subtracts slopes[h] * (i - j)"
+    for wrong, message in (
+        (slopes * 0, "no penalty at all: subtract slopes[h] * (i - j) from the scores"),
+        (
+            slopes.mean().expand(len(slopes)),
+            "every head used one slope, the slopes' mean: head h subtracts its own "
+            "slopes[h] * (i - j)",
+        ),
+        (
+            slopes.flip(0),
+            "the slopes were reversed: head 0 takes slopes[0] = 1/2, the steepest",
+        ),
+    ):
+        if len(slopes) > 1 and is_close(w, alibi_reference(q, k, v, wrong)[1]):
+            return message
     T = w.size(-1)
     diagonal = w[..., range(T), range(T)]
     if ((diagonal == 0) | diagonal.isnan()).all():
@@ -776,8 +835,9 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
         q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
         v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
         slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
+        mine = q.clone(), k.clone(), v.clone(), slopes.clone()
         try:
-            got = fn(q, k, v, slopes)
+            got = fn(*mine)
         except RuntimeError as e:
             if "must match the size" not in str(e):
                 raise
@@ -786,9 +846,26 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
                 "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
                 "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
             ) from None
+        for name, given, kept in zip(
+            ("q", "k", "v", "slopes"), (q, k, v, slopes), mine
+        ):
+            if not torch.equal(given, kept):
+                raise ExerciseError(
+                    f"{name} was changed in place (q /= ...?): the caller's {name} "
+                    f"must stay as it was; write {name} / ... into a new tensor"
+                )
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseError("return a pair (output, weights)")
         out, w = got
+        if (
+            isinstance(out, Tensor)
+            and out.shape == (B, H, T, T)
+            and getattr(w, "shape", None) == (B, H, T, 3)
+        ):
+            raise ExerciseError(
+                "the pair came back as (weights, output): return (output, weights), "
+                "the output first"
+            )
         want_out, want_w = alibi_reference(q, k, v, slopes)
         hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
         if hint:
@@ -989,6 +1066,11 @@ def check_multi_head_attention(cls: type) -> str:
             "cross-attention called as forward(query, key): value=None must default "
             "to key (keys and values come from the same sequence), not to query"
         )
+    from transformer_lib.exercises.part2 import _no_dropout
+
+    got = first_output(mine(x, mem, mem, mask=pad))
+    # a pair (output, weights), as the library's layer returns, is accepted
+    _no_dropout(mine, lambda: first_output(mine(x, mem, mem, mask=pad)), got)
     first_output(mine(x, mem, mem, mask=pad)).pow(2).sum().backward()
     ref(x, mem, mem, mask=pad)[0].pow(2).sum().backward()
     compare_grads(mine, ref, "MyMultiHeadAttention")

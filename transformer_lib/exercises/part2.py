@@ -36,15 +36,24 @@ def _forward(layer: nn.Module, *args) -> Tensor:
     try:
         return layer(*args)
     except ValueError as e:
-        got = re.match(r"key must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e))
-        if got is None or len(got[1].split(",")) == 3:
+        got = re.match(
+            r"(key|value) must be \(B, T, d_model=\d+\), got \(([\d, ]*)\)", str(e)
+        )
+        if got is None or len(got[2].split(",")) == 3:
             raise
+        place = ("second", "key") if got[1] == "key" else ("third", "value")
         raise ExerciseError(
-            f"{raised(e)}: the mask went in as key, the "
-            "second argument of forward(query, key=None, value=None, mask=None): "
-            "pass it by name, self_attn(h, mask=mask)"
+            f"{raised(e)}: the mask went in as {place[1]}, the {place[0]} argument "
+            "of forward(query, key=None, value=None, mask=None): pass it by name, "
+            "self_attn(h, mask=mask), cross_attn(h, memory, memory, mask=mask)"
         ) from None
     except TypeError as e:
+        if "'NoneType'" in str(e):
+            raise ExerciseError(
+                f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn "
+                "and cross_attn return a pair (output, weights), the weights None "
+                "here: [1] is the weights; take the output, [0]"
+            ) from None
         if "'tuple'" not in str(e):
             raise
         raise ExerciseError(
@@ -602,6 +611,12 @@ def check_train_step(fn: Callable) -> str:
     )
     modes: list[bool] = []  # model.training at each forward pass
     model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+    graded: list[bool] = []  # torch.is_grad_enabled() at each forward pass
+    model.register_forward_pre_hook(
+        lambda m, args: graded.append(torch.is_grad_enabled())
+    )
+    for p in model.parameters():  # stale gradients, as a loop's last step leaves
+        p.grad = torch.full_like(p, 0.01)
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
@@ -743,6 +758,17 @@ def check_train_step(fn: Callable) -> str:
                     "the loss of the model after optimizer.step(): return the loss "
                     "that was backpropagated, computed before the update, loss.item()",
                 ),
+                (
+                    F.cross_entropy(
+                        logits,
+                        tgt_out.T.flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=eps,
+                    ),
+                    "the targets were flattened in another order than the logits "
+                    "(tgt_out.T, or transposed): flatten both the same way, "
+                    "logits.flatten(0, 1) (B*T, n_vocab) and tgt_out.flatten() (B*T,)",
+                ),
             )
             for value, hint in variants:
                 if math.isclose(got, value.item(), rel_tol=1e-6):
@@ -756,6 +782,19 @@ def check_train_step(fn: Callable) -> str:
         for (name, p), r, b in zip(model.named_parameters(), ref.parameters(), before):
             if torch.allclose(p, r, atol=1e-6):
                 continue
+            if step == 1 and torch.allclose(p, r - 0.5 * 0.01, atol=1e-6):
+                raise ExerciseError(
+                    f"step 1: the loss is right but {name} moved too far: the "
+                    "gradients already in .grad (a previous step's) were added to; "
+                    "call optimizer.zero_grad() first in the step, before "
+                    "loss.backward()"
+                )
+            if torch.equal(p, b) and graded and not all(graded):
+                raise ExerciseError(
+                    f"step {step}: the weights did not change: the forward pass ran "
+                    "under torch.no_grad(), so the loss has no graph back to them; "
+                    "run the model with gradients on"
+                )
             if torch.equal(p, b) and len(stepped) == step and not stepped[-1]:
                 raise ExerciseError(
                     f"step {step}: optimizer.step() found no gradients: call it right "
@@ -995,6 +1034,22 @@ def _min_p_message(p: float, row: Tensor, drawn: Tensor, keep: Tensor) -> str | 
     return None
 
 
+def _min_p_top_p(fn: Callable) -> None:
+    """On probabilities 0.3, 0.3, 0.2, 0.2 and min_p 0.45 min-p keeps all four; top-p
+    with p = min_p keeps the first two, the argmax one: tell those apart."""
+    probs = torch.tensor([0.3, 0.3, 0.2, 0.2])
+    n = 2000
+    got = fn(probs.log().repeat(n, 1), 0.45, torch.Generator().manual_seed(0))
+    drawn = torch.bincount(torch.as_tensor(got).reshape(-1), minlength=4) > 0
+    if drawn.tolist() == [True, True, False, False]:
+        raise ExerciseError(
+            "min_p=0.45, probabilities [0.3, 0.3, 0.2, 0.2]: drew tokens 0 and 1 "
+            "only, the top-p set (the most likely until their sum reaches 0.45): "
+            "min-p keeps every token whose probability is at least min_p times the "
+            "top one, 0.135 here: all four"
+        )
+
+
 def _min_p_on_logits(fn: Callable, p: float, logits: Tensor, error: Exception) -> None:
     """Raise ExerciseError if `error` is what a threshold on the logits gives: they are
     log-probabilities here, all negative, so none passes it; the same logits + 10 (the
@@ -1052,6 +1107,8 @@ def check_min_p_sampling(fn: Callable) -> str:
                 message = _min_p_message(p, probs[row], freq > 0, keep[row])
                 if message:
                     _min_p_rows(fn, probs)
+                if message and "was drawn: sample" in message:
+                    _min_p_top_p(fn)
             if message:
                 raise ExerciseError(message)
             for t in range(5):
@@ -1244,7 +1301,13 @@ def check_beam_search(fn: Callable) -> str:
     """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
     beam disagree."""
     for beam, want in ((1, [0, 0, 2]), (2, [1, 1, 2])):
-        got = fn(_toy_step, beam, 4, 2)
+        seen: set[tuple] = set()  # the prefixes step() was asked about
+
+        def step(prefix, seen=seen):
+            seen.add(tuple(int(t) for t in prefix))
+            return _toy_step(prefix)
+
+        got = fn(step, beam, 4, 2)
         tokens, score = list(got[0]), float(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens + [2] == want:
@@ -1270,6 +1333,19 @@ def check_beam_search(fn: Callable) -> str:
                     raise ExerciseError(
                         f"beam={beam}: got tokens {tokens}, expected {want}: {hint}"
                     )
+            if beam > 1 and tokens == [0, 0, 2] and (1, 1) in seen:
+                greedy = (
+                    f": {want} was reached (step() saw [1, 1]) but not returned: "
+                    "return the finished sequence of the highest score, not the "
+                    "last (or first) one to finish"
+                )
+            elif beam > 1 and tokens == [0, 0, 2] and (1,) in seen:
+                greedy = (
+                    ": the beam kept the candidates in the order they were made "
+                    "(each prefix's best tokens, the first prefix's first): pool "
+                    "every prefix's candidates, sort them by score, keep the best "
+                    "`beam`"
+                )
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want} (log-prob "
                 f"{want_score:.4f})"
@@ -1625,6 +1701,33 @@ def _bleu_empty(fn: Callable) -> None:
         raise ExerciseError(f"every hypothesis empty: BLEU {got:.4f}, expected 0.0")
 
 
+def _bleu_short(fn: Callable) -> None:
+    """A hypothesis of 2 tokens among longer ones has no 3- or 4-grams: 0, not -1."""
+    corpus = [(list("好。"), [list("好。")])] + [
+        (list(h), [list(r) for r in refs]) for h, refs in _BLEU_CORPORA[0]
+    ]
+    want, got = _sacrebleu(corpus), float(fn(*map(list, zip(*corpus))))
+    if not math.isclose(got, want, abs_tol=1e-4):
+        raise ExerciseError(
+            f"a hypothesis of 2 tokens with a longer one: BLEU {got:.4f}, expected "
+            f"{want:.4f}: a hypothesis of length L has max(L - n + 1, 0) n-grams, "
+            "never a negative count (2 - 4 + 1 = -1 4-grams is 0)"
+        )
+
+
+def _bleu_untouched(fn: Callable) -> None:
+    """fn leaves the caller's lists as they were (no sort or append in place)."""
+    corpus = [(list(h), [list(r) for r in refs]) for h, refs in _BLEU_CORPORA[1]]
+    hyps, refs = [h for h, _ in corpus], [r for _, r in corpus]
+    before = copy.deepcopy((hyps, refs))
+    fn(hyps, refs)
+    if (hyps, refs) != before:
+        raise ExerciseError(
+            "the caller's hypotheses or references changed (sorted or extended in "
+            "place?): BLEU only reads them; sort a copy, sorted(refs, key=len)"
+        )
+
+
 def _sacrebleu(corpus, smooth_method: str = "none") -> float:
     """sacrebleu.corpus_bleu of [(hypothesis, [references])] token lists, unsmoothed
     unless smooth_method says otherwise (a zero precision gives 0)."""
@@ -1827,8 +1930,15 @@ def check_corpus_bleu(fn: Callable) -> str:
                 raise ExerciseError(
                     f"corpus {k}: {got:.2f}, expected {want:.2f}: {mistake}"
                 )
+        if any(got == round(want, d) for d in range(4)):
+            raise ExerciseError(
+                f"corpus {k}: BLEU {got:g}, expected {want:.4f}: the score was "
+                "rounded; return it as it is (round only to print it)"
+            )
         raise ExerciseError(f"corpus {k}: BLEU {got:.4f}, expected {want:.4f}")
     _bleu_empty(fn)
+    _bleu_short(fn)
+    _bleu_untouched(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "

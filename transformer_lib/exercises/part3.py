@@ -358,6 +358,9 @@ def check_gpt_block(cls: type) -> str:
             for variant, hint in _block_hints(ref, x):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
+    from transformer_lib.exercises.part2 import _no_dropout
+
+    _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
@@ -370,15 +373,25 @@ def check_kv_cache(cls: type) -> str:
     length + T, D) each, the new ones after the stored ones."""
     g = torch.Generator().manual_seed(0)
     cache = cls()
+    try:
+        fresh = cache.length
+    except Exception as e:
+        raise ExerciseError(
+            f"a fresh cache's .length raised {type(e).__name__} ({e}): before any "
+            "update it is 0, so keep a count (or test for no keys yet)"
+        ) from None
+    if fresh != 0:
+        raise ExerciseError(f"a fresh cache's .length is {fresh!r}, expected 0")
     ks, vs, total = [], [], 0
-    for t in (4, 1, 1, 3, 40):  # a prompt of 4 tokens, generation, a long chunk
+    # a prompt of 4 tokens, generation, long chunks past 64 and 128 stored tokens
+    for t in (4, 1, 1, 3, 40, 200):
         k, v = (torch.randn(2, 3, t, 8, generator=g) for _ in range(2))
         ks.append(k)
         vs.append(v)
         total += t
         try:
             got = cache.update(k, v)
-        except RuntimeError as e:
+        except (RuntimeError, IndexError) as e:
             said = f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
             if "must match except in dimension" not in str(e):
                 raise ExerciseError(
@@ -760,11 +773,33 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     "keys (the maximum first, then the sums)? The online softmax "
                     "reads each block once, rescaling ell and out as the maximum grows"
                 )
+    _tiled_3d(fn, q, k, v)
     return (
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
         "scores above 1000 and far below 0, later blocks' scores far above the "
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
+    )
+
+
+def _tiled_3d(fn: Callable, q: Tensor, k: Tensor, v: Tensor) -> None:
+    """q, k, v of one head, (T, D) with no batch or head dims: the docstring's
+    (..., T_q, D)."""
+    q, k, v = q[0, 0], k[0, 0], v[0, 0]
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), 4)
+    except (ValueError, IndexError, RuntimeError) as e:
+        raise ExerciseError(
+            f"q, k, v of shape {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} "
+            f"(no batch or head dims): {type(e).__name__} ({str(e).splitlines()[0]})"
+            ": the inputs are (..., T, D), any leading dims; index from the end "
+            "(q.shape[-2], k[..., s : s + block, :]), not B, H, T, D = q.shape"
+        ) from None
+    compare(
+        "q, k, v of shape (T, D), block=4",
+        got,
+        F.scaled_dot_product_attention(q, k, v),
+        atol=1e-9,
     )
 
 

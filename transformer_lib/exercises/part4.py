@@ -435,6 +435,11 @@ def check_geglu(cls: type) -> str:
                     "up(x) is missing: the gate multiplies a second, linear branch",
                 ),
                 (
+                    F.gelu(-g) * u,
+                    "the GELU went on -gate(x), the gate negated: use "
+                    "gelu(gate(x)) * up(x)",
+                ),
+                (
                     F.gelu(g * u),
                     "gelu(gate(x) * up(x)): the GELU goes on gate(x) alone, then "
                     "multiplies up(x): gelu(gate(x)) * up(x)",
@@ -454,6 +459,9 @@ def check_geglu(cls: type) -> str:
                     "x was added to the output: MyGeGLU returns the MLP alone, "
                     "proj(gelu(gate(x)) * up(x)); the block adds the residual"
                 )
+    from transformer_lib.exercises.part2 import _no_dropout
+
+    _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyGeGLU(x)", got, want, mine, ref)
     widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
     return (

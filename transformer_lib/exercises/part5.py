@@ -387,6 +387,11 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
     return [
         (dpo.mean(), "this is DPO alone: add alpha times the chosen outputs' NLL"),
         (
+            (dpo - 0.5 * 0.3 * pc / n).mean(),
+            "beta scaled the NLL too: beta belongs to the margin alone, the NLL "
+            "term is alpha * (-policy_chosen / chosen_tokens)",
+        ),
+        (
             no_ref,
             "the margin leaves out the reference model: it is (policy_chosen - "
             "ref_chosen) - (policy_rejected - ref_rejected)",
