@@ -330,7 +330,7 @@ QUOTES = [
     ),
     (
         "12_gpt_language_model",
-        r"\(700 steps took (\d+) s above\)",
+        r"the (\d+) s that 700 steps took\s+above",
         r"795,904 parameters, (\d+) s\n",
     ),
     (
