@@ -384,7 +384,10 @@ def _still_frozen(model: nn.Module, names: list[str]) -> None:
     if thawed := [n for n, p in model.named_parameters() if p.requires_grad]:
         how = "requires_grad_(True)? Leave it"
         if all(n.rpartition(".")[0] in names for n in thawed):  # the merged layers'
-            how = "a new nn.Parameter requires grad: merge in place, layer.merge()"
+            how = (
+                "a new nn.Linear or nn.Parameter requires grad: merge in place, "
+                "layer.merge(), and put back layer.base (or freeze the new one)"
+            )
         raise ExerciseError(
             f"{len(thawed)} parameters require grad after the merge ({thawed[0]}, "
             "...): add_lora froze the model, and the merge leaves each parameter's "
