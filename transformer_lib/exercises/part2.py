@@ -123,7 +123,8 @@ def _load_layer(mine: nn.Module, ref: nn.Module, name: str) -> None:
         load_weights(mine, ref.state_dict(), name)
     except ExerciseError as e:
         ff = getattr(mine, "ff", None)
-        widths = [m.out_features for m in ff.modules() if isinstance(m, nn.Linear)]
+        parts = ff.modules() if isinstance(ff, nn.Module) else ()
+        widths = [m.out_features for m in parts if isinstance(m, nn.Linear)]
         if "ff." in str(e) and widths and widths[0] != ref.ff.linear1.out_features:
             raise ExerciseError(
                 f"the feed-forward network's hidden width is {widths[0]}, not d_ff="
