@@ -3,7 +3,8 @@
 
 def merge_and_unload(model):
     """Merge every LoRALinear of `model` into its base layer (W <- W + (alpha / r) B A)
-    and put that nn.Linear back in its place; returns the names replaced."""
+    and put that nn.Linear back in its place (its parameters stay frozen, as add_lora
+    left them); returns the names replaced."""
     names = [name for name, m in model.named_modules() if hasattr(m, "lora_A")]
     for name in names:
         layer = model.get_submodule(name)

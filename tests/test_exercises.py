@@ -4373,3 +4373,193 @@ def test_review10_dpo_beta_on_the_nll_named():
         return (dpo - alpha * beta * pc / n).mean()
 
     fails(ex.check_dpo_nll_loss, beta_on_nll, "beta scaled the NLL too")
+
+
+# The tenth blind review, leftovers: bare diffs named (07, 08, 12, 13, 14, 18), the
+# contrived passes closed (05 key=value, 08 tgt_mask for a missing memory_mask, 12 a
+# mask of the first call's size), a merge that thaws the model refused, and a beam
+# pruned by the mean per token accepted (it orders candidates of one length as the
+# total does).
+def test_review10_encoder_ff_on_attention_output_named():
+    class FFOnA(solution("07").MyEncoderLayer):
+        def forward(self, x, mask=None):
+            a = self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + a + self.ff(self.norm2(a))
+
+    fails(ex.check_encoder_layer, FFOnA, "read the attention's output, not the res")
+
+
+def test_review10_encoder_d_ff_ignored_named():
+    from transformer_lib.encoder import PositionwiseFeedForward
+
+    class Wide(solution("07").MyEncoderLayer):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__(d_model, n_heads, d_ff)
+            self.ff = PositionwiseFeedForward(d_model, 4 * d_model)
+
+    fails(ex.check_encoder_layer, Wide, "hidden width is 64, not d_ff=32")
+
+
+def test_review10_decoder_cross_residual_from_x_named():
+    class FromX(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            h = x + self.self_attn(self.norm1(x), mask=tgt_mask)[0]
+            n = self.norm2(h)
+            h = x + self.cross_attn(n, memory, memory, mask=memory_mask)[0]
+            return h + self.ff(self.norm3(h))
+
+    fails(ex.check_decoder_layer, FromX, "residual starts from the layer's input x")
+
+
+def test_review10_decoder_raw_self_keys_named():
+    class Raw(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = x + self.self_attn(self.norm1(x), x, x, mask=tgt_mask)[0]
+            n = self.norm2(x)
+            x = x + self.cross_attn(n, memory, memory, mask=memory_mask)[0]
+            return x + self.ff(self.norm3(x))
+
+    fails(ex.check_decoder_layer, Raw, "self-attention's keys and values came from x")
+
+
+def test_review10_decoder_tgt_mask_for_missing_memory_mask_refused():
+    class Fallback(solution("08").MyDecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            mm = tgt_mask if memory_mask is None else memory_mask
+            return super().forward(x, memory, tgt_mask, mm)
+
+    fails(ex.check_decoder_layer, Fallback, "with memory_mask=None, cross-attention")
+
+
+def test_review10_mha_key_defaults_to_query_even_with_value():
+    class KeyFromValue(solution("05").MyMultiHeadAttention):
+        def forward(self, query, key=None, value=None, mask=None):
+            if key is None and value is not None:
+                key = value
+            return super().forward(query, key, value, mask)
+
+    fails(ex.check_multi_head_attention, KeyFromValue, "key=None must default to query")
+
+
+def test_review10_gpt_block_strided_heads_named():
+    class Strided(solution("12").MyBlock):
+        def attn(self, x):
+            B, T, C = x.shape
+            H = self.n_heads
+            q, k, v = (
+                t.view(B, T, C // H, H).permute(0, 3, 1, 2)
+                for t in self.qkv(x).chunk(3, dim=-1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.permute(0, 2, 3, 1).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, Strided, r"split with view\(B, T, D, H\)")
+
+
+def test_review10_gpt_block_mask_of_the_first_size_refused():
+    class Fixed(solution("12").MyBlock):
+        def attn(self, x):
+            B, T, C = x.shape
+            H = self.n_heads
+            q, k, v = (
+                t.view(B, T, H, C // H).transpose(1, 2)
+                for t in self.qkv(x).chunk(3, dim=-1)
+            )
+            keep = torch.ones(6, 6, dtype=torch.bool).tril()[:T, :T]  # T = 6 at most
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    fails(ex.check_gpt_block, Fixed, "MyBlock on 8 tokens .*causal mask must fit")
+
+
+def test_review10_cosine_pairs_off_by_one_and_mean_norm_named():
+    def short(table):
+        u, n = F.normalize(table, dim=1), len(table)
+        return torch.stack(
+            [
+                (u[: n - k - 1] * u[k : n - 1]).sum(-1).mean()
+                if n - k - 1 > 0
+                else (u[0] * u[-1]).sum()
+                for k in range(n)
+            ]
+        )
+
+    def by_mean_norm(table):
+        u, n = table / table.norm(dim=1).mean(), len(table)
+        return torch.stack([(u[: n - k] * u[k:]).sum(-1).mean() for k in range(n)])
+
+    fails(ex.check_cosine_by_distance, short, "each distance lost its last pair")
+    fails(ex.check_cosine_by_distance, by_mean_norm, "divided by their mean length")
+
+
+def test_review10_tiled_attention_normalised_every_block_named():
+    def renormed(q, k, v, block):
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        ell = torch.zeros_like(m)
+        out = q.new_zeros(q.shape[:-1] + (v.size(-1),))
+        for s in range(0, k.size(-2), block):
+            scores = q @ k[..., s : s + block, :].transpose(-2, -1) / q.size(-1) ** 0.5
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p, c = (scores - m_new).exp(), (m - m_new).exp()
+            ell = ell * c + p.sum(-1, keepdim=True)
+            out = out * c + p @ v[..., s : s + block, :]
+            m, out, ell = m_new, out / ell, torch.ones_like(ell)
+        return out / ell
+
+    fails(ex.check_tiled_attention, renormed, "out was divided by ell at every block")
+
+
+def test_review10_merge_names_with_base_and_a_thawed_model_named():
+    merge = solution("18").merge_and_unload
+    fails(
+        ex.check_merge_and_unload,
+        lambda model: [f"{n}.base" for n in merge(model)],
+        r"'\.base' is the LoRALinear's own child",
+    )
+
+    def thawed(model):
+        names = merge(model)
+        model.requires_grad_(True)
+        return names
+
+    fails(ex.check_merge_and_unload, thawed, r"require grad after the merge.*\(True\)")
+
+    def new_parameter(model):
+        names = [n for n, m in model.named_modules() if hasattr(m, "lora_A")]
+        for name in names:
+            layer = model.get_submodule(name)
+            if not layer.merged:
+                w = layer.base.weight + layer.delta_weight()
+                layer.base.weight = nn.Parameter(w.detach())
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer.base)
+        return names
+
+    fails(ex.check_merge_and_unload, new_parameter, "nn.Parameter requires grad")
+
+
+def test_review10_beam_pruned_by_mean_passes_final_pick_by_mean_named():
+    def beam_by(step, beam, max_len, eos, prune_mean=True, pick_mean=False):
+        live, done = [((), 0.0)], []
+        for _ in range(max_len):
+            grown = [
+                (p + (t,), s + lp)
+                for p, s in live
+                for t, lp in enumerate(step(p).tolist())
+            ]
+            # every candidate of a step has the same length: the mean orders them
+            # as the total does
+            grown.sort(key=lambda c: -c[1] / len(c[0]) if prune_mean else -c[1])
+            live = [c for c in grown[:beam] if c[0][-1] != eos]
+            done += [c for c in grown[:beam] if c[0][-1] == eos]
+            if not live:
+                break
+        best = max(done, key=lambda c: c[1] / len(c[0]) if pick_mean else c[1])
+        return list(best[0]), best[1]
+
+    assert ex.outcome(ex.check_beam_search, beam_by)[0] == "pass"
+    fails(
+        ex.check_beam_search,
+        lambda *a: beam_by(*a, pick_mean=True),
+        "the best mean log-prob per token",
+    )

@@ -377,6 +377,7 @@ def test_merge_and_unload_a_new_linear_with_a_fresh_bias():
                 new.weight.copy_(base.weight + (0 if m.merged else m.delta_weight()))
                 if copy_bias:
                     new.bias.copy_(base.bias)
+            new.requires_grad_(False)  # frozen, as the stub's docstring asks
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, new)
             names.append(name)

@@ -1066,6 +1066,7 @@ def check_multi_head_attention(cls: type) -> str:
             "cross-attention called as forward(query, key): value=None must default "
             "to key (keys and values come from the same sequence), not to query"
         )
+    _key_defaults_to_query(mine, ref, x)
     from transformer_lib.exercises.part2 import _no_dropout
 
     got = first_output(mine(x, mem, mem, mask=pad))
@@ -1078,6 +1079,22 @@ def check_multi_head_attention(cls: type) -> str:
         "equals MultiHeadAttention: self-attention, causal, cross-attention with "
         "padding; gradients"
     )
+
+
+def _key_defaults_to_query(mine: nn.Module, ref: nn.Module, x: Tensor) -> None:
+    """forward(query, value=v): key=None defaults to query, whatever value is."""
+    v = torch.randn_like(x)
+    with torch.no_grad():
+        try:
+            got = first_output(mine(x, value=v))
+        except RuntimeError:
+            got = None
+        if got is None or not is_close(got, ref(x, x, v)[0]):
+            raise ExerciseError(
+                "forward(query, value=v): key=None must default to query, as the "
+                "docstring says, even when value is given (not to value): key = "
+                "query if key is None else key"
+            )
 
 
 # 06 · a sliding-window mask with padding ----------------------------------------------

@@ -116,6 +116,24 @@ def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module
         raise
 
 
+def _load_layer(mine: nn.Module, ref: nn.Module, name: str) -> None:
+    """load_weights, with a feed-forward network of another hidden width than d_ff
+    named."""
+    try:
+        load_weights(mine, ref.state_dict(), name)
+    except ExerciseError as e:
+        ff = getattr(mine, "ff", None)
+        parts = ff.modules() if isinstance(ff, nn.Module) else ()
+        widths = [m.out_features for m in parts if isinstance(m, nn.Linear)]
+        if "ff." in str(e) and widths and widths[0] != ref.ff.linear1.out_features:
+            raise ExerciseError(
+                f"the feed-forward network's hidden width is {widths[0]}, not d_ff="
+                f"{ref.ff.linear1.out_features}: build it with the d_ff the "
+                "constructor is given, PositionwiseFeedForward(d_model, d_ff)"
+            ) from None
+        raise
+
+
 def _no_dropout(mine: nn.Module, run: Callable, got: Tensor) -> None:
     """In training mode the layer gives what it gives in eval mode: the docstring's
     parts have no dropout."""
@@ -144,7 +162,7 @@ def check_encoder_layer(cls: type) -> str:
     torch.manual_seed(0)
     ref = jitter(EncoderLayer(16, 2, 32, dropout=0.0, norm_first=True)).eval()
     mine = cls(16, 2, 32)  # 2 heads of 8: sqrt(n_heads) and sqrt(d_head) differ
-    load_weights(mine, ref.state_dict(), "MyEncoderLayer")
+    _load_layer(mine, ref, "MyEncoderLayer")
     mine.double().eval()
     x = torch.randn(2, 5, 16).double()
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
@@ -215,7 +233,13 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
     want = ref(x, mask)
     ff_first = x + ref.ff(ref.norm2(x))  # the sublayers in the other order
     ff_first_by_place = x + ref.ff(ref.norm1(x))
+    a = ref.self_attn(n, mask=mask)[0]
     return (
+        (
+            x + a + ref.ff(ref.norm2(a)),
+            "the feed-forward sublayer read the attention's output, not the residual "
+            "stream: h = x + self_attn(norm1(x)), then h + ff(norm2(h))",
+        ),
         *(
             (
                 norm(want),
@@ -275,7 +299,7 @@ def check_decoder_layer(cls: type) -> str:
     torch.manual_seed(0)
     ref = jitter(DecoderLayer(16, 2, 32, dropout=0.0, norm_first=True)).eval()
     mine = cls(16, 2, 32)  # 2 heads of 8: n_heads and d_head differ
-    load_weights(mine, ref.state_dict(), "MyDecoderLayer")
+    _load_layer(mine, ref, "MyDecoderLayer")
     mine.double().eval()
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
     tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -370,6 +394,21 @@ def check_decoder_layer(cls: type) -> str:
                     "norm3 before the feed-forward network",
                 ),
             )
+            raw = x + ref.self_attn(ref.norm1(x), x, x, mask=tgt_mask)[0]
+            hints += (
+                (
+                    ff(x + ca(h)),
+                    "cross-attention's residual starts from the layer's input x, not "
+                    "from h = x + self_attn(norm1(x)): h + cross_attn(norm2(h), "
+                    "memory, memory, memory_mask)",
+                ),
+                (
+                    ff(raw + ca(raw)),
+                    "self-attention's keys and values came from x, unnormalised: it "
+                    "reads norm1(x) as query, keys and values, "
+                    "self_attn(norm1(x), mask=tgt_mask)",
+                ),
+            )
             for variant, hint in hints:
                 if is_close(got, variant):
                     raise ExerciseError(hint)
@@ -401,10 +440,30 @@ def check_decoder_layer(cls: type) -> str:
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
     _no_dropout(mine, lambda: _forward(mine, x, mem, tgt_mask, mem_mask), got)
+    _no_memory_mask(mine, ref, x, mem, tgt_mask)
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
     )
+
+
+def _no_memory_mask(mine, ref, x: Tensor, mem: Tensor, tgt_mask: Tensor) -> None:
+    """With memory_mask=None cross-attention attends to all of memory (7 long, x 5):
+    tgt_mask is not a stand-in for it."""
+    hint = (
+        "with memory_mask=None, cross-attention must attend to all of memory: None "
+        "means no mask there; tgt_mask belongs to self-attention only"
+    )
+    with torch.no_grad():
+        try:
+            got = tensor_output(mine(x, mem, tgt_mask, None), "MyDecoderLayer")
+        except (ValueError, RuntimeError) as e:
+            raise ExerciseError(
+                f"MyDecoderLayer(x, memory, tgt_mask, None) raised "
+                f"{type(e).__name__} ({str(e).splitlines()[0]}): {hint}"
+            ) from None
+        if not is_close(got, ref(x, mem, tgt_mask, None)):
+            raise ExerciseError(f"MyDecoderLayer(x, memory, tgt_mask, None): {hint}")
 
 
 def _norms_swapped(ref, h: Tensor, mem: Tensor, mem_mask: Tensor) -> Tensor:

@@ -230,6 +230,19 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             _block_with(
                 ref,
                 x,
+                split=lambda z: (
+                    t.view(B, T, D, H).permute(0, 3, 1, 2) for t in z.chunk(3, -1)
+                ),
+                merge=lambda y: y.permute(0, 2, 3, 1).reshape(B, T, C),
+            ),
+            "the heads were split with view(B, T, D, H): head h then takes every "
+            "H-th feature, strided; each head is D adjacent features, "
+            "view(B, T, H, D), then transpose(1, 2)",
+        ),
+        (
+            _block_with(
+                ref,
+                x,
                 split=lambda z: z.view(B, T, H, 3 * D).transpose(1, 2).chunk(3, -1),
             ),
             "q, k and v were split per head (view(B, T, H, 3 * D)): qkv(x) holds q, "
@@ -362,9 +375,30 @@ def check_gpt_block(cls: type) -> str:
 
     _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
+    _longer_block(mine, ref)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
     )
+
+
+def _longer_block(mine: torch.nn.Module, ref) -> None:
+    """A sequence longer than the first call's, as long as the context (8): the
+    causal mask fits any T, not only the one seen first."""
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    hint = (
+        "the causal mask must fit any T up to the context length: build it from "
+        "x's T (or is_causal=True), not at a fixed size"
+    )
+    with torch.no_grad():
+        try:
+            got = tensor_output(mine(x), "MyBlock")
+        except (RuntimeError, IndexError, ValueError) as e:
+            raise ExerciseError(
+                f"MyBlock on 8 tokens (after 6) raised {type(e).__name__} "
+                f"({str(e).splitlines()[0]}): {hint}"
+            ) from None
+        if not is_close(got, ref(x)[0]):
+            raise ExerciseError(f"MyBlock on 8 tokens (after 6) is wrong: {hint}")
 
 
 @checker("KV cache")
@@ -561,13 +595,15 @@ def _online_softmax(
     stride=None,
     tile_max=False,
     p_old=False,
+    renormed=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
     each block `short` keys short, the running max started at m0, not -inf, the
     factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
     a block starting every `stride` keys (overlapping when stride < block), the block's
-    own max taken for the running one, p = exp(s - m_old) with the old max."""
+    own max taken for the running one, p = exp(s - m_old) with the old max, out divided
+    by ell and ell set to 1 after every block."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), stride or block):
@@ -582,6 +618,8 @@ def _online_softmax(
         ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
         out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
         m = m_new
+        if renormed:
+            out, ell = out / ell, torch.ones_like(ell)
     return out / ell if divided else out
 
 
@@ -646,6 +684,10 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
     slips.append((dict(p_old=True), "p = exp(s - m_old) used the old maximum: compute "
                   "m_new = max(m_old, the block's max) first, then p = exp(s - m_new)"
                   ", the m_new that rescales ell and out"))  # fmt: skip
+    slips.append((dict(renormed=True), "out was divided by ell at every block, and "
+                  "ell reset to 1: the earlier blocks then weigh as one key; keep ell "
+                  "as the running sum of all the weights so far, and divide out by it "
+                  "once, at the end"))  # fmt: skip
     if block > 1:  # with block 1, the slice is empty and amax raises
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
@@ -980,6 +1022,7 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             "the rows wrap around (roll): the last row is not next to the first; "
             "distance k has the N - k pairs (i, i + k), the k-th diagonal"
         )
+    _distance_pairs(table.double(), got, want)
     if (
         got.dim() == 1
         and len(got) == n - 1
@@ -988,6 +1031,25 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         raise ExerciseError(
             f"{n - 1} entries for {n} rows: the distances are k = 0 .. N - 1, the "
             "last one a single pair (range(N), not range(N - 1))"
+        )
+
+
+def _distance_pairs(t: Tensor, got: Tensor, want: Tensor) -> None:
+    """Two more slips: each distance's last pair dropped (u[: N - k - 1] with
+    u[k : N - 1]); the rows divided by their mean length, one number for all."""
+    unit, n = F.normalize(t, dim=1), len(t)
+    sims = unit @ unit.T
+    short = torch.stack([sims.diagonal(k)[:-1].mean() for k in range(n - 1)])
+    if got.shape == want.shape and torch.allclose(got[:-1], short, atol=1e-9):
+        raise ExerciseError(
+            "each distance lost its last pair (u[:N-k-1] with u[k:N-1]): distance "
+            "k has N - k pairs (i, i + k), u[:N-k] with u[k:]"
+        )
+    by_mean = _by_distance(t / t.norm(dim=1).mean(), unit=False)
+    if got.shape == want.shape and torch.allclose(got, by_mean, atol=1e-9):
+        raise ExerciseError(
+            "the rows were divided by their mean length, one number for all: divide "
+            "each row by its own length, F.normalize(table, dim=1)"
         )
 
 

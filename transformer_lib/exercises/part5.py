@@ -352,6 +352,7 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
                 "fresh one?): copy base.bias too, or put the merged base back, "
                 "layer.base"
             )
+    _still_frozen(model, names)
     n_params = sum(p.numel() for p in model.parameters())
     if n_params != n_plain:
         raise ExerciseError(
@@ -360,6 +361,12 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         )
     with torch.no_grad():
         compare("the unloaded model's logits", model(ids)[0], want, atol=1e-9)
+    if list(returned or []) == [f"{name}.base" for name in names]:
+        raise ExerciseError(
+            f"returned {returned[0]!r}, ...: '.base' is the LoRALinear's own child; "
+            "return the names of the LoRALinear layers replaced, which now name the "
+            f"nn.Linear put back: {names[0]!r}, ..."
+        )
     if list(returned or []) != names:
         raise ExerciseError(
             f"returned {returned}, expected the names replaced, in the model's order: "
@@ -369,6 +376,23 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         f"{len(names)} LoRALinear layers of a GPT merged and replaced by their "
         "nn.Linear: the plain GPT's parameters, the adapted model's logits"
     )
+
+
+def _still_frozen(model: nn.Module, names: list[str]) -> None:
+    """add_lora froze every parameter but A and B: the merged model, A and B gone,
+    has none that requires grad."""
+    if thawed := [n for n, p in model.named_parameters() if p.requires_grad]:
+        how = "requires_grad_(True)? Leave it"
+        if all(n.rpartition(".")[0] in names for n in thawed):  # the merged layers'
+            how = (
+                "a new nn.Linear or nn.Parameter requires grad: merge in place, "
+                "layer.merge(), and put back layer.base (or freeze the new one)"
+            )
+        raise ExerciseError(
+            f"{len(thawed)} parameters require grad after the merge ({thawed[0]}, "
+            "...): add_lora froze the model, and the merge leaves each parameter's "
+            f"requires_grad as it was (False); {how}"
+        )
 
 
 def _dpo_nll_reference(
