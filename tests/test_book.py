@@ -49,8 +49,44 @@ def box(title: str) -> str:
     return f'<p class="admonition-title"><strong>{title}</strong></p>'
 
 
-MYST_BOX = re.compile(r"^:::\{admonition\}[^\n]*\n(.*?)^:::$", re.M | re.S)
 IMAGE_SRC = re.compile(r'<img src="([^"]+)"')
+
+
+def test_a_hidden_include_becomes_the_myst_directive():
+    """tools/hidden_includes.py: the comment Jupyter and Colab do not show becomes, in
+    the book, the `{literalinclude}` it stands for, in a page and in a notebook."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from hidden_includes import expand
+
+    marker = "<!-- literalinclude ../solutions/x.py :pyobject: f -->"
+    want = "```{literalinclude} ../solutions/x.py\n:pyobject: f\n```"
+    assert expand(f"a\n\n{marker}\n") == f"a\n\n{want}\n"
+    cell = json.dumps({"cells": [{"source": [marker + "\n", "</details>"]}]})
+    source = json.loads(expand(cell))["cells"][0]["source"]
+    assert "".join(source) == want + "\n</details>"
+    assert expand("<!-- a comment -->") == "<!-- a comment -->"
+
+
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + ZH_NOTEBOOKS,
+    ids=lambda p: f"{p.parent.parent.name}/{p.stem[:2]}",
+)
+def test_every_hidden_include_reads_a_file_that_exists(path):
+    """Each `<!-- literalinclude PATH :pyobject: NAME -->` of a notebook names a file
+    beside it and, with :pyobject:, a function or class that file defines."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from hidden_includes import MARKER, OPTION
+
+    for match in MARKER.finditer("\n".join(markdown_of(path))):
+        file = (path.parent / match[1]).resolve()
+        assert file.is_file(), f"{path.name}: {match[1]} does not exist"
+        name = dict(OPTION.findall(match[2])).get("pyobject")
+        if name:
+            pattern = rf"^(def|class) {name}\b"
+            assert re.search(pattern, file.read_text(encoding="utf-8"), re.M), (
+                f"{path.name}: {match[1]} defines no {name}"
+            )
 
 
 @pytest.mark.parametrize(
@@ -59,17 +95,18 @@ IMAGE_SRC = re.compile(r'<img src="([^"]+)"')
     ids=lambda p: f"{p.parent.parent.name}/{p.stem[:2]}",
 )
 def test_notebook_markdown_renders_in_jupyter_and_colab(path):
-    """Colab shows no MyST directive and opens a notebook alone: its boxes are HTML
-    (only the dropdowns that include a solution file from solutions/ stay MyST), and
-    its diagrams are at the repository's raw address (tools/repo_images.py), which
-    the book rewrites to the files themselves."""
+    """Colab shows no MyST directive and opens a notebook alone: its boxes are HTML, a
+    file the book includes is an HTML comment (tools/hidden_includes.py), and its
+    diagrams are at the repository's raw address (tools/repo_images.py), which the
+    book rewrites to the files themselves."""
     sys.path.insert(0, str(ROOT / "tools"))
     from repo_images import SVG_QUERY, raw_prefix
 
     text = "\n".join(markdown_of(path))
-    boxes = MYST_BOX.findall(text)
-    assert all("{literalinclude}" in body for body in boxes), (
-        f"{path.name}: a MyST admonition Jupyter and Colab show as raw text"
+    directive = re.search(r"^(```|:::)\{.*$", text, re.M)
+    assert directive is None, (
+        f"{path.name}: {directive and directive[0]!r}, a MyST directive Jupyter and "
+        "Colab show as raw text"
     )
     for src in IMAGE_SRC.findall(text):
         assert src.startswith(raw_prefix()), f"{path.name}: {src} is not on Colab"

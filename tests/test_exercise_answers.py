@@ -8,8 +8,9 @@ before `</details>`). So each notebook's Exercises section, in both editions, ho
 answers in one `<details>` block after the questions, and any MyST dropdown left there
 holds only a `{literalinclude}` of `solutions/`. A build-it's solution is folded the
 same way, in its own `<details>` block ("Solution: ..."): the book shows the code, which
-its `{literalinclude}` reads from `solutions/`; Jupyter and Colab show a link to the
-file on GitHub (they cannot include a file)."""
+a `<!-- literalinclude ... -->` comment reads from `solutions/` (made the MyST directive
+by tools/hidden_includes.py); Jupyter and Colab show only a link to the file on GitHub
+(they cannot include a file, and they show no HTML comment)."""
 
 import json
 import re
@@ -29,7 +30,7 @@ ANSWERS = re.compile(
 SOLUTION = re.compile(
     r"^<details>\n<summary>(?:Solution|参考答案)：?:? ?<code>\w+</code></summary>\n\n"
     r"(?:On GitHub|GitHub 上的文件)[:：] ?\[`(solutions/[\w.]+)`\]\(https://github\.com/\S+/blob/\S+/\1\)[.。]\n\n"
-    r"```\{literalinclude\} (?:\.\./)+\1\n(?::\w+:.*\n)*```\n\n</details>$",
+    r"<!-- literalinclude (?:\.\./)+\1(?: :\w+: \S+)* -->\n\n</details>$",
     re.M,
 )
 DROPDOWN = re.compile(r"^:::\{(?:admonition|dropdown)\}[^\n]*\n(.*?)^:::$", re.M | re.S)

@@ -13,7 +13,7 @@ A word is a run of letters and digits (\\w+) outside HTML tags (a box's markup, 
 image's address and its alt text are not read as prose); a line of code is any line,
 blank or not, of a code cell not tagged remove-cell, remove-input or hide-input (a
 hide-input cell's code is folded behind a "show" button, like the folded
-{literalinclude} dropdowns of plumbing: there for the curious, not on the reading
+literalinclude folds of plumbing: there for the curious, not on the reading
 path); an output line is a line of a stored text output of a cell not tagged
 remove-cell or remove-output (figures are not counted).
 """
