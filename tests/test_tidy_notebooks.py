@@ -71,7 +71,7 @@ def test_without_check_it_tidies_in_place(untidy, capsys):
 
 
 @pytest.mark.parametrize("tag", ["hide-input", "remove-input"])
-def test_a_cell_the_book_folds_is_folded_in_jupyter_too(tag):
+def test_a_cell_the_book_folds_is_folded_in_jupyter_and_colab_too(tag):
     cell = {
         "cell_type": "code",
         "metadata": {"tags": [tag]},
@@ -79,9 +79,10 @@ def test_a_cell_the_book_folds_is_folded_in_jupyter_too(tag):
     }
     tidy_notebooks.tidy_cell(cell)
     assert cell["metadata"]["jupyter"] == {"source_hidden": True}
+    assert cell["metadata"]["cellView"] == "form"
     shown = {"cell_type": "code", "metadata": {}, "source": ["x = 1"]}
     tidy_notebooks.tidy_cell(shown)
-    assert "jupyter" not in shown["metadata"]
+    assert "jupyter" not in shown["metadata"] and "cellView" not in shown["metadata"]
 
 
 def test_every_notebook_is_valid_nbformat():

@@ -10,8 +10,9 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
   and a numbered caption with the same text (`mystnb.figure.caption`; the Chinese
   edition puts the translated title there);
 - a code cell whose code the book folds or leaves out (tag `hide-input` or
-  `remove-input`) is folded in JupyterLab and Notebook 7 too (`jupyter.source_hidden`),
-  so the plumbing stays off the path where learners run.
+  `remove-input`) is folded in JupyterLab and Notebook 7 too (`jupyter.source_hidden`)
+  and in Colab (`cellView: "form"`, Colab's "hide code"), so the plumbing stays off the
+  path where learners run.
 `--check` exits 1 if any notebook would change.
 """
 
@@ -69,6 +70,7 @@ def tidy_cell(cell: dict) -> None:
     _set_alt(cell)
     if {"hide-input", "remove-input"} & set(cell["metadata"].get("tags", [])):
         cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
+        cell["metadata"]["cellView"] = "form"
     lines = "".join(cell["source"]).splitlines(keepends=True)
     text = "".join(lines).strip()
     if text.startswith("# On Colab:") or (
