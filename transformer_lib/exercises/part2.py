@@ -105,15 +105,21 @@ def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module
     try:
         compare_module(call, got, want, mine, ref)
     except ExerciseError:
-        eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
-        for key, m in mine.named_modules():
-            if isinstance(m, nn.LayerNorm) and m.eps not in eps:
-                raise ExerciseError(
-                    f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
-                    f"eps, {min(eps):g}, as the course's layer does (the gradients "
-                    "differ)"
-                ) from None
+        _name_eps(mine, ref)
         raise
+
+
+def _name_eps(mine: nn.Module, ref: nn.Module) -> None:
+    """Raise ExerciseError if a LayerNorm of `mine` has an eps no LayerNorm of `ref`
+    has."""
+    eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
+    for key, m in mine.named_modules():
+        if isinstance(m, nn.LayerNorm) and m.eps not in eps:
+            raise ExerciseError(
+                f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
+                f"eps, {min(eps):g}, as the course's layer does (the gradients "
+                "differ)"
+            ) from None
 
 
 def _load_layer(mine: nn.Module, ref: nn.Module, name: str) -> None:
