@@ -1000,6 +1000,12 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
             "divided by N: distance k has only N - k pairs (the k-th diagonal), "
             "divide by N - k (or take the diagonal's mean)"
         )
+    if got.shape == want.shape and torch.allclose(got[1:], 2 * want[1:], atol=1e-9):
+        raise ExerciseError(
+            "each pair was counted twice: the k-th diagonal and the -k-th hold the "
+            "same cosines (the table of cosines is symmetric); summing both and "
+            "dividing by N - k doubles the mean; take the k-th diagonal's mean"
+        )
     if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
         raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")
     if got.shape == want.shape and torch.allclose(got, want, atol=1e-9):
