@@ -912,6 +912,18 @@ def _mha_variant(
     return m.out_proj(merged) if mix else merged
 
 
+def _close_where_finite(got, wrong: Tensor) -> bool:
+    """Whether `got` is `wrong` at every position where `wrong` is finite (some, not
+    all): a row with every key hidden is NaN there, and -1e9 or nan_to_num makes it
+    something else."""
+    if not (isinstance(got, Tensor) and got.shape == wrong.shape):
+        return False
+    finite = wrong.isfinite()
+    if finite.all() or not finite.any():
+        return is_close(got, wrong, equal_nan=True)
+    return is_close(got.detach()[finite], wrong[finite])
+
+
 def _wrong_split_of_one(name: str, got, ref, x: Tensor, kv: Tensor, mask) -> None:
     """Raise ExerciseError if one or two of q, k, v were split with a plain reshape
     (the others right), naming them."""
@@ -981,6 +993,13 @@ def check_multi_head_attention(cls: type) -> str:
                     f"{name}: scores divided by sqrt(d_model) = sqrt(16), expected "
                     "sqrt(d_head) = sqrt(8): each head has width d_model / n_heads"
                 )
+            T_k = kv.size(1)
+            if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=T_k)):
+                raise ExerciseError(
+                    f"{name}: scores divided by sqrt({T_k}), the number of keys "
+                    "(k.size(-2)), expected sqrt(d_head) = sqrt(8): the scale is one "
+                    "head's width, q.size(-1), whatever the sequence's length"
+                )
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=2)):
                 raise ExerciseError(
                     f"{name}: scores divided by sqrt(n_heads) = sqrt(2), expected "
@@ -1038,14 +1057,23 @@ def check_multi_head_attention(cls: type) -> str:
                 )
             if mask is not None and is_close(got, ref(x, kv, kv)[0]):
                 raise ExerciseError(f"{name}: the mask was ignored")
-            if mask is not None and is_close(
-                got,
-                _mha_variant(ref, x, kv, kv, mask, mask_inverted=True),
-                equal_nan=True,
+            if mask is not None and _close_where_finite(
+                got, _mha_variant(ref, x, kv, kv, mask, mask_inverted=True)
             ):
                 raise ExerciseError(
                     f"{name}: the mask is inverted: True means may attend, so fill "
                     "the scores where it is False, masked_fill(~mask, float('-inf'))"
+                )
+            if (
+                mask is not None
+                and mask.size(-1) == mask.size(-2)
+                and is_close(got, _mha_variant(ref, x, kv, kv, mask.mT))
+            ):
+                raise ExerciseError(
+                    f"{name}: the mask is transposed (mask.mT, or triu()): query t saw "
+                    "itself and the later keys; mask[..., t, s] says whether query t "
+                    "may see key s, use it as given, masked_fill(~mask, "
+                    "float('-inf'))"
                 )
             if mask is not None and is_close(
                 got, _mha_variant(ref, x, kv, kv, mask, mask_multiplied=True)

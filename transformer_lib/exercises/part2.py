@@ -105,15 +105,21 @@ def _compare_layer(call: str, got, want: Tensor, mine: nn.Module, ref: nn.Module
     try:
         compare_module(call, got, want, mine, ref)
     except ExerciseError:
-        eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
-        for key, m in mine.named_modules():
-            if isinstance(m, nn.LayerNorm) and m.eps not in eps:
-                raise ExerciseError(
-                    f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
-                    f"eps, {min(eps):g}, as the course's layer does (the gradients "
-                    "differ)"
-                ) from None
+        _name_eps(mine, ref)
         raise
+
+
+def _name_eps(mine: nn.Module, ref: nn.Module) -> None:
+    """Raise ExerciseError if a LayerNorm of `mine` has an eps no LayerNorm of `ref`
+    has."""
+    eps = {m.eps for m in ref.modules() if isinstance(m, nn.LayerNorm)}
+    for key, m in mine.named_modules():
+        if isinstance(m, nn.LayerNorm) and m.eps not in eps:
+            raise ExerciseError(
+                f"{key} is nn.LayerNorm(d_model, eps={m.eps:g}): keep the default "
+                f"eps, {min(eps):g}, as the course's layer does (the gradients "
+                "differ)"
+            ) from None
 
 
 def _load_layer(mine: nn.Module, ref: nn.Module, name: str) -> None:
@@ -183,7 +189,7 @@ def check_encoder_layer(cls: type) -> str:
                     "this is post-norm, LN(x + sublayer(x)); build pre-norm, "
                     "x + sublayer(LN(x))",
                 ),
-                (ref(x), "the mask was not passed to self-attention"),
+                (ref(x), lambda: _mask_not_passed(mine, ref, x, mask)),
                 (
                     a + ref.ff(ref.norm2(a)),
                     "the attention output is not added to its input (the residual)",
@@ -216,11 +222,29 @@ def check_encoder_layer(cls: type) -> str:
             )
             for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
-                    raise ExerciseError(hint)
+                    raise ExerciseError(hint() if callable(hint) else hint)
             _name_heads(got, ref, lambda: ref(x, mask))
     _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
     _no_dropout(mine, lambda: _forward(mine, x, mask), got)
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
+
+
+def _mask_not_passed(mine: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor) -> str:
+    """What an encoder layer whose output is the unmasked one did with the mask: the
+    test's first row pads nothing, so its mask[:1] used for the batch is no mask at
+    all; with the rows swapped it is seen."""
+    swapped = mask.flip(0)  # row 0 padded now
+    try:
+        got = tensor_output(mine(x, swapped), "MyEncoderLayer")
+    except (RuntimeError, ValueError):
+        got = None
+    if got is not None and is_close(got, ref(x, swapped[:1])):
+        return (
+            "the first sentence's mask (mask[:1], or mask[0]) was used for the whole "
+            "batch: each sentence has its own padding; pass the mask (B, 1, 1, T) "
+            "as given"
+        )
+    return "the mask was not passed to self-attention"
 
 
 def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
@@ -230,6 +254,7 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
     raw_kv = x + ref.self_attn(n, x, x, mask=mask)[0]
     normed = ref.norm2(n + ref.self_attn(n, mask=mask)[0])
     inverted = x + ref.self_attn(n, mask=~mask)[0]
+    turned = x + ref.self_attn(n, mask=mask.transpose(-1, -2))[0]  # (B, 1, T, 1)
     want = ref(x, mask)
     ff_first = x + ref.ff(ref.norm2(x))  # the sublayers in the other order
     ff_first_by_place = x + ref.ff(ref.norm1(x))
@@ -263,6 +288,12 @@ def _encoder_hints(ref, x: Tensor, mask: Tensor) -> tuple:
             inverted + ref.ff(ref.norm2(inverted)),
             "the mask is inverted: True means 'may attend', so pass the mask as "
             "given, not ~mask",
+        ),
+        (
+            turned + ref.ff(ref.norm2(turned)),
+            "the mask was transposed, (B, 1, T, 1): it hid the padded queries' rows, "
+            "not the padded keys; the padding mask (B, 1, 1, T) hides keys, pass it "
+            "as given",
         ),
         (
             x + ref.self_attn(n, mask=mask)[0] + ref.ff(ref.norm2(x)),
@@ -321,6 +352,7 @@ def check_decoder_layer(cls: type) -> str:
         raise ExerciseError(_decoder_mask_error(mine, ref, x, e)) from None
     want = ref(x, mem, tgt_mask, mem_mask)
     if not is_close(got, want):
+        _shared_parts(mine, ("norm1", "norm2", "norm3"), ("self_attn", "cross_attn"))
         with torch.no_grad():
 
             def sa(h):
@@ -395,6 +427,7 @@ def check_decoder_layer(cls: type) -> str:
                 ),
             )
             raw = x + ref.self_attn(ref.norm1(x), x, x, mask=tgt_mask)[0]
+            hints += _decoder_hints(ref, x, mem, tgt_mask, mem_mask)
             hints += (
                 (
                     ff(x + ca(h)),
@@ -444,6 +477,73 @@ def check_decoder_layer(cls: type) -> str:
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
         "causal and padding masks; gradients"
+    )
+
+
+def _shared_parts(mine: nn.Module, *groups: tuple[str, ...]) -> None:
+    """Raise ExerciseError if two parts of a group are one module (self.norm3 =
+    self.norm2): each sublayer has its own, with its own weights."""
+    for group in groups:
+        parts = [(name, getattr(mine, name, None)) for name in group]
+        for i, (a, one) in enumerate(parts):
+            for b, other in parts[i + 1 :]:
+                if isinstance(one, nn.Module) and one is other:
+                    raise ExerciseError(
+                        f"{a} and {b} are one module (self.{b} = self.{a}?): each "
+                        "sublayer has its own, with its own weights; build "
+                        f"{b} as a module of its own"
+                    )
+
+
+def _decoder_hints(ref, x: Tensor, mem: Tensor, tgt_mask: Tensor, mem_mask: Tensor):
+    """More wrong decoder layers, from the reference's own parts: (output, hint)."""
+    h = x + ref.self_attn(ref.norm1(x), mask=tgt_mask)[0]
+    n = ref.norm2(h)
+    h3 = h + ref.cross_attn(n, mem, mem, mask=mem_mask)[0]
+    want = h3 + ref.ff(ref.norm3(h3))
+    turned = x + ref.self_attn(ref.norm1(x), mask=tgt_mask.transpose(-1, -2))[0]
+    turned = turned + ref.cross_attn(ref.norm2(turned), mem, mem, mask=mem_mask)[0]
+    keys_only = h + ref.cross_attn(n, ref.norm2(mem), mem, mask=mem_mask)[0]
+    values_only = h + ref.cross_attn(n, mem, ref.norm2(mem), mask=mem_mask)[0]
+    return (
+        *(
+            (
+                h3 + ref.ff(ref.norm3(early)),
+                f"the feed-forward sublayer read norm3({name}), from before "
+                "cross-attention: it reads cross-attention's result, h2 = h + "
+                "cross_attn(norm2(h), memory, memory, memory_mask), then h2 + "
+                "ff(norm3(h2))",
+            )
+            for early, name in ((h, "h"), (x, "x"))
+        ),
+        *(
+            (
+                norm(want),
+                "a LayerNorm was applied to the layer's output: in pre-norm the "
+                "output is the residual stream, h + ff(norm3(h)), left unnormalised",
+            )
+            for norm in (
+                ref.norm1,
+                ref.norm2,
+                ref.norm3,
+                lambda t: F.layer_norm(t, (t.size(-1),)),
+            )
+        ),
+        *(
+            (
+                wrong + ref.ff(ref.norm3(wrong)),
+                f"cross-attention's {which} were norm2(memory): norm2 normalises the "
+                "queries' input only; keys and values are both memory as given, "
+                "cross_attn(norm2(h), memory, memory, memory_mask)",
+            )
+            for wrong, which in ((keys_only, "keys"), (values_only, "values"))
+        ),
+        (
+            turned + ref.ff(ref.norm3(turned)),
+            "self-attention's mask was transposed (triu(): position t saw itself and "
+            "the later targets): use tgt_mask as given, True where a position may "
+            "attend, the lower triangle (tril())",
+        ),
     )
 
 

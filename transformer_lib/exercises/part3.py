@@ -114,10 +114,19 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "q, k and v were taken as interleaved columns (view(B, T, C, 3)): qkv(x) "
             "holds q, then k, then v, each C wide: qkv(x).split(C, dim=-1)",
         ),
+        *(
+            (
+                a + ref.mlp.proj(act(ref.mlp.fc(ref.norm2(a)))),
+                f"the MLP uses {name}: GPT-2 uses GELU, with the tanh approximation, "
+                "F.gelu(h, approximate='tanh')",
+            )
+            for act, name in ((F.relu, "ReLU"), (F.silu, "SiLU"))
+        ),
         (
-            a + ref.mlp.proj(F.relu(ref.mlp.fc(ref.norm2(a)))),
-            "the MLP uses ReLU: GPT-2 uses GELU, with the tanh approximation, "
-            "F.gelu(h, approximate='tanh')",
+            _block_with(ref, x, merge=lambda y: y.permute(0, 2, 3, 1).reshape(B, T, C)),
+            "the heads were merged as (B, T, D, H), permute(0, 2, 3, 1): each head's "
+            "D features must stay side by side, (B, T, H, D): y.transpose(1, 2)"
+            ".reshape(B, T, C)",
         ),
         *_mlp_hints(ref, a),
         (
@@ -371,10 +380,14 @@ def check_gpt_block(cls: type) -> str:
             for variant, hint in _block_hints(ref, x):
                 if is_close(got, variant):
                     raise ExerciseError(hint)
-    from transformer_lib.exercises.part2 import _no_dropout
+    from transformer_lib.exercises.part2 import _name_eps, _no_dropout
 
     _no_dropout(mine, lambda: mine(x), got)
-    compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
+    try:
+        compare_module("MyBlock(x)", got, want, mine, ref, rename=_block_name)
+    except ExerciseError:
+        _name_eps(mine, ref)
+        raise
     _longer_block(mine, ref)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"
@@ -427,6 +440,12 @@ def check_kv_cache(cls: type) -> str:
             got = cache.update(k, v)
         except (RuntimeError, IndexError) as e:
             said = f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
+            if "Boolean value of Tensor" in str(e):
+                raise ExerciseError(
+                    f"{said}{total - t} stored: `if not self.k` (or `self.k or ...`) "
+                    "asks a tensor of many values whether it is true; test for no "
+                    "keys yet with self.k is None (or self.length == 0)"
+                ) from e
             if "must match except in dimension" not in str(e):
                 raise ExerciseError(
                     f"{said}{total - t} stored: a cache takes any number of tokens, "
@@ -523,12 +542,24 @@ def _kv_cache_apart(cls: type, cache, total: int) -> None:
 
 
 def _kv_dtype(cls: type) -> None:
-    """A cache given float64 keys and values returns them in float64, as given."""
+    """A cache given float64 keys and values, (1, 2, T, 4) unlike the first test's,
+    returns them in float64, as given."""
     g = torch.Generator().manual_seed(1)
     cache = cls()
     for t in (3, 1):
         k, v = (torch.randn(1, 2, t, 4, generator=g, dtype=torch.float64) for _ in "kv")
-        keys, values = cache.update(k, v)
+        try:
+            keys, values = cache.update(k, v)
+        except RuntimeError as e:
+            if t != 3 or "must match" not in str(e):
+                raise
+            raise ExerciseError(
+                f"a fresh cache given keys of shape {tuple(k.shape)} raised "
+                f"RuntimeError ({str(e).splitlines()[0]}): was the storage made at a "
+                "fixed shape, torch.zeros(2, 3, 0, 8)? B, H and D come from the keys "
+                "given: keep the first k as it is (self.k = k), or build the "
+                "storage from it"
+            ) from None
     for name, got in (("keys", keys), ("values", values)):
         if isinstance(got, Tensor) and got.dtype != torch.float64:
             raise ExerciseError(
@@ -596,6 +627,8 @@ def _online_softmax(
     tile_max=False,
     p_old=False,
     renormed=False,
+    shared=None,
+    late=(),
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
@@ -603,7 +636,9 @@ def _online_softmax(
     factor inverted, exp(m_new - m_old) (0 on the first block, where ell = out = 0),
     a block starting every `stride` keys (overlapping when stride < block), the block's
     own max taken for the running one, p = exp(s - m_old) with the old max, out divided
-    by ell and ell set to 1 after every block."""
+    by ell and ell set to 1 after every block, one max `shared` by the rows (the
+    score dims it is taken over: (-2, -1) one per head, () one for all), `late` the
+    running sums ("out", "ell") rescaled after the block's share is added."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), stride or block):
@@ -611,12 +646,22 @@ def _online_softmax(
         scores = q @ k[..., s:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         m_new = scores.amax(-1, keepdim=True) if tile_max else m_new
+        if shared is not None:
+            top = scores.amax(shared, keepdim=True) if shared else scores.amax()
+            m_new = torch.maximum(m, top)
         factor = (m - m_new).exp()
         if inverted:
             factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
         p = (scores - (torch.where(m.isneginf(), m_new, m) if p_old else m_new)).exp()
-        ell = (ell * factor if sum_rescaled else ell) + p.sum(-1, keepdim=True)
-        out = (out * factor if out_rescaled else out) + p @ v[..., s:end, :]
+        new_ell, new_out = p.sum(-1, keepdim=True), p @ v[..., s:end, :]
+        if "ell" in late:  # the block's own share rescaled too
+            ell = (ell + new_ell) * factor
+        else:
+            ell = (ell * factor if sum_rescaled else ell) + new_ell
+        if "out" in late:
+            out = (out + new_out) * factor
+        else:
+            out = (out * factor if out_rescaled else out) + new_out
         m = m_new
         if renormed:
             out, ell = out / ell, torch.ones_like(ell)
@@ -688,6 +733,22 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
                   "ell reset to 1: the earlier blocks then weigh as one key; keep ell "
                   "as the running sum of all the weights so far, and divide out by it "
                   "once, at the end"))  # fmt: skip
+    for dims, who in (
+        ((), "every query row (a single number)"),
+        ((-2, -1), "each head's query rows"),
+    ):
+        slips.append((dict(shared=dims), f"one maximum was shared by {who}: a row "
+                      "whose scores lie far below another row's maximum underflows, "
+                      "exp(s - m) = 0, and its out / ell is 0 / 0; keep one running "
+                      "maximum per query row, scores.amax(-1, keepdim=True), m of "
+                      "shape (..., T_q, 1)"))  # fmt: skip
+    for late in (("out",), ("out", "ell")):
+        what = " and ".join(late)
+        slips.append((dict(late=late), f"{what} {'were' if late[1:] else 'was'} "
+                      "rescaled after the block's share was added, (out + p @ v) * "
+                      "exp(m_old - m_new): p = exp(s - m_new) is already relative to "
+                      f"the new maximum; rescale the old {what} only, out * "
+                      "exp(m_old - m_new) + p @ v"))  # fmt: skip
     if block > 1:  # with block 1, the slice is empty and amax raises
         slips.append((dict(short=1), "each block dropped its last key, k[..., s : s + "
                       "block - 1]: the end of a slice is excluded, so s : s + block "
@@ -938,6 +999,12 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         raise ExerciseError(
             "divided by N: distance k has only N - k pairs (the k-th diagonal), "
             "divide by N - k (or take the diagonal's mean)"
+        )
+    if got.shape == want.shape and torch.allclose(got[1:], 2 * want[1:], atol=1e-9):
+        raise ExerciseError(
+            "each pair was counted twice: the k-th diagonal and the -k-th hold the "
+            "same cosines (the table of cosines is symmetric); summing both and "
+            "dividing by N - k doubles the mean; take the k-th diagonal's mean"
         )
     if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
         raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")

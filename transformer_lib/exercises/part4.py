@@ -67,6 +67,19 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             "triu(1), the ones to hide; a boolean attn_mask is True where a query may "
             "attend: pass tril() (~triu(1)), or is_causal=True"
         )
+    B, H, T, D = q.shape
+    n_kv = k.size(1)
+    folded = F.scaled_dot_product_attention(  # query row j * T + t of each group
+        q.reshape(B, n_kv, H // n_kv * T, D), k, v, is_causal=True
+    ).view(B, H, T, D)
+    if H > n_kv and torch.allclose(got, folded, atol=1e-9):
+        raise ExerciseError(
+            f"{name}: the query heads of a group were folded into the time axis, "
+            "(B, H_kv, g * T, D): is_causal then lines up query row r with key r, so "
+            "head j of a group acts as positions j * T + t and sees keys after t; "
+            "keep q (B, H, T, D) and repeat k and v instead, repeat_interleave(H // "
+            "H_kv, dim=1)"
+        )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
     D = q.size(-1)
@@ -83,7 +96,6 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             f"{name}: the mask hides the diagonal too: query t may attend to key t "
             "itself; hide only the later keys, triu(1) (or keep tril()), not triu()"
         )
-    B, H, T, D = q.shape
     pooled = q.view(B, n_kv, g, T, D).mean(2)  # the group's query heads averaged
     averaged = _grouped_reference(pooled, k, v).repeat_interleave(g, dim=1)
     if g > 1 and torch.allclose(got, averaged, atol=1e-9):
