@@ -9,6 +9,7 @@ import hashlib
 import math
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -161,7 +162,8 @@ def _check_chunk_argument(fn: Callable) -> None:
 
 
 def _run_traced(fn: Callable, *args) -> tuple:
-    """fn(*args) and the peak of the Python memory it allocated, in bytes."""
+    """fn(*args) and the peak of the Python memory it allocated, in bytes; a loop that
+    goes on reading past the end of the file is stopped (_counting_open)."""
     import tracemalloc
 
     was_tracing = tracemalloc.is_tracing()
@@ -170,11 +172,72 @@ def _run_traced(fn: Callable, *args) -> tuple:
     try:
         start = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        out = fn(*args)
+        with _counting_open():
+            out = fn(*args)
         return out, tracemalloc.get_traced_memory()[1] - start
     finally:
         if not was_tracing:
             tracemalloc.stop()
+
+
+_PAST_EOF = (
+    "read() returned b'' (the end of the file) {n} times and the loop went on: in "
+    "binary mode the end is b'' (bytes), which never equals the str '': stop on b'', "
+    "iter(lambda: f.read(chunk), b'') or while chunk := f.read(chunk)"
+)
+
+
+def _past_eof(cls: type) -> type:
+    """A subclass of a binary file class whose reads stop a loop that never ends:
+    the hundredth empty read raises ExerciseError."""
+
+    class Counting(cls):
+        empty = 0
+
+        def _count(self, got):
+            if not got and got is not None:
+                self.empty += 1
+                if self.empty >= 100:
+                    raise ExerciseError(_PAST_EOF.format(n=self.empty))
+            return got
+
+        def read(self, *a):
+            return self._count(super().read(*a))
+
+        def read1(self, *a):
+            return self._count(super().read1(*a))
+
+        def readline(self, *a):
+            return self._count(super().readline(*a))
+
+    return Counting
+
+
+@contextmanager
+def _counting_open():
+    """open (and io.open, which Path.open calls) give binary readers that count their
+    empty reads: a sentinel '' in binary mode never matches, and the checker would
+    wait for ever."""
+    import builtins
+    import io
+
+    real = builtins.open, io.open
+    raw, buffered = _past_eof(io.FileIO), _past_eof(io.BufferedReader)
+
+    def counting(file, mode="r", buffering=-1, *args, opener=None, **kwargs):
+        rest = [*args, *kwargs.values()]  # encoding, errors, newline, closefd
+        if sorted(mode) != ["b", "r"] or any(a not in (None, True) for a in rest):
+            return real[0](file, mode, buffering, *args, opener=opener, **kwargs)
+        if buffering == 0:
+            return raw(file, "r", opener=opener)
+        size = buffering if buffering > 1 else io.DEFAULT_BUFFER_SIZE
+        return buffered(io.FileIO(file, "r", opener=opener), size)
+
+    builtins.open = io.open = counting
+    try:
+        yield
+    finally:
+        builtins.open, io.open = real
 
 
 def _last_chunk_digests(data: bytes) -> set[str]:

@@ -494,6 +494,7 @@ def check_shift_targets(fn: Callable) -> str:
                 "<eos> (in tgt_out) make each row one longer than its sequence, so T "
                 "is the longest length + 1"
             )
+    _shift_order(got, want_in, want_out)
     with_eos = [[bos, *y, eos] + [pad] * (4 - len(y)) for y in seqs]  # (3, 5)
     if any(is_close(got[0], torch.tensor(with_eos)[:, :n]) for n in (4, 5)):
         raise ExerciseError(
@@ -528,7 +529,41 @@ def check_shift_targets(fn: Callable) -> str:
                 f"{name} is {g.dtype}, expected torch.long (int64): embeddings and "
                 "cross_entropy take int64 ids; torch.tensor(rows) gives it"
             )
-    return f"3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets, pad {pad}"
+    _shift_longest_later(fn, bos, eos, pad)
+    return (
+        f"3 sequences of lengths 3, 1, 2, then 1, 3, 2 -> (3, 4) inputs and targets, "
+        f"pad {pad}"
+    )
+
+
+def _shift_order(got: tuple, want_in: Tensor, want_out: Tensor) -> None:
+    """Name rows returned in another order than the sequences (sorted by length)."""
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        if not (isinstance(g, Tensor) and g.shape == w.shape) or is_close(g, w):
+            continue
+        rows, wanted = g.tolist(), w.tolist()
+        if sorted(rows) == sorted(wanted):
+            raise ExerciseError(
+                f"{name}'s rows are in another order ({rows}, expected {wanted}): "
+                "keep the batch order, row i is sequence i (its translation's source "
+                "is row i of the batch)"
+            )
+
+
+def _shift_longest_later(fn: Callable, bos: int, eos: int, pad: int) -> None:
+    """The same sequences with the longest second: T is the longest length + 1, not
+    the first sequence's."""
+    seqs = [[8], [5, 6, 7], [9, 10]]
+    want_in, want_out = _shifted(seqs, bos, eos, pad)
+    got = fn(copy.deepcopy(seqs), bos, eos, pad)
+    for name, g, w in zip(("tgt_in", "tgt_out"), got, (want_in, want_out)):
+        if isinstance(g, Tensor) and g.dim() == 2 and g.size(1) == 2:
+            raise ExerciseError(
+                f"with sequences of lengths 1, 3, 2, {name} has shape "
+                f"{tuple(g.shape)}, expected (3, 4): T is the longest length + 1, "
+                "max(len(y) for y in seqs) + 1, not the first sequence's"
+            )
+        compare(f"with sequences of lengths 1, 3, 2, {name}", g, w)
 
 
 def _shifted(seqs: list, bos: int, eos: int, pad: int) -> tuple[Tensor, Tensor]:

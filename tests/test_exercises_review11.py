@@ -1,0 +1,66 @@
+"""The eleventh blind review's wrong answers (issue 34, part A): each checker names
+the mistake in one line, never passes it, and never hangs."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import torch
+
+from transformer_lib import exercises as ex
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def solution(nb: str):
+    """The module solutions/NN_*.py."""
+    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
+    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fails(check, fn, message: str) -> None:
+    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
+    status, text = ex.outcome(check, fn)
+    assert status == "fail", (status, text)
+    assert re.search(message, text), text
+
+
+# 08 · my_shift_targets ----------------------------------------------------------------
+
+
+def test_shift_targets_t_from_the_first_row_and_rows_reordered():
+    right = solution("08").my_shift_targets
+
+    def first_row_t(seqs, bos, eos, pad):  # passed while the longest came first
+        T = len(seqs[0]) + 1
+        rows_in = [([bos, *y] + [pad] * T)[:T] for y in seqs]
+        rows_out = [([*y, eos] + [pad] * T)[:T] for y in seqs]
+        return torch.tensor(rows_in), torch.tensor(rows_out)
+
+    def sorted_rows(seqs, bos, eos, pad):
+        return right(sorted(seqs, key=len, reverse=True), bos, eos, pad)
+
+    fails(ex.check_shift_targets, first_row_t, r"T is the longest length \+ 1")
+    fails(ex.check_shift_targets, sorted_rows, "rows are in another order.*batch order")
+
+
+# 00 · sha256_file ---------------------------------------------------------------------
+
+
+def test_sha256_str_sentinel_in_binary_mode_is_stopped_not_waited_for():
+    import hashlib
+
+    def str_sentinel(path, chunk=2**20):
+        h, reads = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(chunk), ""):  # b'' never equals ''
+                reads += 1
+                if reads > 10**5:  # so that a checker that waits fails, not hangs
+                    raise RuntimeError("the checker let the loop run on")
+                h.update(block)
+        return h.hexdigest()
+
+    fails(ex.check_sha256, str_sentinel, r"never equals the str '': stop on b''")
