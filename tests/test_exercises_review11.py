@@ -64,3 +64,47 @@ def test_sha256_str_sentinel_in_binary_mode_is_stopped_not_waited_for():
         return h.hexdigest()
 
     fails(ex.check_sha256, str_sentinel, r"never equals the str '': stop on b''")
+
+
+# 19 · my_dpo_nll_loss -----------------------------------------------------------------
+
+
+def dpo_nll(margin_beta=None, nll=None, cast=None, edit=False):
+    """The DPO + NLL loss with one slip: margin_beta(beta, alpha) the margin's factor,
+    nll(pc, n) the per-pair NLL, cast the result's dtype, edit: pc /= n in place."""
+    import torch.nn.functional as F
+
+    def loss(pc, pr, rc, rr, n, beta, alpha):
+        if edit:
+            pc /= n
+            pc_sum, per_token = pc * n, pc
+        else:
+            pc_sum, per_token = pc, pc / n
+        m = (pc_sum - rc) - (pr - rr)
+        dpo = -F.logsigmoid((margin_beta or (lambda b, a: b))(beta, alpha) * m)
+        if nll is not None:
+            out = dpo.mean() + alpha * nll(pc_sum, n)
+        else:
+            weight = alpha if margin_beta is None else beta
+            out = (dpo - weight * per_token).mean()
+        return out if cast is None else out.to(cast)
+
+    return loss
+
+
+def test_dpo_nll_in_place_edit_float32_and_three_bare_variants():
+    check = ex.check_dpo_nll_loss
+    assert ex.outcome(check, dpo_nll())[0] == "pass"
+    fails(check, dpo_nll(edit=True), "policy_chosen was changed in place")
+    fails(check, dpo_nll(cast=torch.float32), "the loss is torch.float32.*keep")
+    fails(check, dpo_nll(margin_beta=lambda b, a: a), "beta and alpha are swapped")
+    fails(
+        check,
+        dpo_nll(nll=lambda pc, n: -(pc / n).sum()),
+        "NLL term is summed over the batch",
+    )
+    fails(
+        check,
+        dpo_nll(nll=lambda pc, n: -(pc / (n - 1)).mean()),
+        "divided by chosen_tokens - 1",
+    )
