@@ -108,3 +108,35 @@ def test_dpo_nll_in_place_edit_float32_and_three_bare_variants():
         dpo_nll(nll=lambda pc, n: -(pc / (n - 1)).mean()),
         "divided by chosen_tokens - 1",
     )
+
+
+# 09 · my_train ------------------------------------------------------------------------
+
+
+def loop(unpack=False, fixed_step=False):
+    """A training loop with one slip: the batch unpacked into train_step, or the step
+    index never advanced."""
+    import math
+
+    def train(model, optimizer, batches, lr_at, train_step):
+        model.train()
+        losses = []
+        for s, batch in enumerate(batches):
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(0 if fixed_step else s)
+            loss = train_step(model, optimizer, *batch) if unpack else None
+            if not unpack:
+                loss = train_step(model, optimizer, batch)
+            if not math.isfinite(loss):
+                raise ValueError(f"loss {loss} at step {s}")
+            losses.append(loss)
+        return losses
+
+    return train
+
+
+def test_training_loop_unpacked_batch_and_step_index_that_never_advanced():
+    check = ex.check_training_loop
+    assert ex.outcome(check, loop())[0] == "pass"
+    fails(check, loop(unpack=True), r"batch as one argument.*not unpacked \(\*batch\)")
+    fails(check, loop(fixed_step=True), "lr_at.0. .*step index never advanced")

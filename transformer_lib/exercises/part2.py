@@ -872,9 +872,15 @@ def _regression_step(log: list) -> Callable:
     """A real training step on a linear model that records the rate and the mode it
     ran at."""
 
-    def step(model, optimizer, batch) -> float:
+    def step(model, optimizer, *batch) -> float:
+        if len(batch) != 1:
+            raise ExerciseError(
+                f"train_step was called with {2 + len(batch)} arguments: it takes "
+                "(model, optimizer, batch), the batch as one argument, as the "
+                "docstring says; pass it whole, not unpacked (*batch)"
+            )
         log.append(([g["lr"] for g in optimizer.param_groups], model.training))
-        x, y = batch
+        x, y = batch[0]
         loss = F.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
@@ -914,6 +920,12 @@ def check_training_loop(fn: Callable) -> str:
     if len(log) != len(batches):
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
+        )
+    if all(lrs == [lr_at(0)] * len(lrs) for lrs, _ in log):
+        raise ExerciseError(
+            f"every step ran at lr_at(0) = {lr_at(0):g}: the step index never "
+            "advanced (or the rate was set once, before the loop); set lr_at(s) "
+            "before each step, s from for s, batch in enumerate(batches)"
         )
     for s, (lrs, training) in enumerate(log):
         lr = lrs[0]
