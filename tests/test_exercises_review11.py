@@ -140,3 +140,27 @@ def test_training_loop_unpacked_batch_and_step_index_that_never_advanced():
     assert ex.outcome(check, loop())[0] == "pass"
     fails(check, loop(unpack=True), r"batch as one argument.*not unpacked \(\*batch\)")
     fails(check, loop(fixed_step=True), "lr_at.0. .*step index never advanced")
+
+
+# 10 · my_sample_min_p -----------------------------------------------------------------
+
+
+def min_p(keepdim=True, shift=False):
+    """Min-p sampling with one slip: the top probability taken without keepdim, or the
+    kept probabilities shifted down by the threshold."""
+
+    def sample(logits, min_p, generator=None):
+        p = logits.softmax(-1)
+        top = p.max(-1, keepdim=True).values if keepdim else p.max(-1).values
+        t = min_p * top
+        q = (p - t).clamp(min=0) if shift else torch.where(p >= t, p, 0.0)
+        return torch.multinomial(q, 1, generator=generator).squeeze(-1)
+
+    return sample
+
+
+def test_min_p_without_keepdim_and_shifted_by_the_threshold():
+    check = ex.check_min_p_sampling
+    assert ex.outcome(check, min_p())[0] == "pass"
+    fails(check, min_p(keepdim=False), r"keep the dimension, p.max\(-1, keepdim=True\)")
+    fails(check, min_p(shift=True), "shifted down by the threshold")

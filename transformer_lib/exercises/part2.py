@@ -1097,6 +1097,23 @@ def _min_p_top_p(fn: Callable) -> None:
         )
 
 
+def _min_p_keepdim(p: float, error: Exception, shape: torch.Size) -> None:
+    """Name the threshold computed without keepdim: min_p * p.max(-1).values is (B,),
+    and compared with p (B, n_vocab) it lines up with the vocabulary, not the rows."""
+    sizes = re.search(
+        r"size of tensor a \((\d+)\) must match the size of tensor b "
+        r"\((\d+)\)",
+        str(error),
+    )
+    if sizes and {int(sizes[1]), int(sizes[2])} == set(shape):
+        raise ExerciseError(
+            f"min_p={p}: RuntimeError ({str(error).splitlines()[0]}): the row's top "
+            f"probability, p.max(-1).values, has shape ({shape[0]},), which lines "
+            "up with the vocabulary axis of p, not with its rows: keep the "
+            "dimension, p.max(-1, keepdim=True).values (B, 1)"
+        ) from None
+
+
 def _min_p_on_logits(fn: Callable, p: float, logits: Tensor, error: Exception) -> None:
     """Raise ExerciseError if `error` is what a threshold on the logits gives: they are
     log-probabilities here, all negative, so none passes it; the same logits + 10 (the
@@ -1133,6 +1150,7 @@ def check_min_p_sampling(fn: Callable) -> str:
         except NotImplementedError:
             raise
         except RuntimeError as e:
+            _min_p_keepdim(p, e, logits.shape)
             _min_p_on_logits(fn, p, logits, e)
             raise
         if not torch.equal(logits, given):
@@ -1187,7 +1205,14 @@ def _min_p_axis_message(
     def close(a: Tensor, b: Tensor) -> bool:
         return (a - b).abs().max().item() < 0.03
 
+    shifted = (probs[row] - p * probs[row].max()).clamp(min=0)
     slips = (
+        (
+            shifted / shifted.sum(),
+            "the kept probabilities were shifted down by the threshold, p - min_p * "
+            "p_max: keep them as they are (p where p >= the threshold, 0 elsewhere), "
+            "then divide by their sum",
+        ),
         (
             min_p_of((probs / probs.sum(0))[row]),
             "the softmax was taken over the batch (dim 0), so each token's column "
