@@ -1195,8 +1195,10 @@ def check_min_p_sampling(fn: Callable) -> str:
 def _min_p_axis_message(
     p: float, probs: Tensor, row: int, freq: Tensor, want: Tensor
 ) -> str | None:
-    """Two slips told apart by the frequencies they draw: the softmax over the batch
-    (each column normalised across the rows) and a second softmax (too flat)."""
+    """Slips told apart by the frequencies they draw: the probabilities shifted by the
+    threshold (where that is far from right, so that noise cannot pass for it), the
+    softmax over the batch (each column normalised across the rows), a second softmax
+    (too flat), uniform draws."""
 
     def min_p_of(q: Tensor) -> Tensor:  # the draws' distribution from probabilities q
         kept = q * (q >= p * q.max())
@@ -1206,9 +1208,10 @@ def _min_p_axis_message(
         return (a - b).abs().max().item() < 0.03
 
     shifted = (probs[row] - p * probs[row].max()).clamp(min=0)
+    shifted = shifted / shifted.sum()
     slips = (
         (
-            shifted / shifted.sum(),
+            shifted if (shifted - want).abs().max() > 0.06 else want,
             "the kept probabilities were shifted down by the threshold, p - min_p * "
             "p_max: keep them as they are (p where p >= the threshold, 0 elsewhere), "
             "then divide by their sum",
@@ -1237,7 +1240,8 @@ def _min_p_axis_message(
         ),
     )
     for dist, slip in slips:
-        if close(freq, dist) and not close(want, dist):
+        nearer = (freq - dist).abs().max() < (freq - want).abs().max()
+        if close(freq, dist) and not close(want, dist) and nearer:
             return f"min_p={p}: {slip}"
     return None
 
