@@ -164,3 +164,54 @@ def test_min_p_without_keepdim_and_shifted_by_the_threshold():
     assert ex.outcome(check, min_p())[0] == "pass"
     fails(check, min_p(keepdim=False), r"keep the dimension, p.max\(-1, keepdim=True\)")
     fails(check, min_p(shift=True), "shifted down by the threshold")
+
+
+# 09 · my_train_step -------------------------------------------------------------------
+
+
+def step_loss(loss_of):
+    """A training step whose loss is loss_of(logits (B, T, V), tgt_in, tgt_out, pad_id,
+    eps)."""
+
+    def step(model, optimizer, src, tgt_in, tgt_out, pad_id, label_smoothing):
+        logits = model(src, tgt_in)
+        loss = loss_of(logits, tgt_in, tgt_out, pad_id, label_smoothing)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def test_train_step_sum_over_batch_size_smoothing_over_padding_and_tgt_in_mask():
+    import torch.nn.functional as F
+
+    check = ex.check_train_step
+
+    def summed_over_b(logits, tgt_in, tgt_out, pad, eps):
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt_out.flatten(),
+            ignore_index=pad,
+            label_smoothing=eps,
+            reduction="sum",
+        )
+        return loss / logits.size(0)
+
+    def smoothing_over_pad(logits, tgt_in, tgt_out, pad, eps):
+        logp, real = logits.log_softmax(-1), tgt_out != pad
+        nll = -logp.gather(-1, tgt_out[..., None])[..., 0]
+        return (1 - eps) * nll[real].mean() + eps * -logp.mean(-1).mean()
+
+    def mask_from_tgt_in(logits, tgt_in, tgt_out, pad, eps):  # right on course data
+        per = F.cross_entropy(
+            logits.transpose(1, 2), tgt_out, label_smoothing=eps, reduction="none"
+        )
+        return per[tgt_in != pad].mean()
+
+    fails(check, step_loss(summed_over_b), "divided by the batch size")
+    fails(
+        check, step_loss(smoothing_over_pad), "smoothing term was averaged over every"
+    )
+    assert ex.outcome(check, step_loss(mask_from_tgt_in))[0] == "pass"

@@ -613,16 +613,22 @@ _PAD = 3  # the training step's pad id: not 0, so that a hard-coded 0 shows
 
 
 def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
-    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, padded with
-    _PAD; token 0 is a real target here."""
+    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, as the course
+    makes them: tgt_in = <bos> y and tgt_out = y <eos> (bos 1, eos 2), padded with
+    _PAD, so that both have their padding at the same places; token 0 is a real
+    target here."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(2):
         src = torch.randint(4, 12, (3, 6), generator=g)
         y = torch.randint(4, 12, (3, 5), generator=g)
-        src[0, 4:], y[1, 3:], y[0, 1], y[2, 0] = _PAD, _PAD, 0, 0  # padding; 0 is real
-        tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), y[:, :-1]], 1)
-        out.append((src, tgt_in, y))
+        src[0, 4:], y[0, 1], y[2, 0] = _PAD, 0, 0  # padding; 0 is real
+        tgt_in = torch.full((3, 6), _PAD)
+        tgt_out = torch.full((3, 6), _PAD)
+        for row, n in enumerate((5, 3, 4)):  # the lengths of the three y
+            tgt_in[row, : n + 1] = torch.cat([torch.tensor([1]), y[row, :n]])
+            tgt_out[row, : n + 1] = torch.cat([y[row, :n], torch.tensor([2])])
+        out.append((src, tgt_in, tgt_out))
     return out
 
 
@@ -742,6 +748,19 @@ def check_train_step(fn: Callable) -> str:
                     "the smoothing was spread over the n_vocab - 1 wrong tokens: "
                     "label_smoothing spreads eps over all n_vocab tokens, the right "
                     "one included, as F.cross_entropy(label_smoothing=eps) does",
+                ),
+                (
+                    summed / tgt_out.size(0),
+                    "the summed loss was divided by the batch size (sentences): "
+                    "divide by the number of real targets, the mean over them "
+                    "(the default reduction, with ignore_index=pad_id)",
+                ),
+                (
+                    (1 - eps) * (nll * real.flatten()).sum() / real.sum()
+                    - eps * logp.mean(-1).mean(),
+                    "the smoothing term was averaged over every position, <pad> "
+                    "included: average it over the real targets only, as the NLL "
+                    "term (label_smoothing=eps with ignore_index=pad_id does both)",
                 ),
                 (
                     summed / tgt_out.numel(),
