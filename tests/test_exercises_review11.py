@@ -215,3 +215,48 @@ def test_train_step_sum_over_batch_size_smoothing_over_padding_and_tgt_in_mask()
         check, step_loss(smoothing_over_pad), "smoothing term was averaged over every"
     )
     assert ex.outcome(check, step_loss(mask_from_tgt_in))[0] == "pass"
+
+
+# 11 · my_corpus_bleu ------------------------------------------------------------------
+
+
+def bleu(best_ref=False, at_least=False):
+    """Corpus BLEU with one slip: each order's matches clipped to the single reference
+    that matches most, or r the shortest reference at least as long as the
+    hypothesis."""
+    import math
+    from collections import Counter
+
+    def grams(tokens, n):
+        return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+    def corpus_bleu(hyps, refs):
+        match, total, c, r = [0] * 4, [0] * 4, 0, 0
+        for hyp, rs in zip(hyps, refs):
+            c += len(hyp)
+            longer = [len(x) for x in rs if len(x) >= len(hyp)]
+            closest = min((abs(len(x) - len(hyp)), len(x)) for x in rs)[1]
+            r += min(longer) if at_least and longer else closest
+            for n in range(1, 5):
+                got = grams(hyp, n)
+                if best_ref:
+                    match[n - 1] += max(sum((got & grams(x, n)).values()) for x in rs)
+                else:
+                    most = Counter()
+                    for x in rs:
+                        most |= grams(x, n)
+                    match[n - 1] += sum((got & most).values())
+                total[n - 1] += sum(got.values())
+        if min(match) == 0:
+            return 0.0
+        log_p = sum(math.log(m / t) for m, t in zip(match, total)) / 4
+        return 100 * (1.0 if c >= r else math.exp(1 - r / c)) * math.exp(log_p)
+
+    return corpus_bleu
+
+
+def test_bleu_best_single_reference_and_shortest_reference_not_shorter():
+    check = ex.check_corpus_bleu
+    assert ex.outcome(check, bleu())[0] == "pass"
+    fails(check, bleu(best_ref=True), "clipped to the one reference that matches most")
+    fails(check, bleu(at_least=True), "shortest reference at least as long as the hyp")

@@ -1703,6 +1703,9 @@ _BLEU_CORPORA = [
             ["我真的非常非常喜欢这只小猫。", "我很喜欢小猫。", "我喜欢猫。"],
         ),
     ],
+    [  # the closest reference is shorter, one longer too: r is not the next longer
+        ("我们明天早上去学校。", ["我们明天早去学校。", "我们明天早上一起去学校吧。"]),
+    ],
 ]
 
 
@@ -1730,6 +1733,8 @@ def bleu_reference(
     longest_total=False,
     distinct=False,
     corpus_r=False,
+    at_least=False,
+    best_ref=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1740,7 +1745,9 @@ def bleu_reference(
     when c > r, the precision's denominator counted in the closest reference, r the
     mean reference length; the n-grams one short, range(len - n); the denominator the
     most n-grams of any reference; each distinct n-gram counted once; r the total
-    length of the reference column closest to c."""
+    length of the reference column closest to c; r the shortest reference at least as
+    long as the hypothesis (the closest if none is); each order's matches clipped to
+    the one reference that matches most."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
 
     def grams(tokens: list[str], n: int) -> Counter:
@@ -1756,6 +1763,8 @@ def bleu_reference(
         closest = refs[0] if "r" in first else closest
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         r += sum(lengths) / len(lengths) - len(closest) if mean_r else 0
+        longer = [n for n in lengths if n >= len(hyp)]
+        r += min(longer) - len(closest) if at_least and longer else 0
         for n in range(1, 5):
             got, most = grams(hyp, n), Counter()
             got = Counter(set(got)) if distinct else got
@@ -1764,6 +1773,9 @@ def bleu_reference(
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
+            if best_ref:  # the best single reference's total instead
+                match[n - 1] += max(sum((got & grams(x, n)).values()) for x in refs)
+                match[n - 1] -= sum((got & most).values())
             total[n - 1] += sum((grams(closest, n) if ref_total else got).values())
             total[n - 1] += (len(hyp) - sum(got.values())) if hyp_length else 0
             if longest_total:
@@ -1844,6 +1856,8 @@ _R_SLIPS = {
     "length (the shorter one on a tie)": dict(first=("r",)),
     "r is the mean of each sentence's reference lengths: take the closest "
     "reference's length (the shorter one on a tie)": dict(mean_r=True),
+    "r is the shortest reference at least as long as the hypothesis: take the closest "
+    "reference, shorter or longer (the shorter one on a tie)": dict(at_least=True),
 }
 
 
@@ -2013,6 +2027,12 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "each distinct n-gram of a hypothesis counted once: count every "
                 "occurrence, Counter(n-grams), and clip it to the references",
                 bleu_reference(corpus, distinct=True),
+            ),
+            (
+                "each order's matches were clipped to the one reference that matches "
+                "most (its total): clip n-gram by n-gram, each to the most times any "
+                "one reference has it, max over the references' Counters",
+                bleu_reference(corpus, best_ref=True),
             ),
             (
                 "r was chosen once for the corpus, the reference set whose total "
