@@ -260,3 +260,28 @@ def test_bleu_best_single_reference_and_shortest_reference_not_shorter():
     assert ex.outcome(check, bleu())[0] == "pass"
     fails(check, bleu(best_ref=True), "clipped to the one reference that matches most")
     fails(check, bleu(at_least=True), "shortest reference at least as long as the hyp")
+
+
+# 03 · my_apply_rope -------------------------------------------------------------------
+
+
+def rope_along(axis: int):
+    """RoPE with the positions counted along x.size(axis)."""
+
+    def apply_rope(x, base=10000.0):
+        C = x.size(-1)
+        i = torch.arange(C // 2, dtype=x.dtype)
+        angle = torch.arange(x.size(axis), dtype=x.dtype)[:, None] * base ** (
+            -2 * i / C
+        )
+        a, b = x[..., 0::2], x[..., 1::2]
+        c, s = angle.cos(), angle.sin()
+        return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
+
+    return apply_rope
+
+
+def test_rope_positions_along_the_batch_or_the_channels():
+    assert ex.outcome(ex.check_rope, rope_along(1))[0] == "pass"
+    fails(ex.check_rope, rope_along(0), r"counted along x.size\(0\), the batch")
+    fails(ex.check_rope, rope_along(-1), r"counted along x.size\(-1\), the channels")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -724,7 +725,11 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 8, generator=g, dtype=torch.float64)
     given = x.clone()
-    got = fn(given)
+    try:
+        got = fn(given)
+    except RuntimeError as e:
+        _rope_positions_axis(e, x.shape)
+        raise
     if not torch.equal(given, x):
         raise ExerciseError(
             "my_apply_rope wrote into its input x: return a new tensor (torch.stack, "
@@ -749,6 +754,26 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if not torch.allclose(diag, diag[:1].expand_as(diag)):
             raise ExerciseError(f"scores at offset {k} vary with position")
     return "equals the reference on (2, 7, 8); scores depend only on the offset"
+
+
+def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
+    """Name positions counted along another axis than time: a size mismatch between T
+    and the batch or the channels."""
+    sizes = re.search(
+        r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)",
+        str(error),
+    )
+    B, T, C = shape
+    if not sizes or T not in (int(sizes[1]), int(sizes[2])):
+        return
+    other = ({int(sizes[1]), int(sizes[2])} - {T} or {T}).pop()
+    axis = {B: f"x.size(0), the batch ({B})", C: f"x.size(-1), the channels ({C})"}
+    if other in axis:
+        raise ExerciseError(
+            f"RuntimeError ({str(error).splitlines()[0]}): the positions were counted "
+            f"along {axis[other]}: x is (B, T, C), and the positions 0..T-1 run along "
+            f"dim 1 (-2), torch.arange(x.size(1)), T = {T} here"
+        ) from None
 
 
 # 04 · attention with a linear distance penalty (ALiBi) --------------------------------
