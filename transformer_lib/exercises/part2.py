@@ -620,7 +620,7 @@ def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(2):
-        src = torch.randint(4, 12, (3, 6), generator=g)
+        src = torch.randint(4, 12, (3, 7), generator=g)  # not T long: model(tgt, src)
         y = torch.randint(4, 12, (3, 5), generator=g)
         src[0, 4:], y[0, 1], y[2, 0] = _PAD, 0, 0  # padding; 0 is real
         tgt_in = torch.full((3, 6), _PAD)
