@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -161,7 +163,8 @@ def _check_chunk_argument(fn: Callable) -> None:
 
 
 def _run_traced(fn: Callable, *args) -> tuple:
-    """fn(*args) and the peak of the Python memory it allocated, in bytes."""
+    """fn(*args) and the peak of the Python memory it allocated, in bytes; a loop that
+    goes on reading past the end of the file is stopped (_counting_open)."""
     import tracemalloc
 
     was_tracing = tracemalloc.is_tracing()
@@ -170,11 +173,72 @@ def _run_traced(fn: Callable, *args) -> tuple:
     try:
         start = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        out = fn(*args)
+        with _counting_open():
+            out = fn(*args)
         return out, tracemalloc.get_traced_memory()[1] - start
     finally:
         if not was_tracing:
             tracemalloc.stop()
+
+
+_PAST_EOF = (
+    "read() returned b'' (the end of the file) {n} times and the loop went on: in "
+    "binary mode the end is b'' (bytes), which never equals the str '': stop on b'', "
+    "iter(lambda: f.read(chunk), b'') or while chunk := f.read(chunk)"
+)
+
+
+def _past_eof(cls: type) -> type:
+    """A subclass of a binary file class whose reads stop a loop that never ends:
+    the hundredth empty read raises ExerciseError."""
+
+    class Counting(cls):
+        empty = 0
+
+        def _count(self, got):
+            if not got and got is not None:
+                self.empty += 1
+                if self.empty >= 100:
+                    raise ExerciseError(_PAST_EOF.format(n=self.empty))
+            return got
+
+        def read(self, *a):
+            return self._count(super().read(*a))
+
+        def read1(self, *a):
+            return self._count(super().read1(*a))
+
+        def readline(self, *a):
+            return self._count(super().readline(*a))
+
+    return Counting
+
+
+@contextmanager
+def _counting_open():
+    """open (and io.open, which Path.open calls) give binary readers that count their
+    empty reads: a sentinel '' in binary mode never matches, and the checker would
+    wait for ever."""
+    import builtins
+    import io
+
+    real = builtins.open, io.open
+    raw, buffered = _past_eof(io.FileIO), _past_eof(io.BufferedReader)
+
+    def counting(file, mode="r", buffering=-1, *args, opener=None, **kwargs):
+        rest = [*args, *kwargs.values()]  # encoding, errors, newline, closefd
+        if sorted(mode) != ["b", "r"] or any(a not in (None, True) for a in rest):
+            return real[0](file, mode, buffering, *args, opener=opener, **kwargs)
+        if buffering == 0:
+            return raw(file, "r", opener=opener)
+        size = buffering if buffering > 1 else io.DEFAULT_BUFFER_SIZE
+        return buffered(io.FileIO(file, "r", opener=opener), size)
+
+    builtins.open = io.open = counting
+    try:
+        yield
+    finally:
+        builtins.open, io.open = real
 
 
 def _last_chunk_digests(data: bytes) -> set[str]:
@@ -661,7 +725,11 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 8, generator=g, dtype=torch.float64)
     given = x.clone()
-    got = fn(given)
+    try:
+        got = fn(given)
+    except RuntimeError as e:
+        _rope_positions_axis(e, x.shape)
+        raise
     if not torch.equal(given, x):
         raise ExerciseError(
             "my_apply_rope wrote into its input x: return a new tensor (torch.stack, "
@@ -686,6 +754,26 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if not torch.allclose(diag, diag[:1].expand_as(diag)):
             raise ExerciseError(f"scores at offset {k} vary with position")
     return "equals the reference on (2, 7, 8); scores depend only on the offset"
+
+
+def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
+    """Name positions counted along another axis than time: a size mismatch between T
+    and the batch or the channels."""
+    sizes = re.search(
+        r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)",
+        str(error),
+    )
+    B, T, C = shape
+    if not sizes or T not in (int(sizes[1]), int(sizes[2])):
+        return
+    other = ({int(sizes[1]), int(sizes[2])} - {T} or {T}).pop()
+    axis = {B: f"x.size(0), the batch ({B})", C: f"x.size(-1), the channels ({C})"}
+    if other in axis:
+        raise ExerciseError(
+            f"RuntimeError ({str(error).splitlines()[0]}): the positions were counted "
+            f"along {axis[other]}: x is (B, T, C), and the positions 0..T-1 run along "
+            f"dim 1 (-2), torch.arange(x.size(1)), T = {T} here"
+        ) from None
 
 
 # 04 · attention with a linear distance penalty (ALiBi) --------------------------------

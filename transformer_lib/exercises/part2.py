@@ -653,6 +653,7 @@ def check_shift_targets(fn: Callable) -> str:
                 "<eos> (in tgt_out) make each row one longer than its sequence, so T "
                 "is the longest length + 1"
             )
+    _shift_order(got, want_in, want_out)
     with_eos = [[bos, *y, eos] + [pad] * (4 - len(y)) for y in seqs]  # (3, 5)
     if any(is_close(got[0], torch.tensor(with_eos)[:, :n]) for n in (4, 5)):
         raise ExerciseError(
@@ -687,7 +688,41 @@ def check_shift_targets(fn: Callable) -> str:
                 f"{name} is {g.dtype}, expected torch.long (int64): embeddings and "
                 "cross_entropy take int64 ids; torch.tensor(rows) gives it"
             )
-    return f"3 sequences of lengths 3, 1, 2 -> (3, 4) inputs and targets, pad {pad}"
+    _shift_longest_later(fn, bos, eos, pad)
+    return (
+        f"3 sequences of lengths 3, 1, 2, then 1, 3, 2 -> (3, 4) inputs and targets, "
+        f"pad {pad}"
+    )
+
+
+def _shift_order(got: tuple, want_in: Tensor, want_out: Tensor) -> None:
+    """Name rows returned in another order than the sequences (sorted by length)."""
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        if not (isinstance(g, Tensor) and g.shape == w.shape) or is_close(g, w):
+            continue
+        rows, wanted = g.tolist(), w.tolist()
+        if sorted(rows) == sorted(wanted):
+            raise ExerciseError(
+                f"{name}'s rows are in another order ({rows}, expected {wanted}): "
+                "keep the batch order, row i is sequence i (its translation's source "
+                "is row i of the batch)"
+            )
+
+
+def _shift_longest_later(fn: Callable, bos: int, eos: int, pad: int) -> None:
+    """The same sequences with the longest second: T is the longest length + 1, not
+    the first sequence's."""
+    seqs = [[8], [5, 6, 7], [9, 10]]
+    want_in, want_out = _shifted(seqs, bos, eos, pad)
+    got = fn(copy.deepcopy(seqs), bos, eos, pad)
+    for name, g, w in zip(("tgt_in", "tgt_out"), got, (want_in, want_out)):
+        if isinstance(g, Tensor) and g.dim() == 2 and g.size(1) == 2:
+            raise ExerciseError(
+                f"with sequences of lengths 1, 3, 2, {name} has shape "
+                f"{tuple(g.shape)}, expected (3, 4): T is the longest length + 1, "
+                "max(len(y) for y in seqs) + 1, not the first sequence's"
+            )
+        compare(f"with sequences of lengths 1, 3, 2, {name}", g, w)
 
 
 def _shifted(seqs: list, bos: int, eos: int, pad: int) -> tuple[Tensor, Tensor]:
@@ -737,16 +772,22 @@ _PAD = 3  # the training step's pad id: not 0, so that a hard-coded 0 shows
 
 
 def _translation_batches() -> list[tuple[Tensor, Tensor, Tensor]]:
-    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, padded with
-    _PAD; token 0 is a real target here."""
+    """Two small batches (src, tgt_in, tgt_out) for a vocabulary of 12, as the course
+    makes them: tgt_in = <bos> y and tgt_out = y <eos> (bos 1, eos 2), padded with
+    _PAD, so that both have their padding at the same places; token 0 is a real
+    target here."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(2):
-        src = torch.randint(4, 12, (3, 6), generator=g)
+        src = torch.randint(4, 12, (3, 7), generator=g)  # not T long: model(tgt, src)
         y = torch.randint(4, 12, (3, 5), generator=g)
-        src[0, 4:], y[1, 3:], y[0, 1], y[2, 0] = _PAD, _PAD, 0, 0  # padding; 0 is real
-        tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), y[:, :-1]], 1)
-        out.append((src, tgt_in, y))
+        src[0, 4:], y[0, 1], y[2, 0] = _PAD, 0, 0  # padding; 0 is real
+        tgt_in = torch.full((3, 6), _PAD)
+        tgt_out = torch.full((3, 6), _PAD)
+        for row, n in enumerate((5, 3, 4)):  # the lengths of the three y
+            tgt_in[row, : n + 1] = torch.cat([torch.tensor([1]), y[row, :n]])
+            tgt_out[row, : n + 1] = torch.cat([y[row, :n], torch.tensor([2])])
+        out.append((src, tgt_in, tgt_out))
     return out
 
 
@@ -866,6 +907,19 @@ def check_train_step(fn: Callable) -> str:
                     "the smoothing was spread over the n_vocab - 1 wrong tokens: "
                     "label_smoothing spreads eps over all n_vocab tokens, the right "
                     "one included, as F.cross_entropy(label_smoothing=eps) does",
+                ),
+                (
+                    summed / tgt_out.size(0),
+                    "the summed loss was divided by the batch size (sentences): "
+                    "divide by the number of real targets, the mean over them "
+                    "(the default reduction, with ignore_index=pad_id)",
+                ),
+                (
+                    (1 - eps) * (nll * real.flatten()).sum() / real.sum()
+                    - eps * logp.mean(-1).mean(),
+                    "the smoothing term was averaged over every position, <pad> "
+                    "included: average it over the real targets only, as the NLL "
+                    "term (label_smoothing=eps with ignore_index=pad_id does both)",
                 ),
                 (
                     summed / tgt_out.numel(),
@@ -996,9 +1050,15 @@ def _regression_step(log: list) -> Callable:
     """A real training step on a linear model that records the rate and the mode it
     ran at."""
 
-    def step(model, optimizer, batch) -> float:
+    def step(model, optimizer, *batch) -> float:
+        if len(batch) != 1:
+            raise ExerciseError(
+                f"train_step was called with {2 + len(batch)} arguments: it takes "
+                "(model, optimizer, batch), the batch as one argument, as the "
+                "docstring says; pass it whole, not unpacked (*batch)"
+            )
         log.append(([g["lr"] for g in optimizer.param_groups], model.training))
-        x, y = batch
+        x, y = batch[0]
         loss = F.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
@@ -1038,6 +1098,12 @@ def check_training_loop(fn: Callable) -> str:
     if len(log) != len(batches):
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
+        )
+    if all(lrs == [lr_at(0)] * len(lrs) for lrs, _ in log):
+        raise ExerciseError(
+            f"every step ran at lr_at(0) = {lr_at(0):g}: the step index never "
+            "advanced (or the rate was set once, before the loop); set lr_at(s) "
+            "before each step, s from for s, batch in enumerate(batches)"
         )
     for s, (lrs, training) in enumerate(log):
         lr = lrs[0]
@@ -1209,6 +1275,23 @@ def _min_p_top_p(fn: Callable) -> None:
         )
 
 
+def _min_p_keepdim(p: float, error: Exception, shape: torch.Size) -> None:
+    """Name the threshold computed without keepdim: min_p * p.max(-1).values is (B,),
+    and compared with p (B, n_vocab) it lines up with the vocabulary, not the rows."""
+    sizes = re.search(
+        r"size of tensor a \((\d+)\) must match the size of tensor b "
+        r"\((\d+)\)",
+        str(error),
+    )
+    if sizes and {int(sizes[1]), int(sizes[2])} == set(shape):
+        raise ExerciseError(
+            f"min_p={p}: RuntimeError ({str(error).splitlines()[0]}): the row's top "
+            f"probability, p.max(-1).values, has shape ({shape[0]},), which lines "
+            "up with the vocabulary axis of p, not with its rows: keep the "
+            "dimension, p.max(-1, keepdim=True).values (B, 1)"
+        ) from None
+
+
 def _min_p_on_logits(fn: Callable, p: float, logits: Tensor, error: Exception) -> None:
     """Raise ExerciseError if `error` is what a threshold on the logits gives: they are
     log-probabilities here, all negative, so none passes it; the same logits + 10 (the
@@ -1245,6 +1328,7 @@ def check_min_p_sampling(fn: Callable) -> str:
         except NotImplementedError:
             raise
         except RuntimeError as e:
+            _min_p_keepdim(p, e, logits.shape)
             _min_p_on_logits(fn, p, logits, e)
             raise
         if not torch.equal(logits, given):
@@ -1289,8 +1373,10 @@ def check_min_p_sampling(fn: Callable) -> str:
 def _min_p_axis_message(
     p: float, probs: Tensor, row: int, freq: Tensor, want: Tensor
 ) -> str | None:
-    """Two slips told apart by the frequencies they draw: the softmax over the batch
-    (each column normalised across the rows) and a second softmax (too flat)."""
+    """Slips told apart by the frequencies they draw: the probabilities shifted by the
+    threshold (where that is far from right, so that noise cannot pass for it), the
+    softmax over the batch (each column normalised across the rows), a second softmax
+    (too flat), uniform draws."""
 
     def min_p_of(q: Tensor) -> Tensor:  # the draws' distribution from probabilities q
         kept = q * (q >= p * q.max())
@@ -1299,7 +1385,15 @@ def _min_p_axis_message(
     def close(a: Tensor, b: Tensor) -> bool:
         return (a - b).abs().max().item() < 0.03
 
+    shifted = (probs[row] - p * probs[row].max()).clamp(min=0)
+    shifted = shifted / shifted.sum()
     slips = (
+        (
+            shifted if (shifted - want).abs().max() > 0.06 else want,
+            "the kept probabilities were shifted down by the threshold, p - min_p * "
+            "p_max: keep them as they are (p where p >= the threshold, 0 elsewhere), "
+            "then divide by their sum",
+        ),
         (
             min_p_of((probs / probs.sum(0))[row]),
             "the softmax was taken over the batch (dim 0), so each token's column "
@@ -1324,7 +1418,8 @@ def _min_p_axis_message(
         ),
     )
     for dist, slip in slips:
-        if close(freq, dist) and not close(want, dist):
+        nearer = (freq - dist).abs().max() < (freq - want).abs().max()
+        if close(freq, dist) and not close(want, dist) and nearer:
             return f"min_p={p}: {slip}"
     return None
 
@@ -1767,6 +1862,9 @@ _BLEU_CORPORA = [
             ["我真的非常非常喜欢这只小猫。", "我很喜欢小猫。", "我喜欢猫。"],
         ),
     ],
+    [  # the closest reference is shorter, one longer too: r is not the next longer
+        ("我们明天早上去学校。", ["我们明天早去学校。", "我们明天早上一起去学校吧。"]),
+    ],
 ]
 
 
@@ -1794,6 +1892,8 @@ def bleu_reference(
     longest_total=False,
     distinct=False,
     corpus_r=False,
+    at_least=False,
+    best_ref=False,
 ) -> float:
     """Corpus BLEU (0-100) of [(hypothesis, [references])] token lists, or one of its
     typical mistakes: counts not clipped, no brevity penalty, the longest or the
@@ -1804,7 +1904,9 @@ def bleu_reference(
     when c > r, the precision's denominator counted in the closest reference, r the
     mean reference length; the n-grams one short, range(len - n); the denominator the
     most n-grams of any reference; each distinct n-gram counted once; r the total
-    length of the reference column closest to c."""
+    length of the reference column closest to c; r the shortest reference at least as
+    long as the hypothesis (the closest if none is); each order's matches clipped to
+    the one reference that matches most."""
     match, total, c, r = [0] * 4, [0] * 4, 0, 0
 
     def grams(tokens: list[str], n: int) -> Counter:
@@ -1820,6 +1922,8 @@ def bleu_reference(
         closest = refs[0] if "r" in first else closest
         r += max(lengths) if longest else min(lengths) if shortest else len(closest)
         r += sum(lengths) / len(lengths) - len(closest) if mean_r else 0
+        longer = [n for n in lengths if n >= len(hyp)]
+        r += min(longer) - len(closest) if at_least and longer else 0
         for n in range(1, 5):
             got, most = grams(hyp, n), Counter()
             got = Counter(set(got)) if distinct else got
@@ -1828,6 +1932,9 @@ def bleu_reference(
             if not clip:  # every occurrence of an n-gram some reference has counts
                 most = Counter({g: got[g] for g in most})
             match[n - 1] += sum((got & most).values())
+            if best_ref:  # the best single reference's total instead
+                match[n - 1] += max(sum((got & grams(x, n)).values()) for x in refs)
+                match[n - 1] -= sum((got & most).values())
             total[n - 1] += sum((grams(closest, n) if ref_total else got).values())
             total[n - 1] += (len(hyp) - sum(got.values())) if hyp_length else 0
             if longest_total:
@@ -1908,6 +2015,8 @@ _R_SLIPS = {
     "length (the shorter one on a tie)": dict(first=("r",)),
     "r is the mean of each sentence's reference lengths: take the closest "
     "reference's length (the shorter one on a tie)": dict(mean_r=True),
+    "r is the shortest reference at least as long as the hypothesis: take the closest "
+    "reference, shorter or longer (the shorter one on a tie)": dict(at_least=True),
 }
 
 
@@ -2077,6 +2186,12 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "each distinct n-gram of a hypothesis counted once: count every "
                 "occurrence, Counter(n-grams), and clip it to the references",
                 bleu_reference(corpus, distinct=True),
+            ),
+            (
+                "each order's matches were clipped to the one reference that matches "
+                "most (its total): clip n-gram by n-gram, each to the most times any "
+                "one reference has it, max over the references' Counters",
+                bleu_reference(corpus, best_ref=True),
             ),
             (
                 "r was chosen once for the corpus, the reference set whose total "

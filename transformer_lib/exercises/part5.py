@@ -530,7 +530,35 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
             "difference of log-ratios, (policy_chosen - ref_chosen) - "
             "(policy_rejected - ref_rejected)",
         ),
+        (
+            (-F.logsigmoid(0.6 * z) - 0.5 * pc / n).mean(),
+            "beta and alpha are swapped: beta (0.5 here) multiplies the margin, alpha "
+            "(0.3) weighs the NLL; the arguments come in the order beta, alpha",
+        ),
+        (
+            dpo.mean() - 0.3 * (pc / n).sum(),
+            "the NLL term is summed over the batch, DPO averaged: average both, "
+            "(dpo + alpha * nll).mean()",
+        ),
+        (
+            (dpo - 0.3 * pc / (n - 1)).mean(),
+            "the NLL is divided by chosen_tokens - 1: divide by chosen_tokens, the "
+            "number of tokens whose log-probabilities policy_chosen sums",
+        ),
     ]
+
+
+def _dpo_inputs_kept(given: list, kept: tuple) -> None:
+    """The five tensors given to fn are as they were: none edited in place."""
+    names = ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected")
+    for name, g, k in zip((*names, "chosen_tokens"), given, kept):
+        if not torch.equal(g, k):
+            raise ExerciseError(
+                f"{name} was changed in place (/=, +=, or an out= argument): the "
+                "caller's log-probabilities and counts must stay as they are (the "
+                "margin and the NLL both read them); compute new tensors, x / n, "
+                "not x /= n"
+            )
 
 
 def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
@@ -584,7 +612,9 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
         -20 * torch.rand(6, generator=gen, dtype=torch.float64) for _ in range(4)
     )
     n = torch.randint(3, 15, (6,), generator=gen)  # each chosen output's tokens
-    got = fn(pc, pr, rc, rr, n, 0.5, 0.3)
+    given = [t.clone() for t in (pc, pr, rc, rr, n)]  # fn must leave them as they are
+    got = fn(*given, 0.5, 0.3)
+    _dpo_inputs_kept(given, (pc, pr, rc, rr, n))
     per_pair = -F.logsigmoid(0.5 * ((pc - rc) - (pr - rr))) - 0.3 * pc / n
     if isinstance(got, Tensor) and is_close(got, per_pair, atol=1e-9):
         raise ExerciseError(
@@ -593,8 +623,14 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
         )
     if isinstance(got, Tensor) and got.shape == ():
         for wrong, what in _dpo_nll_mistakes(pc, pr, rc, rr, n):
-            if torch.allclose(got, wrong):
+            if is_close(got, wrong, atol=1e-8):
                 raise ExerciseError(what)
+    if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != pc.dtype:
+        raise ExerciseError(
+            f"the loss is {got.dtype}, the log-probabilities {pc.dtype}: keep their "
+            "dtype (no .float(), no torch.tensor(..., dtype=...)); a float32 loss "
+            "rounds what float64 inputs hold"
+        )
     compare(
         "dpo_nll_loss", got, _dpo_nll_reference(pc, pr, rc, rr, n, 0.5, 0.3), atol=1e-9
     )
