@@ -4,7 +4,6 @@ typical wrong answers. Also: checkers print one line, return None and leave the 
 random stream alone; `python -m transformer_lib check` reads a notebook's build-its."""
 
 import hashlib
-import importlib.util
 import json
 import math
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from exercise_helpers import fails, solution
 from torch import nn
 
 from transformer_lib import exercises as ex
@@ -24,15 +24,6 @@ ALL = [(nb, name, check) for nb, items in ex.BUILD_ITS.items() for name, check i
 IDS = [f"{nb}-{name}" for nb, name, _ in ALL]
 
 
-def solution(nb: str):
-    """The module solutions/NN_*.py."""
-    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def stubs(nb: str) -> dict:
     """The notebook's build-it cells, run as saved."""
     path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
@@ -40,13 +31,6 @@ def stubs(nb: str) -> dict:
     for source in ex.build_it_cells(path):
         exec(compile(source, str(path), "exec"), namespace)
     return namespace
-
-
-def fails(check, fn, message: str) -> None:
-    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
-    status, text = ex.outcome(check, fn)
-    assert status == "fail", (status, text)
-    assert re.search(message, text), text
 
 
 @pytest.mark.parametrize("nb,name,check", ALL, ids=IDS)

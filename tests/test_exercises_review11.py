@@ -1,31 +1,14 @@
 """The eleventh blind review's wrong answers (issue 34, part A): each checker names
 the mistake in one line, never passes it, and never hangs."""
 
-import importlib.util
-import re
 from pathlib import Path
 
 import torch
+from exercise_helpers import fails, solution
 
 from transformer_lib import exercises as ex
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def solution(nb: str):
-    """The module solutions/NN_*.py."""
-    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def fails(check, fn, message: str) -> None:
-    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
-    status, text = ex.outcome(check, fn)
-    assert status == "fail", (status, text)
-    assert re.search(message, text), text
 
 
 # 08 · my_shift_targets ----------------------------------------------------------------

@@ -3,40 +3,17 @@ attention, 07 encoder layer, 08 decoder layer, 12 block and KV cache, 13, 14 til
 attention, 15 grouped-query attention. Each checker names the mistake, in one line;
 the answers the review found right still pass."""
 
-import importlib.util
 import math
-import re
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from exercise_helpers import fails, passes, solution
 from torch import nn
 
 from transformer_lib import exercises as ex
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def solution(nb: str):
-    """The module solutions/NN_*.py."""
-    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"solution_{nb}_r11b", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def fails(check, fn, message: str) -> None:
-    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
-    status, text = ex.outcome(check, fn)
-    assert status == "fail", (status, text)
-    assert "\n" not in text, text
-    assert re.search(message, text), text
-
-
-def passes(check, fn) -> None:
-    status, text = ex.outcome(check, fn)
-    assert status == "pass", (status, text)
 
 
 # 05 · multi-head attention ------------------------------------------------------------

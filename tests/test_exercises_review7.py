@@ -1,34 +1,17 @@
 """The seventh blind review's wrong answers to the build-its of notebooks 12-19
 (issue 34): each checker names the mistake, in one line."""
 
-import importlib.util
 import math
-import re
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from exercise_helpers import fails, solution
 from torch import nn
 
 from transformer_lib import exercises as ex
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def solution(nb: str):
-    """The module solutions/NN_*.py."""
-    path = next((ROOT / "solutions").glob(f"{nb}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"solution_{nb}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def fails(check, fn, message: str) -> None:
-    """The checker says `fn` is wrong, in words matching `message` (a regex)."""
-    status, text = ex.outcome(check, fn)
-    assert status == "fail", (status, text)
-    assert re.search(message, text), text
 
 
 # 12 · MyBlock -------------------------------------------------------------------------

@@ -1197,18 +1197,20 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
             bad_at_2,
         )
     except ValueError as e:
+        said = (str(e).splitlines() or [""])[0]
         if "2" not in str(e):
             shifted = str(2 + len(batches))  # after the first call's steps
             if shifted in re.findall(r"\d+", str(e)):
                 raise ExerciseError(
-                    f"the error named step {shifted}, expected 2 ({e}): the step count "
-                    "went on from an earlier call (a global or class counter); count "
-                    "this call's steps from 0, for s, batch in enumerate(batches)"
+                    f"the error named step {shifted}, expected 2 ({said}): the step "
+                    "count went on from an earlier call (a global or class counter); "
+                    "count this call's steps from 0, for s, batch in enumerate(batches)"
                 ) from None
-            raise ExerciseError(f"the error should name the step (2): {e}") from None
+            raise ExerciseError(f"the error should name the step (2): {said}") from None
     except AssertionError as e:
+        said = (str(e).splitlines() or [""])[0]
         raise ExerciseError(
-            f"a {bad} loss at step 2 raised AssertionError ({e}): raise ValueError "
+            f"a {bad} loss at step 2 raised AssertionError ({said}): raise ValueError "
             "naming the step, not assert (python -O drops asserts)"
         ) from None
     except (RuntimeError, ArithmeticError, TypeError) as e:
