@@ -432,6 +432,27 @@ def test_13s_extra_seconds_of_the_bpe_model_are_the_tables_difference():
     )
 
 
+def test_12s_cached_positions_are_what_generate_runs():
+    """12 counts the token positions `generate` runs through the model with its cache,
+    for 200 new tokens after a prompt of 6 at N = 128 (the window slides, and then the
+    last N are computed again): counted here on a tiny model of that context."""
+    import torch
+
+    from transformer_lib.gpt import GPT, GPTConfig, generate
+
+    prose, _ = texts("12_gpt_language_model")
+    quoted = re.search(r"= ([\d,]+) positions,\s+about half", prose)
+    assert quoted, "12: the sentence was reworded"
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.tiny(context_len=128, n_layers=1, d_model=8, n_heads=1))
+    seen = []
+    model.register_forward_pre_hook(lambda m, args: seen.append(args[0].size(1)))
+    generate(model, torch.zeros(1, 6, dtype=torch.long), 200, temperature=0)
+    assert f"{sum(seen):,}" == quoted[1], (
+        f"12 says {quoted[1]}; generate ran {sum(seen):,}"
+    )
+
+
 # Every other figure: a decimal (1.913, 5.3x) or a number with thousands separators
 # (26,759) in a notebook's prose must be printed by one of its stored outputs, unless
 # it is listed here with what it is: a cited figure, a setting, a constant. So a re-run
@@ -524,6 +545,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.02": "GPT-2's initialisation, a setting",
         "0.57": "read off the loss curves above",
         "18,097": "worked out in the equation before it",
+        "9,984": "worked out in its sentence: 6 + 122 + 77 x 128, generate's steps",
         "50,257": "GPT-2's vocabulary, cited",
         "0.8": "nanoGPT's README, cited",
         "1.47": "nanoGPT's GPU result, cited",
