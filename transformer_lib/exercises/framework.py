@@ -214,6 +214,11 @@ _LIBRARIES = (
 )
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message, to quote inside a one-line message."""
+    return (str(e).splitlines() or [""])[0]
+
+
 def raised(e: Exception) -> str:
     """One line for an error: its type and message, and the last line of the traceback
     that is the learner's (outside this package and torch)."""

@@ -21,6 +21,7 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_grads,
+    first_line,
     first_output,
     is_close,
     load_weights,
@@ -519,7 +520,7 @@ def check_tied_output(cls: type) -> str:
     except RuntimeError as e:
         if "dtype" in str(e) or "scalar type" in str(e):
             raise ExerciseError(
-                f"RuntimeError ({str(e).splitlines()[0]}) after model.double(): the "
+                f"RuntimeError ({first_line(e)}) after model.double(): the "
                 "layer keeps a copy of W made in __init__ (embedding.weight.T, .data "
                 "or a clone), which .double() and .to(device) leave behind; keep the "
                 "embedding (self.embedding = embedding) and read embedding.weight in "
@@ -528,7 +529,7 @@ def check_tied_output(cls: type) -> str:
         if "shape" not in str(e):
             raise
         raise ExerciseError(
-            f"RuntimeError ({str(e).splitlines()[0]}): W = embedding.weight is "
+            f"RuntimeError ({first_line(e)}): W = embedding.weight is "
             f"(n_vocab, C) = {tuple(emb.weight.shape)}: use h @ W.T"
         ) from None
     want = h @ emb.weight.T  # (2, 4, V)
@@ -770,7 +771,7 @@ def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
     axis = {B: f"x.size(0), the batch ({B})", C: f"x.size(-1), the channels ({C})"}
     if other in axis:
         raise ExerciseError(
-            f"RuntimeError ({str(error).splitlines()[0]}): the positions were counted "
+            f"RuntimeError ({first_line(error)}): the positions were counted "
             f"along {axis[other]}: x is (B, T, C), and the positions 0..T-1 run along "
             f"dim 1 (-2), torch.arange(x.size(1)), T = {T} here"
         ) from None
@@ -930,7 +931,7 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
             if "must match the size" not in str(e):
                 raise
             raise ExerciseError(
-                f"q {shape}: RuntimeError ({str(e).splitlines()[0]}): do the "
+                f"q {shape}: RuntimeError ({first_line(e)}): do the "
                 "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
                 "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
             ) from None
@@ -1051,7 +1052,7 @@ def check_multi_head_attention(cls: type) -> str:
         try:
             got = first_output(mine(*args, mask=mask))
         except RuntimeError as e:
-            said = f"{name}: RuntimeError ({str(e).splitlines()[0]})"
+            said = f"{name}: RuntimeError ({first_line(e)})"
             if "Boolean value of Tensor" in str(e):
                 raise ExerciseError(
                     f"{said}: `key or query` asks a tensor whether it is true; test "
@@ -1067,7 +1068,7 @@ def check_multi_head_attention(cls: type) -> str:
             if len(args) == 1 or "size" not in str(e):
                 raise
             raise ExerciseError(
-                f"{name}: RuntimeError ({str(e).splitlines()[0]}) with 5 queries and 7 "
+                f"{name}: RuntimeError ({first_line(e)}) with 5 queries and 7 "
                 "keys: the keys and values come from key and value, k_proj(key) and "
                 "v_proj(value), not from query"
             ) from None

@@ -20,6 +20,7 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_module,
+    first_line,
     is_close,
     jitter,
     load_weights,
@@ -50,14 +51,14 @@ def _forward(layer: nn.Module, *args) -> Tensor:
     except TypeError as e:
         if "'NoneType'" in str(e):
             raise ExerciseError(
-                f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn "
+                f"your layer raised TypeError ({first_line(e)}): self_attn "
                 "and cross_attn return a pair (output, weights), the weights None "
                 "here: [1] is the weights; take the output, [0]"
             ) from None
         if "'tuple'" not in str(e):
             raise
         raise ExerciseError(
-            f"your layer raised TypeError ({str(e).splitlines()[0]}): self_attn and "
+            f"your layer raised TypeError ({first_line(e)}): self_attn and "
             "cross_attn return a pair (output, weights); take the output, [0]"
         ) from None
 
@@ -343,7 +344,7 @@ def check_decoder_layer(cls: type) -> str:
     except ValueError as e:
         if "same length" in str(e):
             raise ExerciseError(
-                f"ValueError ({str(e).splitlines()[0]}): cross-attention's keys and "
+                f"ValueError ({first_line(e)}): cross-attention's keys and "
                 "values are both memory: cross_attn(norm2(x), memory, memory, "
                 "memory_mask)"
             ) from None
@@ -560,7 +561,7 @@ def _no_memory_mask(mine, ref, x: Tensor, mem: Tensor, tgt_mask: Tensor) -> None
         except (ValueError, RuntimeError) as e:
             raise ExerciseError(
                 f"MyDecoderLayer(x, memory, tgt_mask, None) raised "
-                f"{type(e).__name__} ({str(e).splitlines()[0]}): {hint}"
+                f"{type(e).__name__} ({first_line(e)}): {hint}"
             ) from None
         if not is_close(got, ref(x, mem, tgt_mask, None)):
             raise ExerciseError(f"MyDecoderLayer(x, memory, tgt_mask, None): {hint}")
@@ -577,7 +578,7 @@ def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
     """What a decoder layer that raised `error` (a mask of the wrong shape for its
     scores, with memory 7 long and x 5) got wrong, found again with a memory as long as
     x, where every mask fits every attention."""
-    raised = f"ValueError ({str(error).splitlines()[0]})"
+    raised = f"ValueError ({first_line(error)})"
     mem = torch.randn(2, 5, 16, dtype=torch.float64)
     pad = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -1197,7 +1198,7 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
             bad_at_2,
         )
     except ValueError as e:
-        said = (str(e).splitlines() or [""])[0]
+        said = first_line(e)
         if "2" not in str(e):
             shifted = str(2 + len(batches))  # after the first call's steps
             if shifted in re.findall(r"\d+", str(e)):
@@ -1208,13 +1209,13 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
                 ) from None
             raise ExerciseError(f"the error should name the step (2): {said}") from None
     except AssertionError as e:
-        said = (str(e).splitlines() or [""])[0]
+        said = first_line(e)
         raise ExerciseError(
             f"a {bad} loss at step 2 raised AssertionError ({said}): raise ValueError "
             "naming the step, not assert (python -O drops asserts)"
         ) from None
     except (RuntimeError, ArithmeticError, TypeError) as e:
-        said = (str(e).splitlines() or [""])[0]
+        said = first_line(e)
         raise ExerciseError(
             f"a {bad} loss at step 2 raised {type(e).__name__} ({said}): raise "
             "ValueError naming the step, as the docstring says (a caller catches that)"
@@ -1287,7 +1288,7 @@ def _min_p_keepdim(p: float, error: Exception, shape: torch.Size) -> None:
     )
     if sizes and {int(sizes[1]), int(sizes[2])} == set(shape):
         raise ExerciseError(
-            f"min_p={p}: RuntimeError ({str(error).splitlines()[0]}): the row's top "
+            f"min_p={p}: RuntimeError ({first_line(error)}): the row's top "
             f"probability, p.max(-1).values, has shape ({shape[0]},), which lines "
             "up with the vocabulary axis of p, not with its rows: keep the "
             "dimension, p.max(-1, keepdim=True).values (B, 1)"
@@ -1474,7 +1475,7 @@ def _min_p_shifted(fn: Callable, probs: Tensor) -> None:
     except RuntimeError as e:
         raise ExerciseError(
             f"min_p={p}, the logits + 100 (the same softmax): RuntimeError "
-            f"({str(e).splitlines()[0]}): exp(100) overflows float32 to inf; "
+            f"({first_line(e)}): exp(100) overflows float32 to inf; "
             "softmax(dim=-1) subtracts the row's max before exp, exp(logits) alone "
             "does not"
         ) from None

@@ -20,6 +20,7 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_module,
+    first_line,
     is_close,
     jitter,
     load_weights,
@@ -408,7 +409,7 @@ def _longer_block(mine: torch.nn.Module, ref) -> None:
         except (RuntimeError, IndexError, ValueError) as e:
             raise ExerciseError(
                 f"MyBlock on 8 tokens (after 6) raised {type(e).__name__} "
-                f"({str(e).splitlines()[0]}): {hint}"
+                f"({first_line(e)}): {hint}"
             ) from None
         if not is_close(got, ref(x)[0]):
             raise ExerciseError(f"MyBlock on 8 tokens (after 6) is wrong: {hint}")
@@ -439,7 +440,7 @@ def check_kv_cache(cls: type) -> str:
         try:
             got = cache.update(k, v)
         except (RuntimeError, IndexError) as e:
-            said = f"update raised {str(e).splitlines()[0]!r} when {t} new tokens met "
+            said = f"update raised {first_line(e)!r} when {t} new tokens met "
             if "Boolean value of Tensor" in str(e):
                 raise ExerciseError(
                     f"{said}{total - t} stored: `if not self.k` (or `self.k or ...`) "
@@ -555,7 +556,7 @@ def _kv_dtype(cls: type) -> None:
                 raise
             raise ExerciseError(
                 f"a fresh cache given keys of shape {tuple(k.shape)} raised "
-                f"RuntimeError ({str(e).splitlines()[0]}): was the storage made at a "
+                f"RuntimeError ({first_line(e)}): was the storage made at a "
                 "fixed shape, torch.zeros(2, 3, 0, 8)? B, H and D come from the keys "
                 "given: keep the first k as it is (self.k = k), or build the "
                 "storage from it"
@@ -831,7 +832,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     if "non-zero size" not in str(e):
                         raise
                     raise ExerciseError(
-                        f"block={block}: {type(e).__name__} ({str(e).splitlines()[0]}"
+                        f"block={block}: {type(e).__name__} ({first_line(e)}"
                         "): a block of keys came out empty; is the slice one short? "
                         "k[..., s : s + block, :] holds the block's keys, the end of "
                         "a slice being excluded"
@@ -894,7 +895,7 @@ def _tiled_3d(fn: Callable, q: Tensor, k: Tensor, v: Tensor) -> None:
     except (ValueError, IndexError, RuntimeError) as e:
         raise ExerciseError(
             f"q, k, v of shape {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} "
-            f"(no batch or head dims): {type(e).__name__} ({str(e).splitlines()[0]})"
+            f"(no batch or head dims): {type(e).__name__} ({first_line(e)})"
             ": the inputs are (..., T, D), any leading dims; index from the end "
             "(q.shape[-2], k[..., s : s + block, :]), not B, H, T, D = q.shape"
         ) from None
@@ -925,7 +926,7 @@ def _keepdim_lost(error: Exception, q: Tensor, block: int) -> None:
     sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(error))}
     if "must match" in str(error) and sizes == {q.size(-2), q.size(-3)}:
         raise ExerciseError(
-            f"block={block}: RuntimeError ({str(error).splitlines()[0]}): a running "
+            f"block={block}: RuntimeError ({first_line(error)}): a running "
             f"statistic of shape (B, H, T_q) = {tuple(q.shape[:-1])} met the scores "
             f"(B, H, T_q, block): the max (or the sum) lost its last axis; keep it, "
             "s.max(-1, keepdim=True), or line it up, m[..., None]"
@@ -934,7 +935,7 @@ def _keepdim_lost(error: Exception, q: Tensor, block: int) -> None:
 
 def _widths_mixed(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
     """A size mismatch between q's width D and v's D_v: out made with q's width."""
-    said, D, D_v = (str(error).splitlines() or [""])[0], q.size(-1), v.size(-1)
+    said, D, D_v = first_line(error), q.size(-1), v.size(-1)
     if "must match the size" in said and f"({D})" in said and f"({D_v})" in said:
         raise ExerciseError(
             f"block={block}: RuntimeError ({said}): was out made with q's width, D "
@@ -1140,7 +1141,7 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
             if "tensor a (0)" not in str(e) and "tensor b (0)" not in str(e):
                 raise
             raise ExerciseError(
-                f"{name}: RuntimeError ({str(e).splitlines()[0]}): an empty slice: "
+                f"{name}: RuntimeError ({first_line(e)}): an empty slice: "
                 "at k = 0, table[:-k] is table[:0] (-0 is 0), no rows; slice "
                 "table[:N - k] and table[k:]"
             ) from None

@@ -18,6 +18,7 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_module,
+    first_line,
     is_close,
     load_weights,
 )
@@ -206,7 +207,7 @@ def _one_not_repeated(fn: Callable, name: str, q: Tensor, k, v, error) -> None:
     if len(trace.repeated) == 1:
         (done,) = trace.repeated
         raise ExerciseError(
-            f"{name}: RuntimeError ({str(error).splitlines()[0]}): {done} was "
+            f"{name}: RuntimeError ({first_line(error)}): {done} was "
             f"repeated, {'kv'.replace(done, '')} was not: repeat k and v alike, each "
             "repeat_interleave(H // H_kv, dim=1)"
         ) from None
@@ -231,7 +232,7 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
             sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(e))}
             if n_kv > 2 and sizes == {4, n_kv * n_kv}:
                 raise ExerciseError(
-                    f"{name}: RuntimeError ({str(e).splitlines()[0]}): k and v were "
+                    f"{name}: RuntimeError ({first_line(e)}): k and v were "
                     f"repeated by H_kv = {n_kv}, giving {n_kv * n_kv} heads: the "
                     f"factor is H // H_kv = {4 // n_kv}, so that the H_kv heads become "
                     "H, repeat_interleave(H // H_kv, dim=1)"
@@ -240,7 +241,7 @@ def check_grouped_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> s
                 raise
             _one_not_repeated(fn, name, q, k, v, e)
             raise ExerciseError(
-                f"{name}: RuntimeError ({str(e).splitlines()[0]}): were k and v "
+                f"{name}: RuntimeError ({first_line(e)}): were k and v "
                 "repeated along another axis? The heads are dim 1 of (B, H_kv, T, D): "
                 "repeat_interleave(H // H_kv, dim=1)"
             ) from None

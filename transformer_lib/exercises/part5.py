@@ -14,6 +14,7 @@ from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
+    first_line,
     is_close,
 )
 
@@ -291,14 +292,14 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     except (RuntimeError, ValueError) as e:
         if "already merged" in str(e):
             raise ExerciseError(
-                f"RuntimeError ({str(e).splitlines()[0]}): {merged} was merged "
+                f"RuntimeError ({first_line(e)}): {merged} was merged "
                 "already (its merged is True), and merge() refuses a second one: "
                 "merge only the layers not merged yet, if not layer.merged"
             ) from None
         if "leaf" not in str(e):
             raise
         raise ExerciseError(
-            f"{type(e).__name__} ({str(e).splitlines()[0].split('. ')[0]}): a weight "
+            f"{type(e).__name__} ({first_line(e).split('. ')[0]}): a weight "
             "that requires "
             "grad was changed in place with autograd on: merge under torch.no_grad()"
         ) from None
