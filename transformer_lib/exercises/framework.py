@@ -173,6 +173,43 @@ def compare_module(
     compare_grads(mine, ref, name, rename)
 
 
+def compare_input_grads(
+    name: str, mine: Callable, ref: Callable, **inputs: Tensor
+) -> None:
+    """The gradient of the output's sum of squares with respect to each input equals
+    the reference's: mine(**inputs) and ref(**inputs) each return the output (or a
+    pair, output first). A component whose input is detached, on one path (the
+    residual) or on all, computes the right output and the right parameter
+    gradients, but the layers below it learn nothing through that path."""
+    leaves = {k: x.detach().clone().requires_grad_() for k, x in inputs.items()}
+    grads = []
+    for run in (mine, ref):
+        out = first_output(run(**leaves))
+        if not (isinstance(out, Tensor) and out.requires_grad):
+            grads.append(dict.fromkeys(leaves))
+            continue
+        found = torch.autograd.grad(
+            out.pow(2).sum(), list(leaves.values()), allow_unused=True
+        )
+        grads.append(dict(zip(leaves, found)))
+    got, want = grads
+    for key in leaves:
+        if got[key] is None:
+            raise ExerciseError(
+                f"{name}: no gradient flows back to its input {key}: is {key} "
+                "detached (.detach(), torch.no_grad()) in forward? The layers below "
+                "learn only through it"
+            )
+        if not torch.allclose(
+            got[key].double(), want[key].double(), rtol=1e-4, atol=1e-8
+        ):
+            raise ExerciseError(
+                f"{name}: the output is right but the gradient with respect to its "
+                f"input {key} is not: is {key} detached on one of its paths (the "
+                "residual, say)? Use it as it is, no .detach() in forward"
+            )
+
+
 def jitter(module: nn.Module) -> nn.Module:
     """The module in float64 with noise on every weight, so that no two LayerNorms are
     alike (at initialisation they all are 1 and 0)."""

@@ -21,6 +21,7 @@ from transformer_lib.exercises.framework import (
     checker,
     compare,
     compare_grads,
+    compare_input_grads,
     first_line,
     first_output,
     is_close,
@@ -1192,6 +1193,14 @@ def check_multi_head_attention(cls: type) -> str:
     first_output(mine(x, mem, mem, mask=pad)).pow(2).sum().backward()
     ref(x, mem, mem, mask=pad)[0].pow(2).sum().backward()
     compare_grads(mine, ref, "MyMultiHeadAttention")
+    compare_input_grads(
+        "MyMultiHeadAttention",
+        lambda query, key, value: mine(query, key, value, mask=pad),
+        lambda query, key, value: ref(query, key, value, mask=pad),
+        query=x,
+        key=mem,
+        value=mem,
+    )
     return (
         "equals MultiHeadAttention: self-attention, causal, cross-attention with "
         "padding; gradients"

@@ -19,6 +19,7 @@ from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
+    compare_input_grads,
     compare_module,
     first_line,
     is_close,
@@ -227,6 +228,9 @@ def check_encoder_layer(cls: type) -> str:
             _name_heads(got, ref, lambda: ref(x, mask))
     _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
     _no_dropout(mine, lambda: _forward(mine, x, mask), got)
+    compare_input_grads(
+        "MyEncoderLayer", lambda x: _forward(mine, x, mask), lambda x: ref(x, mask), x=x
+    )
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
 
@@ -474,6 +478,13 @@ def check_decoder_layer(cls: type) -> str:
         "MyDecoderLayer(x, memory, tgt_mask, memory_mask)", got, want, mine, ref
     )
     _no_dropout(mine, lambda: _forward(mine, x, mem, tgt_mask, mem_mask), got)
+    compare_input_grads(
+        "MyDecoderLayer",
+        lambda x, memory: _forward(mine, x, memory, tgt_mask, mem_mask),
+        lambda x, memory: ref(x, memory, tgt_mask, mem_mask),
+        x=x,
+        memory=mem,
+    )
     _no_memory_mask(mine, ref, x, mem, tgt_mask)
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "

@@ -19,6 +19,7 @@ from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
+    compare_input_grads,
     compare_module,
     first_line,
     is_close,
@@ -389,6 +390,7 @@ def check_gpt_block(cls: type) -> str:
     except ExerciseError:
         _name_eps(mine, ref)
         raise
+    compare_input_grads("MyBlock", lambda x: mine(x), lambda x: ref(x), x=x)
     _longer_block(mine, ref)
     return (
         "equals the library's Block (LayerNorm, GELU) on (2, 6, 16); causal; gradients"

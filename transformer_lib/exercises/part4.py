@@ -17,6 +17,7 @@ from transformer_lib.exercises.framework import (
     ExerciseError,
     checker,
     compare,
+    compare_input_grads,
     compare_module,
     first_line,
     is_close,
@@ -476,6 +477,7 @@ def check_geglu(cls: type) -> str:
 
     _no_dropout(mine, lambda: mine(x), got)
     compare_module("MyGeGLU(x)", got, want, mine, ref)
+    compare_input_grads("MyGeGLU", lambda x: mine(x), lambda x: ref(x), x=x)
     widths = ", ".join(str(_geglu_width(d)) for d in (24, 40, 50))
     return (
         f"hidden widths {widths} for d_model 24, 40, 50; equals "
