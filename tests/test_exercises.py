@@ -589,7 +589,7 @@ def test_training_loop():
     fails(ex.check_training_loop, no_train, "ran in eval mode")
 
     def skips_last(model, optimizer, batches, lr_at, train_step):
-        return right(model, optimizer, batches[:-1], lr_at, train_step)
+        return right(model, optimizer, list(batches)[:-1], lr_at, train_step)
 
     fails(ex.check_training_loop, skips_last, "returned 5 losses for 6 batches")
 

@@ -1097,7 +1097,16 @@ def check_training_loop(fn: Callable) -> str:
     weight, bias = model[0].weight, model[0].bias  # two groups, as AdamW's decay split
     opt = torch.optim.SGD([{"params": [weight]}, {"params": [bias]}], lr=123.0)
     log: list = []
-    losses = fn(model, opt, batches, lr_at, _regression_step(log))
+    try:  # a generator, as a DataLoader is read: no len(), no indexing
+        losses = fn(model, opt, (b for b in batches), lr_at, _regression_step(log))
+    except TypeError as e:
+        if "len()" in str(e) or "subscriptable" in str(e):
+            raise ExerciseError(
+                f"batches was indexed or measured ({first_line(e)}): it is any "
+                "iterable, a DataLoader or a generator, read once; loop over it, "
+                "for s, batch in enumerate(batches)"
+            ) from None
+        raise
     if not isinstance(losses, list) or len(losses) != len(batches):
         n = len(losses) if isinstance(losses, list) else type(losses).__name__
         raise ExerciseError(f"returned {n} losses for {len(batches)} batches")
@@ -1210,6 +1219,12 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
         )
     except ValueError as e:
         said = first_line(e)
+        if len(calls) > 3:
+            raise ExerciseError(
+                f"the {bad} loss of step 2 was caught only after {len(calls)} steps "
+                f"({said}): the steps after it ran on broken weights; test each loss "
+                "as train_step returns it, and stop at once"
+            ) from None
         if "2" not in str(e):
             shifted = str(2 + len(batches))  # after the first call's steps
             if shifted in re.findall(r"\d+", str(e)):
@@ -1686,6 +1701,7 @@ def check_beam_search(fn: Callable) -> str:
             )
     _check_beam_places(fn)
     _check_beam_late(fn)
+    _check_beam_enough(fn)
     _check_beam_unfinished(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
@@ -1710,6 +1726,31 @@ def _check_beam_late(fn: Callable) -> None:
         )
     if got != (want := beam_search_reference(_late_step, 2, 4)[0]):
         raise ExerciseError(f"beam=2, a late finish: got tokens {got}, expected {want}")
+
+
+def _check_beam_enough(fn: Callable) -> None:
+    """Two finished sequences, as many as the beam, do not end the search: [<eos>]
+    (p = 0.35) and [0, <eos>] (p = 0.04) finish first, but the live [0, 0] (p = 0.36)
+    finishes better, as [0, 0, <eos>]."""
+    table = {(): [0.4, 0.25, 0.35], (0,): [0.9, 1e-6, 0.1], (0, 0): [1e-6, 1e-6, 1.0]}
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        return torch.tensor(table.get(prefix, [0.4, 0.3, 0.3])).log()
+
+    got = list(fn(step, 2, 4, 2)[0])
+    if got == [2]:
+        raise ExerciseError(
+            "beam=2: returned [<eos>] (p = 0.35): the search stopped once 2 "
+            "sequences, as many as the beam, had finished ([<eos>] and [0, <eos>]), "
+            "while [0, 0] (p = 0.36) was still growing; go on while live prefixes "
+            "remain, up to max_len: [0, 0, <eos>] (p = 0.36) wins"
+        )
+    if got != [0, 0, 2]:
+        raise ExerciseError(
+            f"beam=2, two finished early and one better later: got tokens {got}, "
+            "expected [0, 0, 2] (p = 0.36)"
+        )
 
 
 def _check_beam_unfinished(fn: Callable) -> None:

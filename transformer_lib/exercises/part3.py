@@ -1156,4 +1156,11 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
         if isinstance(got, Tensor):
             _wrong_distance(table, got)
         compare(name, got, _by_distance(table), atol=1e-9)
+        if got.dtype != table.dtype:
+            raise ExerciseError(
+                f"{name}: a {str(table.dtype)[6:]} table gave {str(got.dtype)[6:]} "
+                "similarities: keep the table's dtype (torch.zeros(N) or "
+                "torch.tensor(a list) makes float32; pass dtype=table.dtype, or build "
+                "the result from the table's own tensors)"
+            )
     return "equals the reference on two random tables and notebook 03's sinusoids"
