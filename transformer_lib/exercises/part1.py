@@ -742,6 +742,17 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if hint:
             raise ExerciseError(hint)
     compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
+    if got.dtype != x.dtype:
+        raise ExerciseError(
+            f"my_apply_rope: a {str(x.dtype)[6:]} x gave a {str(got.dtype)[6:]} "
+            "result: keep x's dtype (cast nothing; build the angles in x.dtype)"
+        )
+    if not torch.allclose(got, rope_reference(x), rtol=1e-10, atol=1e-12):
+        raise ExerciseError(
+            "my_apply_rope: right to float32's precision only, for a float64 x: the "
+            "positions or frequencies were made in float32 (torch.arange(T) * a "
+            "float32 tensor); make them in x's dtype, torch.arange(T, dtype=x.dtype)"
+        )
     got = fn(x.clone(), base=100.0)
     if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
         raise ExerciseError(
@@ -891,6 +902,12 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
             "diagonal); mask only the later keys, j > i (triu(1))"
         )
     if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
+        if (w.triu(1) == 0).all():
+            return (
+                "the rows of the weights do not sum to 1, and the later keys have no "
+                "weight: the weights were masked after the softmax; fill the scores "
+                "with -inf before it"
+            )
         return (
             "the rows of the weights do not sum to 1: each row is a softmax over the "
             "keys (dim=-1) of the penalised, masked scores"

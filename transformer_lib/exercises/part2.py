@@ -201,6 +201,11 @@ def check_encoder_layer(cls: type) -> str:
                     "the feed-forward output is not added to its input (the residual)",
                 ),
                 (
+                    ref.norm2(attended) + ref.ff(ref.norm2(attended)),
+                    "the feed-forward's residual was added to norm2(h), not to h: "
+                    "h + ff(norm2(h)); the norm is on the sublayer's input only",
+                ),
+                (
                     attended + ref.ff(ref.norm1(attended)),
                     "norm1 is used twice: the "
                     "feed-forward sublayer has its own LayerNorm, norm2",
@@ -401,7 +406,16 @@ def check_decoder_layer(cls: type) -> str:
                 ),
             )
             h3 = h + ca(h)
+            swapped = x + ref.cross_attn(ref.norm1(x), mask=tgt_mask)[0]
+            swapped = (
+                swapped + ref.self_attn(ref.norm2(swapped), mem, mem, mask=mem_mask)[0]
+            )
             hints += (
+                (
+                    ff(swapped),
+                    "self_attn and cross_attn are swapped: self_attn reads "
+                    "norm1(x) with tgt_mask, cross_attn reads memory with memory_mask",
+                ),
                 (ff(sa(x) + ca(sa(x))), "self-attention's output is not added to x"),
                 (ff(ca(h)), "cross-attention's output is not added to its input"),
                 (
@@ -1126,6 +1140,13 @@ def check_training_loop(fn: Callable) -> str:
             "advanced (or the rate was set once, before the loop); set lr_at(s) "
             "before each step, s from for s, batch in enumerate(batches)"
         )
+    late = [lrs[0] for lrs, _ in log[1:]] == [lr_at(s) for s in range(len(log) - 1)]
+    if log and log[0][0][0] == 123.0 and late:
+        raise ExerciseError(
+            "step s ran at lr_at(s - 1), and step 0 at the optimizer's own 123: the "
+            "rate was set after train_step; set every param group's lr to lr_at(s) "
+            "before the step"
+        )
     for s, (lrs, training) in enumerate(log):
         lr = lrs[0]
         if lr == lr_at(s) and any(other != lr for other in lrs):
@@ -1378,6 +1399,7 @@ def check_min_p_sampling(fn: Callable) -> str:
             if not message:
                 message = _min_p_message(p, probs[row], freq > 0, keep[row])
                 if message:
+                    _min_p_own_top(fn)
                     _min_p_rows(fn, probs)
                 if message and "was drawn: sample" in message:
                     _min_p_top_p(fn)
@@ -1390,6 +1412,7 @@ def check_min_p_sampling(fn: Callable) -> str:
                         f"min_p={p}: token {t} drawn {f:.0%} of the time, expected "
                         f"{w:.0%}: renormalise the kept probabilities"
                     )
+    _min_p_own_top(fn)
     _min_p_tie(fn)
     _min_p_shifted(fn, probs)
     _min_p_generator(fn, probs.log())
@@ -1416,6 +1439,7 @@ def _min_p_axis_message(
 
     shifted = (probs[row] - p * probs[row].max()).clamp(min=0)
     shifted = shifted / shifted.sum()
+    zeroed_softmax = (probs[row] * min_p_of(probs[row]).gt(0)).softmax(-1)
     slips = (
         (
             shifted if (shifted - want).abs().max() > 0.06 else want,
@@ -1439,6 +1463,12 @@ def _min_p_axis_message(
             / (min_p_of(probs[row]).gt(0) * probs[row].exp()).sum(),
             "the kept probabilities went through a second softmax, which flattens "
             "them: renormalise by dividing by their sum",
+        ),
+        (
+            zeroed_softmax,
+            "the dropped tokens' probabilities were set to 0 and a softmax taken "
+            "again: exp(0) = 1 gives them weight back; divide the kept probabilities "
+            "by their sum (or set the dropped logits to -inf before one softmax)",
         ),
         (
             min_p_of(probs[row]).gt(0) / min_p_of(probs[row]).gt(0).sum(),
@@ -1465,6 +1495,38 @@ def _min_p_tie(fn: Callable) -> None:
             "0.25 is exactly 0.5 * 0.5: keep p >= min_p * p_max (at least, not more "
             "than: >=, not >)"
         )
+
+
+def _min_p_own_top(fn: Callable) -> None:
+    """Three rows whose top probabilities differ (0.45, 0.8, 0.5), at min_p 0.3: the
+    threshold taken from row 0's top, or from the batch's, keeps other tokens than
+    each row's own (and than min_p itself, a threshold on the probability)."""
+    probs = torch.tensor(
+        [[0.45, 0.27, 0.18, 0.1], [0.8, 0.1, 0.06, 0.04], [0.5, 0.2, 0.16, 0.14]]
+    )
+    n, p = 2000, 0.3
+    try:
+        got = fn(probs.log().repeat(n, 1), p, torch.Generator().manual_seed(0))
+        drawn = torch.as_tensor(got).reshape(n, 3)
+    except Exception:  # noqa: BLE001 - another mistake: the first message stands
+        return
+    seen = torch.stack([torch.bincount(drawn[:, r], minlength=4) > 0 for r in range(3)])
+    for top, hint in (
+        (
+            probs[:1].amax(-1, keepdim=True),
+            "the threshold came from row 0's top probability for every row",
+        ),
+        (
+            probs.max(),
+            "the threshold came from the top probability of the whole batch "
+            "(probs.max())",
+        ),
+    ):
+        if torch.equal(seen, probs >= p * top):
+            raise ExerciseError(
+                f"min_p={p}, three rows with top probabilities 0.45, 0.8, 0.5: {hint}"
+                ": each row uses its own, min_p * probs.amax(-1, keepdim=True)"
+            )
 
 
 def _min_p_rows(fn: Callable, probs: Tensor) -> None:
@@ -1702,6 +1764,7 @@ def check_beam_search(fn: Callable) -> str:
     _check_beam_places(fn)
     _check_beam_late(fn)
     _check_beam_enough(fn)
+    _check_beam_total(fn)
     _check_beam_unfinished(fn)
     return (
         "beam 1 = greedy [0, 0, <eos>] (p = 0.2), beam 2 finds [1, 1, <eos>] (p = 0.36)"
@@ -1750,6 +1813,37 @@ def _check_beam_enough(fn: Callable) -> None:
         raise ExerciseError(
             f"beam=2, two finished early and one better later: got tokens {got}, "
             "expected [0, 0, 2] (p = 0.36)"
+        )
+
+
+def _check_beam_total(fn: Callable) -> None:
+    """Candidates ranked by their total log-probability, not the new token's: [1]
+    (p = 0.3) has a very likely next token, 0 (0.8), but [1, 0] (p = 0.24) is worse
+    than [0, 1] (p = 0.27), which leads to the best, [0, 1, <eos>] (p = 0.27)."""
+    table = {
+        (): [0.6, 0.3, 0.1],
+        (0,): [0.5, 0.45, 0.05],
+        (1,): [0.8, 0.1, 0.1],
+        (0, 0): [0.5, 0.4, 0.1],
+        (0, 1): [1e-6, 1e-6, 1.0],
+        (1, 0): [1e-6, 1e-6, 1.0],
+    }
+
+    def step(prefix) -> Tensor:
+        prefix = tuple(int(t) for t in prefix)
+        return torch.tensor(table.get(prefix, [0.12, 0.08, 0.8])).log()
+
+    got = list(fn(step, 2, 4, 2)[0])
+    if got == [1, 0, 2]:
+        raise ExerciseError(
+            "beam=2: got [1, 0, <eos>] (p = 0.24), expected [0, 1, <eos>] (p = 0.27): "
+            "the candidates were ranked by the new token's log-prob alone (0 after "
+            "[1] has p = 0.8); rank each by its prefix's total, score + log p(token)"
+        )
+    if got != [0, 1, 2]:
+        raise ExerciseError(
+            f"beam=2, a likely token after a weak prefix: got tokens {got}, expected "
+            "[0, 1, 2] (p = 0.27)"
         )
 
 

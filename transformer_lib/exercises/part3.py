@@ -431,7 +431,16 @@ def check_kv_cache(cls: type) -> str:
             "update it is 0, so keep a count (or test for no keys yet)"
         ) from None
     if fresh != 0:
-        raise ExerciseError(f"a fresh cache's .length is {fresh!r}, expected 0")
+        raise ExerciseError(
+            f"a fresh cache's .length is {fresh!r}, expected 0"
+            + (
+                ": is the state kept on the class (set in the class body), so that "
+                "every cache shares it, and an earlier run's tokens stay? Create it "
+                "in __init__, on self"
+                if isinstance(fresh, int) and fresh > 0
+                else ""
+            )
+        )
     ks, vs, total = [], [], 0
     # a prompt of 4 tokens, generation, long chunks past 64 and 128 stored tokens
     for t in (4, 1, 1, 3, 40, 200):

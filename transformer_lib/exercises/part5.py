@@ -164,6 +164,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
     starts = [0]
     for ids, _ in pairs:
         starts.append(starts[-1] + len(ids) - 1)
+    _prompt_off_by_one(call, y, want_y, starts)
     for t, (g, w) in enumerate(zip(y, want_y)):
         if g != w:
             k = max(i for i, s in enumerate(starts) if s <= t) + 1
@@ -177,6 +178,26 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
     _wrong_pack_mask(call, mask, want_mask, pairs)
     _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _prompt_off_by_one(call: str, y: list, want_y: list, starts: list) -> None:
+    """Each pair's masked targets one more, or one fewer, than its n_prompt - 1."""
+    counts = [
+        (sum(t == -100 for t in y[a:b]), sum(t == -100 for t in want_y[a:b]))
+        for a, b in zip(starts, starts[1:])
+    ]
+    if all(got == want + 1 for got, want in counts):
+        raise ExerciseError(
+            f"{call}: each pair has one target too many masked, n_prompt of them: "
+            "target t predicts id t + 1, so only the first n_prompt - 1 targets are "
+            "prompt tokens; the next one, the translation's first token, is learned"
+        )
+    if all(got == want - 1 for got, want in counts):
+        raise ExerciseError(
+            f"{call}: each pair has one target too few masked, n_prompt - 2 of them: "
+            "the first n_prompt - 1 targets (ids[1:n_prompt]) are prompt tokens; "
+            "mask all of them"
+        )
 
 
 def _pairs_one_longer(call: str, mask, pairs: list, T: int) -> None:
