@@ -11,7 +11,10 @@ cell's id, with a hash of the English text the translation was made from:
 `python tools/zh_edition.py` writes `zh/notebooks/NN_name.ipynb`: a copy of the
 English notebook (code, outputs, figures, metadata) with each markdown cell's text
 replaced by its translation. Links to a section of a notebook
-(`06_masks.ipynb#the-padding-mask`) are rewritten to the Chinese heading's anchor.
+(`06_masks.ipynb#the-padding-mask`) are rewritten to the Chinese heading's anchor, and
+a link to a book page on GitHub (`.../blob/main/book/results.md`, as the English
+notebooks write it, tools/repo_images.py) to the Chinese page
+(`.../zh/book/results.md`).
 
 The book pages `zh/book/*.md` are translated whole; each starts with
 `<!-- source book/intro.md en <hash> -->`.
@@ -48,7 +51,7 @@ from myst_parser.mdit_to_docutils.base import default_slugify
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from repo_images import raw_prefix  # noqa: E402  (tools/, beside this script)
+from repo_images import blob_prefix, raw_prefix  # noqa: E402  (tools/, beside this)
 
 from transformer_lib.files import atomic_write  # noqa: E402  (stdlib only, no torch)
 
@@ -78,6 +81,7 @@ HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
 IMAGE = re.compile(re.escape(raw_prefix()) + r"book/images/([\w.-]+)")  # in notebooks
+PAGE = re.compile(re.escape(blob_prefix()) + r"(book/[\w.-]+\.md)")  # in notebooks
 PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")  # from zh/book/
 GLOSSARY = ZH / "book" / "glossary.md"
 TERMS = ZH / "terms.yml"
@@ -303,6 +307,17 @@ def localise_images(text: str, pattern: re.Pattern) -> str:
     return pattern.sub(path, text)
 
 
+def localise_pages(text: str) -> str:
+    """A link to a book page on GitHub points at the Chinese page (zh/book/), where
+    there is one."""
+
+    def chinese(match: re.Match) -> str:
+        translated = (ZH / match[1]).exists()
+        return f"{blob_prefix()}{'zh/' if translated else ''}{match[1]}"
+
+    return PAGE.sub(chinese, text)
+
+
 def chinese_notebook(nb: dict, name: str, entries: dict, anchors: dict) -> dict:
     """The English notebook `name` with each markdown cell's text replaced by its
     translation, links to sections pointing at the Chinese headings, and each figure
@@ -317,7 +332,7 @@ def chinese_notebook(nb: dict, name: str, entries: dict, anchors: dict) -> dict:
             mystnb["figure"] = {"caption": caption[1].replace("<", "\\<")}
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = relink(entries[cell["id"]][1], anchors, name)
-            text = localise_images(join_lines(text), IMAGE)
+            text = localise_pages(localise_images(join_lines(text), IMAGE))
             cell["source"] = text.splitlines(keepends=True)
     return out
 
