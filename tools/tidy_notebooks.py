@@ -18,7 +18,8 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
   check_mask(), ...`). A `# @title` line among a cell's first comment lines (after
   `#| export`, say) is moved to the top; a folded cell without one is refused, naming
   it. The exporter (tools/export_notebooks.py) and the book (tools/colab_titles.py)
-  drop the line: it is for Colab alone.
+  drop the line: it is for Colab alone. The Chinese notebooks carry the Chinese title
+  that zh/colab_titles.yml gives (tools/zh_edition.py).
 `--check` exits 1 if any notebook would change or a folded cell has no title.
 """
 
