@@ -261,3 +261,78 @@ def test_the_inner_edition_loads_the_static_files_both_share(tmp_path, monkeypat
     )
     assert not (inner / "_static" / "scripts").exists()
     assert (inner / "_static" / "options.js").read_text() == "zh"
+
+
+RELATIVE_PAGE_LINK = re.compile(r"\]\((?:\.\./)+(?:zh/)?book/[^)]*\)")
+
+
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + ZH_NOTEBOOKS,
+    ids=lambda p: f"{p.parent.parent.name}/{p.stem[:2]}",
+)
+def test_a_notebook_links_the_books_pages_at_their_github_address(path):
+    """Colab resolves `../book/results.md` against its own address, where no page is:
+    a notebook links a book page at its GitHub address (tools/repo_images.py), which
+    Jupyter, Colab and GitHub all open; a Chinese notebook the Chinese page."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from repo_images import blob_prefix, page_link
+
+    text = "\n".join(markdown_of(path))
+    relative = RELATIVE_PAGE_LINK.findall(text)
+    assert not relative, f"{path.name}: {relative} does not open on Colab"
+    chinese = path.parent.parent.name == "zh"
+    for match in page_link().finditer(text):
+        file = match[1]
+        if not file.endswith(".md"):
+            continue  # a module's source, say: GitHub shows it
+        assert (ROOT / file).is_file(), f"{path.name}: {blob_prefix()}{file}"
+        assert file.startswith("zh/book/" if chinese else "book/"), (
+            f"{path.name}: {file} is not a page of its edition"
+        )
+
+
+def test_a_link_to_a_book_page_on_github_is_the_local_page_in_the_book():
+    """tools/repo_images.py, as Sphinx reads a page: a link to a page of the build at
+    its GitHub address becomes the relative link to it, in either edition (the Chinese
+    one is built from zh/), anchor kept; a link to another file stays on GitHub."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from repo_images import blob_prefix, localised
+
+    github = blob_prefix()
+    pages = {"book/results", "book/references", "notebooks/11_evaluation"}
+    en = f"see [the results]({github}book/results.md#bleu) and [it]({github}tools/x.py)"
+    page = ROOT / "notebooks" / "11_evaluation.ipynb"
+    assert localised(en, page, ROOT, pages) == (
+        f"see [the results](../book/results.md#bleu) and [it]({github}tools/x.py)"
+    )
+    zh = json.dumps({"cells": [{"source": [f"见[结果]({github}zh/book/results.md)"]}]})
+    page = ROOT / "zh" / "notebooks" / "11_evaluation.ipynb"
+    cell = json.loads(localised(zh, page, ROOT / "zh", pages))["cells"][0]
+    assert cell["source"] == ["见[结果](../book/results.md)"]
+    # a page the build does not read (the Chinese page, in the English book) stays
+    en_to_zh = f"[结果]({github}zh/book/results.md)"
+    assert localised(en_to_zh, page, ROOT, pages) == en_to_zh
+
+
+def test_the_colab_title_of_a_folded_cell_is_left_out_of_the_book():
+    """tools/colab_titles.py drops a code cell's first-line `# @title` (Colab's) from
+    a notebook as Sphinx reads it; a page, and a cell without one, are left as they
+    are."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from colab_titles import untitled
+
+    cells = [
+        {"cell_type": "code", "source": ["# @title Plot: x\n", "#| export\n", "x = 1"]},
+        {"cell_type": "code", "source": ["#@title Plot: y\n", "y = 1"]},  # unformatted
+        {"cell_type": "code", "source": ["y = 2  # @title not a title"]},
+        {"cell_type": "markdown", "source": ["# @title in prose"]},
+    ]
+    nb = json.loads(untitled(json.dumps({"cells": cells})))
+    assert [c["source"] for c in nb["cells"]] == [
+        ["#| export\n", "x = 1"],
+        ["y = 1"],
+        ["y = 2  # @title not a title"],
+        ["# @title in prose"],
+    ]
+    assert untitled("# A page\n\n# @title x\n") == "# A page\n\n# @title x\n"

@@ -62,7 +62,8 @@ KEY_PAGES = [
     "zh/notebooks/05_multi_head_attention",
 ]
 WIDTHS = {"desktop": 1280, "phone": 390}
-PLUMBING = ("NBVAL", "default_exp", "google.colab")  # must run, never show
+# must run (or, # @title, name a folded cell in Colab), never show
+PLUMBING = ("NBVAL", "default_exp", "google.colab", "@title")
 # Appended to a copy of a page: after MathJax, report into <pre id="layout-report">
 # - "wide": each code cell, printed output, command block (a fenced block of a book
 #   page) and display equation whose content is wider than its box (it would scroll);
@@ -276,6 +277,16 @@ def test_internal_links_resolve(book, rendered):
                 assert fragment in ids_of(target), (
                     f"{page}: link {href} points at a missing anchor"
                 )
+
+
+def test_links_to_the_books_pages_stay_in_the_book(rendered):
+    """A notebook links a book page at its GitHub address, for Colab; the book links
+    its own page instead (tools/repo_images.py), so it reads offline."""
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    online = re.compile(re.escape(url) + r"/blob/[^/]+/(zh/)?book/")
+    for page, soup in rendered.items():
+        for a in soup.select("main a[href]"):
+            assert not online.match(a["href"]), f"{page}: {a['href']} is online"
 
 
 def test_no_missing_glyphs(book, rendered):

@@ -85,7 +85,8 @@ def test_torch_reference_comes_from_notebooks_07_and_08():
 # Three tiny notebooks, exported in name order: a and b both export into `shared`; b
 # adds to a's default module `alpha` (a later notebook into an earlier one's module) and
 # a adds to b's default module `beta` (an earlier notebook into a later one's module,
-# which b then starts).
+# which b then starts). b's cell for alpha starts with Colab's `# @title` line, above
+# its directive, as a folded cell does: it is exported all the same, without the title.
 NOTEBOOKS = {
     "a.ipynb": [
         "#| default_exp alpha",
@@ -98,7 +99,8 @@ NOTEBOOKS = {
         "#| default_exp beta",
         "#| export\ndef from_b():\n    return 'b'",
         "#| export shared\nimport math\n\ndef shared_from_b():\n    return math.tau",
-        "#| export alpha\ndef alpha_from_b():\n    return 'alpha b'",
+        "# @title Library: alpha_from_b()\n#| export alpha\n"
+        "def alpha_from_b():\n    return 'alpha b'",
     ],
     "c.ipynb": [
         "#| default_exp gamma",
@@ -159,6 +161,7 @@ def test_several_notebooks_export_into_one_module(tmp_path, monkeypatch):
     )  # b's own export did not wipe a's
     assert "'beta_from_a', 'from_b'" in beta
     assert "not exported" not in alpha + beta + shared
+    assert "@title" not in alpha  # Colab's, not the module's
     assert (
         "from .shared import shared_from_a" in (lib / "gamma.py").read_text()
     )  # imports made relative

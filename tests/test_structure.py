@@ -214,8 +214,12 @@ def shown_code(path: Path) -> list[dict]:
 
 
 def shown_cells(path: Path) -> list[list[str]]:
-    """The lines of each code cell the book shows."""
-    return ["".join(c["source"]).splitlines() for c in shown_code(path)]
+    """The lines of each code cell the book shows; not a folded cell's `# @title` line,
+    Colab's, which the book drops (tools/colab_titles.py)."""
+    return [
+        re.sub(r"\A#\s*@title\b.*\n?", "", "".join(c["source"])).splitlines()
+        for c in shown_code(path)
+    ]
 
 
 def visible_code(path: Path) -> list[list[str]]:

@@ -29,11 +29,15 @@ def test_code_and_outputs_are_the_english_ones(english):
     en = json.loads(english.read_text(encoding="utf-8"))["cells"]
     zh = json.loads(chinese.read_text(encoding="utf-8"))["cells"]
     assert [c["id"] for c in zh] == [c["id"] for c in en]
+    titles = zh_edition.colab_titles()
     for a, b in zip(en, zh):
         if a["cell_type"] == "code":
-            assert (b["source"], b["outputs"]) == (a["source"], a["outputs"]), (
+            code = [zh_edition.TITLE_LINE.sub("", "".join(c["source"])) for c in (a, b)]
+            assert (code[1], b["outputs"]) == (code[0], a["outputs"]), (
                 f"{chinese.name}: code cell {a['id']} differs from English"
             )
+            title = zh_edition.title_of(a)  # a folded cell's Colab title, translated
+            assert zh_edition.title_of(b) == titles.get(title, title)
 
 
 @pytest.fixture
@@ -357,3 +361,19 @@ def test_a_bold_run_closed_after_punctuation_is_reported(chinese, broken):
 def test_no_bold_left_open_in_the_edition():
     problems = zh_edition.bold_problems()
     assert not problems, "\n".join(problems)
+
+
+def test_a_folded_cells_colab_title_is_chinese_in_the_chinese_edition():
+    """zh/colab_titles.yml gives each `# @title` of a folded cell its Chinese, which the
+    Chinese notebook's cell starts with (its only change to the code); a title with
+    no Chinese there is a problem of --check."""
+    cell = {"cell_type": "code", "id": "c1", "metadata": {}, "outputs": []}
+    nb = {"cells": [dict(cell, source=["# @title Plot: x\n", "x = 1"])]}
+    out = zh_edition.chinese_notebook(nb, "99_x", {}, {}, {"Plot: x": "作图：x"})
+    assert out["cells"][0]["source"] == ["# @title 作图：x\n", "x = 1"]
+    assert zh_edition.code_of(out) == zh_edition.code_of(nb)
+    titles = zh_edition.colab_titles()
+    for path in sorted((ROOT / "notebooks").glob("[0-9A]*.ipynb")):
+        for c in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            title = zh_edition.title_of(c)
+            assert title is None or title in titles, f"{path.name} {c['id']}: {title}"

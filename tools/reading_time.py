@@ -10,9 +10,10 @@ full-mode run.
     python tools/reading_time.py --json   # the same as JSON
 
 A word is a run of letters and digits (\\w+) outside HTML tags (a box's markup, an
-image's address and its alt text are not read as prose); a line of code is any line,
-blank or not, of a code cell not tagged remove-cell, remove-input or hide-input (a
-hide-input cell's code is folded behind a "show" button, like the folded
+image's address and its alt text are not read as prose) and outside a link's target
+(`[the results](https://github.com/...)`: a reader reads the link's text); a line of
+code is any line, blank or not, of a code cell not tagged remove-cell, remove-input or
+hide-input (a hide-input cell's code is folded behind a "show" button, like the folded
 literalinclude folds of plumbing: there for the curious, not on the reading
 path); an output line is a line of a stored text output of a cell not tagged
 remove-cell or remove-output (figures are not counted).
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORDS_PER_MINUTE, LINES_PER_MINUTE = 200, 15
 HIDDEN = {"remove-cell", "remove-input", "hide-input"}  # code not on the page
 RUN = re.compile(r"executed in ([\d.]+) s on")
-TAG = re.compile(r"<[^>]*>")
+TAG = re.compile(r"<[^>]*>|(?<=\])\([^)\s]*\)")  # HTML tags, links' targets
 
 
 def _tags(cell: dict) -> set[str]:

@@ -12,8 +12,15 @@ Idempotent; run after merging notebook changes: `python tools/tidy_notebooks.py`
 - a code cell whose code the book folds or leaves out (tag `hide-input` or
   `remove-input`) is folded in JupyterLab and Notebook 7 too (`jupyter.source_hidden`)
   and in Colab (`cellView: "form"`, Colab's "hide code"), so the plumbing stays off the
-  path where learners run.
-`--check` exits 1 if any notebook would change.
+  path where learners run. Colab folds a cell into a form only when its code starts
+  with a `# @title` line, which names the cell on the folded form: every folded cell
+  needs one, written by hand (`# @title Plot: the loss curves`, `# @title Library:
+  check_mask(), ...`). A `# @title` line among a cell's first comment lines (after
+  `#| export`, say) is moved to the top; a folded cell without one is refused, naming
+  it. The exporter (tools/export_notebooks.py) and the book (tools/colab_titles.py)
+  drop the line: it is for Colab alone. The Chinese notebooks carry the Chinese title
+  that zh/colab_titles.yml gives (tools/zh_edition.py).
+`--check` exits 1 if any notebook would change or a folded cell has no title.
 """
 
 import argparse
@@ -29,6 +36,38 @@ def _add_tag(cell: dict, tag: str) -> None:
     tags = cell.setdefault("metadata", {}).setdefault("tags", [])
     if tag not in tags:
         tags.append(tag)
+
+
+FOLDED = {"hide-input", "remove-input"}  # tags of the cells whose code is folded
+COLAB_TITLE = re.compile(r"#\s*@title\b")  # Colab's form title: `# @title Some title`
+
+
+def is_folded(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and bool(
+        FOLDED & set(cell["metadata"].get("tags", []))
+    )
+
+
+def colab_title(source: str) -> str | None:
+    """The `# @title` line of a cell's code, if it has one among its first comment
+    lines (blank lines and `#| export` directives included), else None."""
+    for line in source.splitlines():
+        if COLAB_TITLE.match(line.strip()):
+            return line.strip()
+        if line.strip() and not line.lstrip().startswith("#"):
+            return None
+    return None
+
+
+def _title_first(cell: dict) -> None:
+    """The cell's `# @title` line, if it has one, moved to be its first line."""
+    source = "".join(cell["source"])
+    title = colab_title(source)
+    if title is None or source.startswith(title + "\n"):
+        return
+    rest = [line for line in source.splitlines(keepends=True) if line.strip() != title]
+    cell["source"] = [title + "\n"] + rest
+    cell["source"][-1] = cell["source"][-1].rstrip("\n")
 
 
 TITLE = re.compile(r"""(?:title|suptitle|set_title)\s*[=(]\s*f?(["'])(.+?)\1""")
@@ -68,9 +107,10 @@ def tidy_cell(cell: dict) -> None:
     if cell["cell_type"] != "code":
         return
     _set_alt(cell)
-    if {"hide-input", "remove-input"} & set(cell["metadata"].get("tags", [])):
+    if is_folded(cell):
         cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
         cell["metadata"]["cellView"] = "form"
+        _title_first(cell)
     lines = "".join(cell["source"]).splitlines(keepends=True)
     text = "".join(lines).strip()
     if text.startswith("# On Colab:") or (
@@ -92,6 +132,15 @@ def tidy_cell(cell: dict) -> None:
         if kept:
             kept[-1] = kept[-1].rstrip("\n")
         cell["source"] = kept
+
+
+def untitled(nb: dict) -> list[str]:
+    """The ids of the folded cells of a notebook that have no `# @title` line."""
+    return [
+        cell.get("id", "?")
+        for cell in nb["cells"]
+        if is_folded(cell) and colab_title("".join(cell["source"])) is None
+    ]
 
 
 def tidied(raw: str) -> str:
@@ -118,16 +167,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report, change nothing")
     args = parser.parse_args(argv)
-    changed = [
-        path.name
-        for path in sorted(NOTEBOOKS.glob("*.ipynb"))
-        if tidy(path, write=not args.check)
-    ]
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    changed = [path.name for path in paths if tidy(path, write=not args.check)]
     print(
         ("would change: " if args.check else "tidied: ")
         + (", ".join(changed) or "none")
     )
-    sys.exit(1 if args.check and changed else 0)
+    missing = [
+        f"{path.name} cell {cell_id}"
+        for path in paths
+        for cell_id in untitled(json.loads(path.read_text(encoding="utf-8")))
+    ]
+    for where in missing:  # Colab shows such a cell's code in full, not as a form
+        print(
+            f"{where}: a folded cell without a `# @title` line; start its code with "
+            "one that says what it does (# @title Plot: the loss curves)",
+            file=sys.stderr,
+        )
+    sys.exit(1 if missing or (args.check and changed) else 0)
 
 
 if __name__ == "__main__":

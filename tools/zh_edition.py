@@ -11,7 +11,12 @@ cell's id, with a hash of the English text the translation was made from:
 `python tools/zh_edition.py` writes `zh/notebooks/NN_name.ipynb`: a copy of the
 English notebook (code, outputs, figures, metadata) with each markdown cell's text
 replaced by its translation. Links to a section of a notebook
-(`06_masks.ipynb#the-padding-mask`) are rewritten to the Chinese heading's anchor.
+(`06_masks.ipynb#the-padding-mask`) are rewritten to the Chinese heading's anchor, and
+a link to a book page on GitHub (`.../blob/main/book/results.md`, as the English
+notebooks write it, tools/repo_images.py) to the Chinese page
+(`.../zh/book/results.md`). A folded cell's Colab title (its `# @title` line,
+tools/tidy_notebooks.py) is the Chinese one of zh/colab_titles.yml, the only change
+to the code.
 
 The book pages `zh/book/*.md` are translated whole; each starts with
 `<!-- source book/intro.md en <hash> -->`.
@@ -48,7 +53,7 @@ from myst_parser.mdit_to_docutils.base import default_slugify
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from repo_images import raw_prefix  # noqa: E402  (tools/, beside this script)
+from repo_images import blob_prefix, raw_prefix  # noqa: E402  (tools/, beside this)
 
 from transformer_lib.files import atomic_write  # noqa: E402  (stdlib only, no torch)
 
@@ -78,10 +83,13 @@ HEADING = re.compile(r"^(#{1,6}) +(.+?)\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 SECTION_LINK = re.compile(r"\]\(([\w./-]*?)#([^)\s]+)\)")
 IMAGE = re.compile(re.escape(raw_prefix()) + r"book/images/([\w.-]+)")  # in notebooks
+PAGE = re.compile(re.escape(blob_prefix()) + r"(book/[\w.-]+\.md)")  # in notebooks
 PAGE_IMAGE = re.compile(r"(?<![\w/.])images/([\w.-]+)")  # from zh/book/
 GLOSSARY = ZH / "book" / "glossary.md"
 TERMS = ZH / "terms.yml"
 DIAGRAM_LABELS = ZH / "diagram_labels.yml"
+COLAB_TITLES = ZH / "colab_titles.yml"  # a folded cell's `# @title`: English -> Chinese
+TITLE_LINE = re.compile(r"\A#\s*@title\s+(.*?)\s*(?:\n|\Z)")
 SEARCH_TERMS = ZH / "search_terms.txt"
 
 
@@ -303,12 +311,42 @@ def localise_images(text: str, pattern: re.Pattern) -> str:
     return pattern.sub(path, text)
 
 
-def chinese_notebook(nb: dict, name: str, entries: dict, anchors: dict) -> dict:
+def localise_pages(text: str) -> str:
+    """A link to a book page on GitHub points at the Chinese page (zh/book/), where
+    there is one."""
+
+    def chinese(match: re.Match) -> str:
+        translated = (ZH / match[1]).exists()
+        return f"{blob_prefix()}{'zh/' if translated else ''}{match[1]}"
+
+    return PAGE.sub(chinese, text)
+
+
+def colab_titles() -> dict[str, str]:
+    """zh/colab_titles.yml: {English `# @title` text: Chinese}."""
+    return read_yaml(COLAB_TITLES) or {} if COLAB_TITLES.exists() else {}
+
+
+def title_of(cell: dict) -> str | None:
+    """The text of a code cell's first-line `# @title`, or None."""
+    match = TITLE_LINE.match(source(cell)) if cell["cell_type"] == "code" else None
+    return match[1] if match else None
+
+
+def chinese_notebook(
+    nb: dict, name: str, entries: dict, anchors: dict, titles: dict | None = None
+) -> dict:
     """The English notebook `name` with each markdown cell's text replaced by its
-    translation, links to sections pointing at the Chinese headings, and each figure
-    captioned with its translated title."""
+    translation, links to sections pointing at the Chinese headings, each figure
+    captioned with its translated title, and each folded cell's Colab title the
+    Chinese one of `titles` (default: zh/colab_titles.yml)."""
+    titles = colab_titles() if titles is None else titles
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
+        if title_of(cell) in titles:
+            rest = TITLE_LINE.sub("", source(cell), count=1)
+            text = f"# @title {titles[title_of(cell)]}\n{rest}"
+            cell["source"] = text.splitlines(keepends=True)
         caption = entries.get(f"figure:{cell['id']}")
         if cell["cell_type"] == "code" and caption:
             mystnb = cell["metadata"]["mystnb"]
@@ -317,7 +355,7 @@ def chinese_notebook(nb: dict, name: str, entries: dict, anchors: dict) -> dict:
             mystnb["figure"] = {"caption": caption[1].replace("<", "\\<")}
         if cell["cell_type"] == "markdown" and cell["id"] in entries:
             text = relink(entries[cell["id"]][1], anchors, name)
-            text = localise_images(join_lines(text), IMAGE)
+            text = localise_pages(localise_images(join_lines(text), IMAGE))
             cell["source"] = text.splitlines(keepends=True)
     return out
 
@@ -363,8 +401,14 @@ def search_terms() -> str:
 
 
 def code_of(nb: dict) -> list:
+    """(id, type, code) of each cell; the code without its `# @title` line, which the
+    Chinese edition translates."""
     return [
-        (c["id"], c["cell_type"], source(c) if c["cell_type"] == "code" else "")
+        (
+            c["id"],
+            c["cell_type"],
+            TITLE_LINE.sub("", source(c)) if c["cell_type"] == "code" else "",
+        )
         for c in nb["cells"]
     ]
 
@@ -424,9 +468,16 @@ def run(update: bool, check: bool) -> list[str]:
         for key, english_text in texts.items():
             problems += problems_of_entry(name, key, english_text, found.get(key))
     anchors = {n: anchor_map(nb, entries[n]) for n, nb in english.items()}
+    titles = colab_titles()
     for name, nb in english.items():
+        problems += [
+            f"zh/colab_titles.yml has no Chinese for {title!r} (the `# @title` of "
+            f"notebooks/{name}.ipynb cell {cell['id']})"
+            for cell in nb["cells"]
+            if (title := title_of(cell)) is not None and title not in titles
+        ]
         target = ZH_NOTEBOOKS / f"{name}.ipynb"
-        made = chinese_notebook(nb, name, entries[name], anchors)
+        made = chinese_notebook(nb, name, entries[name], anchors, titles)
         if check:
             if not target.exists():
                 problems.append(f"zh/notebooks/{name}.ipynb is missing")
@@ -544,6 +595,8 @@ def chinese_texts() -> list[tuple[str, str, str]]:
         lines = FENCE.sub(lambda m: "\n" * m[0].count("\n"), read_text(path))
         for number, line in enumerate(lines.splitlines(), 1):
             out.append((f"zh/book/{path.name}", f"line {number}", line))
+    for english, chinese in colab_titles().items():
+        out.append(("zh/colab_titles.yml", f"title {english[:40]!r}", chinese))
     if DIAGRAM_LABELS.exists():
         labels = read_yaml(DIAGRAM_LABELS)
         for english, chinese in labels.items():
