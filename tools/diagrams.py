@@ -1854,12 +1854,12 @@ def batched_attention():
                         'stroke-width="1"/>'
                     )
         s.text(cx, top - 8, name, size=16, weight="bold")
-        s.text(cx, top + 98, sym, size=14, mono=True)
-        s.text(cx, top + 116, "= " + shape(t), size=13, mono=True, color=MUTED)
+        s.text(cx, top + 98, sym, size=15, mono=True)
+        s.text(cx, top + 117, "= " + shape(t), size=14, mono=True, color=MUTED)
         return x0 + cols * u + (B - 1) * lift
 
     def step(y, label):
-        s.text(14, y, label, size=15, anchor="start", weight="bold")
+        s.text(14, y, label, size=16, anchor="start", weight="bold")
 
     xs = (72, 224, 382)
     step(26, "1 · scores  S = Q Kᵀ")
@@ -1873,7 +1873,7 @@ def batched_attention():
         14,
         208,
         "Kᵀ = K.transpose(-2, -1): the last two axes swap, B stays",
-        size=13,
+        size=14,
         anchor="start",
         color=MUTED,
     )
@@ -1882,11 +1882,11 @@ def batched_attention():
     stack(xs[0], top, scores, "ffn", "S", "(B, T_q, T_k)")
     right = stack(xs[2], top, weights, "out", "A", "(B, T_q, T_k)")
     s.arrow(122, top + 30, 324, top + 30)
-    s.text(223, top + 22, "softmax over", size=13, color=MUTED)
-    s.text(223, top + 48, "the last axis, T_{k}", size=13, color=MUTED)
+    s.text(223, top + 22, "softmax over", size=14, color=MUTED)
+    s.text(223, top + 48, "the last axis, T_{k}", size=14, color=MUTED)
     for r in range(T_q):
         y = top + (B - 1) * lift + r * u + 13
-        s.text(right + 5, y, "Σ=1", size=12, anchor="start", color=MUTED)
+        s.text(right + 5, y, "Σ=1", size=13, anchor="start", color=MUTED)
     step(440, "3 · output  A V")
     top = 476
     stack(xs[0], top, weights, "out", "A", "(B, T_q, T_k)")
@@ -1898,7 +1898,7 @@ def batched_attention():
         14,
         618,
         f"B = {B} sheets: sheet b uses only sheet b of Q, K and V",
-        size=13,
+        size=14,
         anchor="start",
         color=MUTED,
     )
