@@ -147,19 +147,10 @@ def test_a_title_below_the_export_directive_is_moved_to_the_top():
 
 
 def test_every_folded_cell_has_a_title():
-    """Each cell the book folds starts with Colab's `# @title` line (or is one the lead
-    is still to title: notebooks 01 and 04 were being edited elsewhere)."""
-    pending = {  # the titles for these are in the issue-33 report
-        "01_tokenization.ipynb": {
-            "0ede3909", "1d4bd443", "c17d06e3", "cd1f5502", "a1f0c007", "407faace",
-            "eb792053", "78980ff4", "d308f37a", "acd8ff40", "33cc5c33", "082de967",
-            "4a8753b7", "b92f5c06",
-        },
-        "04_scaled_dot_product_attention.ipynb": {"9bca1faa", "889fe265"},
-    }  # fmt: skip
+    """Each cell the book folds starts with Colab's `# @title` line."""
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        missing = set(tidy_notebooks.untitled(nb)) - pending.get(path.name, set())
+        missing = set(tidy_notebooks.untitled(nb))
         assert not missing, f"{path.name}: folded cells without # @title: {missing}"
         for cell in nb["cells"]:
             title = tidy_notebooks.colab_title("".join(cell["source"]))

@@ -336,7 +336,7 @@ def attention_one_query():
     heads = [
         "key k_{j}",
         "score q·k_{j} / √d_{k}",
-        "softmax weight w_{j}",
+        "softmax weight a_{j}",
         "value v_{j}",
     ]
     xs = [110, 300, 470, 700]
@@ -370,7 +370,7 @@ def attention_one_query():
         244,
         330,
         32,
-        f"output = Σ_{{j}} w_{{j}} v_{{j}} = {fmt(np.round(out, 2))}",
+        f"output = Σ_{{j}} a_{{j}} v_{{j}} = {fmt(np.round(out, 2))}",
         "out",
         size=13,
     )
@@ -1724,11 +1724,11 @@ def attention_matrix():
         560,
         "Scaled dot-product attention in matrix form, with shapes",
         "Read from the bottom up, as Figure 2 of Attention Is All You Need: Q of "
-        "shape (T_q, d_k) times K transposed, (d_k, T_k), gives the scores (T_q, "
-        "T_k); they are divided by the square root of d_k, optionally masked (a "
+        "shape (T_q, d_k) times K transposed, (d_k, T_k), gives the scores S, "
+        "(T_q, T_k); they are divided by the square root of d_k, optionally masked (a "
         "blocked score becomes minus infinity), and the softmax over each row turns "
-        "them into weights that sum to 1, still (T_q, T_k); the weights times V, "
-        "(T_k, d_v), give the output (T_q, d_v). Right: the same steps as matrices "
+        "them into the weights A, each row summing to 1, still (T_q, T_k); A times V, "
+        "(T_k, d_v), gives the output (T_q, d_v). Right: the same steps as matrices "
         "drawn to shape for T_q = 3, T_k = 4, d_k = 2 and d_v = 3. Batches and heads "
         "add leading dimensions; every step acts on the last two.",
     )
@@ -1742,7 +1742,7 @@ def attention_matrix():
         (350, "Scale  ÷ √d_{k}", "norm", False),
         (280, "Mask (optional)", "off", True),
         (210, "SoftMax over each row", "out", False),
-        (140, "MatMul  weights · V", "ffn", False),
+        (140, "MatMul  A V", "ffn", False),
     ]
     for y, label, kind, dash in steps:
         s.box(cx - w / 2, y, w, 34, label, kind, size=13, dash=dash)
@@ -1786,14 +1786,14 @@ def attention_matrix():
     s.text(e + 14, y + 45, "×", size=16)
     e = grid(e + 28, y, 2, 4, "attn", "Kᵀ", "(2, 4)")
     s.text(e + 14, y + 45, "=", size=16)
-    grid(e + 28, y + 10, 3, 4, "ffn", "scores", "(3, 4)")
+    grid(e + 28, y + 10, 3, 4, "ffn", "S", "(3, 4)")
     y = 250
-    s.text(mx, y + 35, "softmax(scores / √d_{k})", size=13, anchor="start")
+    s.text(mx, y + 35, "A = softmax(S / √d_{k})", size=13, anchor="start")
     s.text(mx, y + 55, "row by row: each row", size=12, anchor="start", color=MUTED)
     s.text(mx, y + 71, "sums to 1", size=12, anchor="start", color=MUTED)
-    grid(mx + 170, y + 10, 3, 4, "out", "weights", "(3, 4)")
+    grid(mx + 170, y + 10, 3, 4, "out", "A", "(3, 4)")
     y = 390
-    e = grid(mx, y + 20, 3, 4, "out", "weights", "(3, 4)")
+    e = grid(mx, y + 20, 3, 4, "out", "A", "(3, 4)")
     s.text(e + 14, y + 60, "×", size=16)
     e = grid(e + 28, y + 10, 4, 3, "attn", "V", "(4, 3)")
     s.text(e + 14, y + 60, "=", size=16)
@@ -1804,6 +1804,101 @@ def attention_matrix():
         "Batches and heads add leading dimensions (B, H, …); every step "
         "acts on the last two.",
         size=12,
+        anchor="start",
+        color=MUTED,
+    )
+    return s
+
+
+@diagram
+def batched_attention():
+    import torch
+
+    from transformer_lib.attention import scaled_dot_product_attention
+
+    B, T_q, T_k, d_k, d_v = 2, 3, 4, 2, 3
+    q, k = torch.zeros(B, T_q, d_k), torch.zeros(B, T_k, d_k)
+    v = torch.zeros(B, T_k, d_v)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    scores = q @ k.transpose(-2, -1)
+    shape = lambda t: "(" + ", ".join(str(d) for d in t.shape) + ")"  # noqa: E731
+    s = Svg(
+        460,
+        630,
+        "Attention on a batch, with shapes",
+        f"Three steps, each tensor drawn as B = {B} stacked sheets, one per sentence. "
+        f"1: Q, (B, T_q, d_k) = {shape(q)}, times K transposed on its last two axes, "
+        f"(B, d_k, T_k), gives the scores S, (B, T_q, T_k) = {shape(scores)}. "
+        "2: the softmax of S divided by the square root of d_k, over the last axis, "
+        f"gives the weights A, still (B, T_q, T_k) = {shape(weights)}, each row "
+        f"summing to 1. 3: A times V, (B, T_k, d_v) = {shape(v)}, gives the output, "
+        f"(B, T_q, d_v) = {shape(out)}. The batch axis rides along: sheet b of the "
+        "output uses only sheet b of Q, K and V. The shapes come from running "
+        "scaled_dot_product_attention.",
+    )
+    u, lift = 18, 8  # cell size; offset of the sheet behind
+
+    def stack(cx, top, t, kind, name, sym):
+        """A (B, rows, cols) tensor as B sheets centred on cx, its name above, its
+        shape below in letters and in numbers; returns its right edge."""
+        rows, cols = t.shape[-2:]
+        fill, stroke = PALETTE[kind]
+        x0 = cx - (cols * u + lift) / 2
+        for b in reversed(range(B)):
+            x, y = x0 + b * lift, top + (B - 1 - b) * lift
+            for r in range(rows):
+                for c in range(cols):
+                    s.add(
+                        f'<rect x="{x + c * u:.1f}" y="{y + r * u:.1f}" width="{u}" '
+                        f'height="{u}" fill="{fill}" stroke="{stroke}" '
+                        'stroke-width="1"/>'
+                    )
+        s.text(cx, top - 8, name, size=16, weight="bold")
+        s.text(cx, top + 98, sym, size=15, mono=True)
+        s.text(cx, top + 117, "= " + shape(t), size=14, mono=True, color=MUTED)
+        return x0 + cols * u + (B - 1) * lift
+
+    def step(y, label):
+        s.text(14, y, label, size=16, anchor="start", weight="bold")
+
+    xs = (72, 224, 382)
+    step(26, "1 · scores  S = Q Kᵀ")
+    top = 62
+    stack(xs[0], top, q, "attn", "Q", "(B, T_q, d_k)")
+    stack(xs[1], top, k.transpose(-2, -1), "attn", "Kᵀ", "(B, d_k, T_k)")
+    stack(xs[2], top, scores, "ffn", "S", "(B, T_q, T_k)")
+    s.text(148, top + 36, "@", size=18)
+    s.text(303, top + 36, "=", size=18)
+    s.text(
+        14,
+        208,
+        "Kᵀ = K.transpose(-2, -1): the last two axes swap, B stays",
+        size=14,
+        anchor="start",
+        color=MUTED,
+    )
+    step(248, "2 · weights  A = softmax(S / √d_{k})")
+    top = 284
+    stack(xs[0], top, scores, "ffn", "S", "(B, T_q, T_k)")
+    right = stack(xs[2], top, weights, "out", "A", "(B, T_q, T_k)")
+    s.arrow(122, top + 30, 324, top + 30)
+    s.text(223, top + 22, "softmax over", size=14, color=MUTED)
+    s.text(223, top + 48, "the last axis, T_{k}", size=14, color=MUTED)
+    for r in range(T_q):
+        y = top + (B - 1) * lift + r * u + 13
+        s.text(right + 5, y, "Σ=1", size=13, anchor="start", color=MUTED)
+    step(440, "3 · output  A V")
+    top = 476
+    stack(xs[0], top, weights, "out", "A", "(B, T_q, T_k)")
+    stack(xs[1], top, v, "attn", "V", "(B, T_k, d_v)")
+    stack(xs[2], top, out, "data", "output", "(B, T_q, d_v)")
+    s.text(148, top + 36, "@", size=18)
+    s.text(303, top + 36, "=", size=18)
+    s.text(
+        14,
+        618,
+        f"B = {B} sheets: sheet b uses only sheet b of Q, K and V",
+        size=14,
         anchor="start",
         color=MUTED,
     )
