@@ -58,9 +58,9 @@ class Muon(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                M = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
-                M.lerp_(p.grad, 1 - mu)  # M = mu M + (1 - mu) G
-                update = p.grad.lerp(M, mu) if group["nesterov"] else M
+                G_bar = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                G_bar.lerp_(p.grad, 1 - mu)  # Ḡ = mu Ḡ + (1 - mu) G, the momentum
+                update = p.grad.lerp(G_bar, mu) if group["nesterov"] else G_bar
                 ortho = newton_schulz(update, group["ns_steps"], dtype=self.dtype)
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(ortho, alpha=-lr * (0.2 * math.sqrt(max(p.shape))))
