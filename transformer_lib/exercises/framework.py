@@ -240,6 +240,13 @@ def outcome(check: Callable, fn) -> tuple[str, str]:
                 "an in-place op such as masked_fill_): write x = x + ... and use the "
                 "out-of-place ops, so the backward pass sees the values it saved"
             )
+        if "view size is not compatible" in str(e):  # torch says: use .reshape
+            return "fail", (
+                f"{raised(e).partition(': view size')[0]}: .view cannot reorder "
+                "memory, and a tensor split from qkv or transposed is not in order; "
+                "split heads as t.view(B, T, n_heads, d_head).transpose(1, 2), merge "
+                "them as y.transpose(1, 2).reshape(B, T, d_model)"
+            )
         return "fail", raised(e)
 
 

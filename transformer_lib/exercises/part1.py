@@ -100,6 +100,12 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     "(here its only) chunk, shorter than a full one, was dropped; "
                     "loop until read() returns b'' and update the hash with every chunk"
                 )
+            if got != want and got in _full_chunk_digests(path.read_bytes()):
+                raise ExerciseError(
+                    f"a {n}-byte file: its last chunk, shorter than a full one, was "
+                    "not hashed: loop until read() returns b'' and update the hash "
+                    "with every chunk, the short last one too"
+                )
             if got != want and got in _chained_digests(path.read_bytes()):
                 raise ExerciseError(
                     f"a {n}-byte file: each chunk was hashed with the hexdigest so far "
@@ -129,6 +135,16 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                 )
     _check_chunk_argument(fn)
     return f"files of {', '.join(map(str, sizes))} bytes, read in chunks"
+
+
+def _full_chunk_digests(data: bytes) -> set[str]:
+    """The sha256 of data's full chunks only, for the usual chunk sizes: the short
+    last chunk dropped."""
+    return {
+        hashlib.sha256(data[: len(data) - len(data) % size]).hexdigest()
+        for size in (2**20, 2**16, 8192, 4096)
+        if len(data) % size
+    }
 
 
 def _check_chunk_argument(fn: Callable) -> None:

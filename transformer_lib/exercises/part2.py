@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -531,7 +532,39 @@ def _decoder_hints(ref, x: Tensor, mem: Tensor, tgt_mask: Tensor, mem_mask: Tens
     turned = turned + ref.cross_attn(ref.norm2(turned), mem, mem, mask=mem_mask)[0]
     keys_only = h + ref.cross_attn(n, ref.norm2(mem), mem, mask=mem_mask)[0]
     values_only = h + ref.cross_attn(n, mem, ref.norm2(mem), mask=mem_mask)[0]
+    n3 = ref.norm3(h3)
+    # cross-attention post-norm, the other two pre-norm; its query h or norm2(h)
+    posts = [
+        ref.norm2(h + ref.cross_attn(q, mem, mem, mask=mem_mask)[0]) for q in (h, n)
+    ]
     return (
+        (
+            n3 + ref.ff(n3),
+            "the feed-forward residual starts from norm3(h2), the normalised stream: "
+            "add ff(norm3(h2)) to h2 itself, h2 + ff(norm3(h2))",
+        ),
+        (
+            _normed_residuals(ref, x, mem, tgt_mask, mem_mask),
+            "each residual starts from the normalised input: x + sublayer(norm(x)), "
+            "the LayerNorm on the sublayer's input only",
+        ),
+        *(
+            (
+                _ff_before_cross(ref, h, mem, mem_mask, norms),
+                "the feed-forward network ran before cross-attention: self-attention,"
+                " then cross-attention, then the feed-forward network",
+            )
+            for norms in ((ref.norm2, ref.norm3), (ref.norm3, ref.norm2))
+        ),
+        *(
+            (
+                post + ref.ff(ref.norm3(post)),
+                "the cross-attention sublayer is post-norm, norm2(h + cross_attn(...)),"
+                " the other two pre-norm: make it pre-norm too, h + "
+                "cross_attn(norm2(h), memory, memory, memory_mask)",
+            )
+            for post in posts
+        ),
         *(
             (
                 h3 + ref.ff(ref.norm3(early)),
@@ -571,6 +604,25 @@ def _decoder_hints(ref, x: Tensor, mem: Tensor, tgt_mask: Tensor, mem_mask: Tens
             "attend, the lower triangle (tril())",
         ),
     )
+
+
+def _normed_residuals(ref, x: Tensor, mem: Tensor, tgt_mask: Tensor, mem_mask):
+    """A decoder layer whose every residual starts from the normalised input,
+    n + sublayer(n) with n = norm(x)."""
+    n = ref.norm1(x)
+    h = n + ref.self_attn(n, mask=tgt_mask)[0]
+    n = ref.norm2(h)
+    h = n + ref.cross_attn(n, mem, mem, mask=mem_mask)[0]
+    n = ref.norm3(h)
+    return n + ref.ff(n)
+
+
+def _ff_before_cross(ref, h: Tensor, mem: Tensor, mem_mask: Tensor, norms) -> Tensor:
+    """The layer's output after self-attention gave h, with the feed-forward sublayer
+    before cross-attention; `norms` are the (cross-attention, feed-forward) norms."""
+    cross_norm, ff_norm = norms
+    h = h + ref.ff(ff_norm(h))
+    return h + ref.cross_attn(cross_norm(h), mem, mem, mask=mem_mask)[0]
 
 
 def _no_memory_mask(mine, ref, x: Tensor, mem: Tensor, tgt_mask: Tensor) -> None:
@@ -841,8 +893,10 @@ def check_train_step(fn: Callable) -> str:
     model.register_forward_pre_hook(
         lambda m, args: graded.append(torch.is_grad_enabled())
     )
+    reached: list[int] = []  # one entry each time backward reaches a weight
     for p in model.parameters():  # stale gradients, as a loop's last step leaves
         p.grad = torch.full_like(p, 0.01)
+        p.register_post_accumulate_grad_hook(lambda p: reached.append(1))
     for step, (src, tgt_in, tgt_out) in enumerate(_translation_batches(), 1):
         eps = (0.1, 0.2)[step - 1]  # two values, so that a hard-coded one shows
         with torch.no_grad():
@@ -955,6 +1009,7 @@ def check_train_step(fn: Callable) -> str:
                 ),
             )
         before = [p.detach().clone() for p in model.parameters()]
+        n_reached = len(reached)
         try:
             got = fn(model, opt, src, tgt_in, tgt_out, _PAD, eps)
         except RuntimeError as e:
@@ -1034,6 +1089,12 @@ def check_train_step(fn: Callable) -> str:
                     "under torch.no_grad(), so the loss has no graph back to them; "
                     "run the model with gradients on"
                 )
+            if torch.equal(p, b) and len(reached) == n_reached:
+                raise ExerciseError(
+                    f"step {step}: the loss reached no weight: the logits were cut "
+                    "from the model's graph (.detach(), or a new tensor made from "
+                    "them); compute the loss from model(src, tgt_in) as it returns"
+                )
             if torch.equal(p, b) and len(stepped) == step and not stepped[-1]:
                 raise ExerciseError(
                     f"step {step}: optimizer.step() found no gradients: call it right "
@@ -1057,6 +1118,15 @@ def check_train_step(fn: Callable) -> str:
                     "gradients were still there; call optimizer.zero_grad() first"
                 )
             raise ExerciseError(f"step {step}: {name} differs from the reference")
+    model.eval()  # the step keeps the mode it is given, eval mode too
+    src, tgt_in, tgt_out = _translation_batches()[0]
+    fn(model, opt, src, tgt_in, tgt_out, _PAD, 0.1)
+    if modes[-1] or model.training:
+        raise ExerciseError(
+            "given a model in eval mode, the step switched it to training mode "
+            "(model.train() inside the step): the step runs the model in the mode it "
+            "comes in; the loop sets the mode, so leave it alone"
+        )
     return "two steps of a tiny translator with padding: losses and weights match"
 
 
@@ -1121,6 +1191,12 @@ def check_training_loop(fn: Callable) -> str:
                 "for s, batch in enumerate(batches)"
             ) from None
         raise
+    if losses == [] and not log:
+        raise ExerciseError(
+            f"returned 0 losses for {len(batches)} batches, and train_step never ran: "
+            "batches was used up before the loop (list(batches) or len(list(...)) "
+            "reads a generator to its end); loop over it directly, once"
+        )
     if not isinstance(losses, list) or len(losses) != len(batches):
         n = len(losses) if isinstance(losses, list) else type(losses).__name__
         raise ExerciseError(f"returned {n} losses for {len(batches)} batches")
@@ -1169,6 +1245,13 @@ def check_training_loop(fn: Callable) -> str:
             raise ExerciseError(
                 f"step {s} ran at 123, the optimizer's own lr: the schedule never "
                 "reached the param groups; set group['lr'] = lr_at(s) before each step"
+            )
+        if s == 0 and [lrs[0] for lrs, _ in log] == [
+            lr_at(t + 1) for t in range(len(log))
+        ]:
+            raise ExerciseError(
+                "step s ran at lr_at(s + 1): the steps were counted from 1; the first "
+                "step is s = 0, enumerate(batches), not enumerate(batches, 1)"
             )
         if lr != lr_at(s):
             seen = next((f"lr_at({t})" for t in (s - 1, s + 1) if lr == lr_at(t)), lr)
@@ -1641,6 +1724,19 @@ def beam_search_reference(
     return list(best[0]), best[1]
 
 
+def _beam_score(score) -> float:
+    """The log-probability a beam search returned, as a float: a float, an int or a
+    0-d tensor; anything else is an ExerciseError that names its type."""
+    if isinstance(score, Tensor) and score.numel() == 1:
+        return score.item()
+    if isinstance(score, numbers.Real):  # a float, an int, a NumPy float
+        return float(score)
+    raise ExerciseError(
+        f"the log-probability returned is a {type(score).__name__}: return "
+        "(tokens, logprob) with logprob a float (or a 0-d tensor), the score itself"
+    )
+
+
 @checker("beam search")
 def check_beam_search(fn: Callable) -> str:
     """fn(step, beam, max_len, eos) -> (tokens, logprob) on a toy model where greedy and
@@ -1653,7 +1749,7 @@ def check_beam_search(fn: Callable) -> str:
             return _toy_step(prefix)
 
         got = fn(step, beam, 4, 2)
-        tokens, score = list(got[0]), float(got[1])
+        tokens, score = list(got[0]), _beam_score(got[1])
         want_score = beam_search_reference(_toy_step, beam, 4)[1]
         if tokens + [2] == want:
             raise ExerciseError(

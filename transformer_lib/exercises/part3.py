@@ -493,6 +493,11 @@ def check_kv_cache(cls: type) -> str:
                 f"after {total} tokens the values returned are the keys: store v "
                 "in its own tensor, and return (keys, values)"
             )
+        if is_close(values[:, :, -t:], k):
+            raise ExerciseError(
+                f"after {total} tokens the newest values are the new keys: append v "
+                "to the values, torch.cat([self.v, v], dim=2)"
+            )
         compare(f"values after {total} tokens", values, want_v)
         if getattr(cache, "length", None) != total:
             raise ExerciseError(
@@ -505,7 +510,9 @@ def check_kv_cache(cls: type) -> str:
     compare("attention of the last token over the cache", last, full[:, :, -1:])
     _kv_cache_apart(cls, cache, total)
     _kv_dtype(cls)
-    return "a prompt of 4 tokens, then 1, 1, 3 and 40: keys, values and length match"
+    return (
+        "a prompt of 4 tokens, then 1, 1, 3, 40 and 200: keys, values and length match"
+    )
 
 
 def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:
@@ -515,12 +522,15 @@ def _kv_named(keys, values, want_k: Tensor, want_v: Tensor, total: int) -> None:
         raise ExerciseError(
             f"after {total} tokens keys and values are swapped: return (keys, values)"
         )
-    if (
-        isinstance(keys, Tensor)
-        and keys.dim() == 4
-        and keys.size(2) > total
-        and is_close(keys[:, :, :total], want_k)
-    ):
+    longer = isinstance(keys, Tensor) and keys.dim() == 4 and keys.size(2) > total
+    if longer and is_close(keys[:, :, -total:], want_k):
+        raise ExerciseError(
+            f"after {total} tokens a new cache returned {keys.size(2)} positions, the "
+            f"last {total} of them right: it holds tokens from an earlier cache, so "
+            "its storage lives on the class (lists in the class body?); create it "
+            "in __init__, self.k = None"
+        )
+    if longer and is_close(keys[:, :, :total], want_k):
         raise ExerciseError(
             f"after {total} tokens update returned {keys.size(2)} positions: a "
             "preallocated buffer is returned up to its length, buffer[:, :, :length]"
@@ -829,6 +839,7 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         (q.abs(), k.abs() * grow, (4,)),
         (q.abs() + 1, -1000 * (k.abs() + 1), (4,)),  # every score far below 0
     )
+    how_read = None  # the first block read the wrong way, raised once values are right
     for q, k, blocks in cases:
         want = F.scaled_dot_product_attention(q, k, v)
         for block in blocks:
@@ -867,27 +878,10 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
                     _float32_work(got, want, block)
                     _tiled_hint(q, k, v, block, got.detach().double())
             compare(f"block={block}", got, want, atol=1e-9)
-            if block < n_keys and reads.first is not None:
-                name, shape = reads.first
-                raise ExerciseError(
-                    f"block={block}: {name} read all {n_keys} keys at once (a tensor "
-                    f"of shape {shape}): the values are right, but every score exists "
-                    f"at once, as in a plain softmax; read the keys {block} at a time"
-                )
-            if block < n_keys and reads.widest and reads.widest != block:
-                raise ExerciseError(
-                    f"block={block}: the values are right, but the keys were read "
-                    f"{reads.widest} at a time: tiles of `block` keys, the argument "
-                    "(the last one may be shorter)"
-                )
-            n_blocks = -(-n_keys // block) * max(1, reads.query_slices)
-            if block < n_keys and reads.slices >= 2 * n_blocks:
-                raise ExerciseError(
-                    f"block={block}: the values are right, but k was sliced "
-                    f"{reads.slices} times for {n_blocks} blocks: two passes over the "
-                    "keys (the maximum first, then the sums)? The online softmax "
-                    "reads each block once, rescaling ell and out as the maximum grows"
-                )
+            if how_read is None:
+                how_read = _how_read(reads, block, n_keys)
+    if how_read:  # after every block's values: a dropped last block is named first
+        raise ExerciseError(how_read)
     _tiled_3d(fn, q, k, v)
     return (
         "equals F.scaled_dot_product_attention for blocks of 1, 4, 13 and 32 keys, "
@@ -895,6 +889,35 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
         "first's, values narrower than the keys, reading at most one block of keys at "
         "a time, leaving q, k and v as they were"
     )
+
+
+def _how_read(reads: _KeyReads, block: int, n_keys: int) -> str | None:
+    """What was wrong with how one call read the keys, its values being right: all
+    at once, in tiles of another size, or in two passes."""
+    if block >= n_keys:
+        return None
+    if reads.first is not None:
+        name, shape = reads.first
+        return (
+            f"block={block}: {name} read all {n_keys} keys at once (a tensor of shape "
+            f"{shape}): the values are right, but every score exists at once, as in a "
+            f"plain softmax; read the keys {block} at a time"
+        )
+    if reads.widest and reads.widest != block:
+        return (
+            f"block={block}: the values are right, but the keys were read "
+            f"{reads.widest} at a time: tiles of `block` keys, the argument (the last "
+            "one may be shorter)"
+        )
+    n_blocks = -(-n_keys // block) * max(1, reads.query_slices)
+    if reads.slices >= 2 * n_blocks:
+        return (
+            f"block={block}: the values are right, but k was sliced {reads.slices} "
+            f"times for {n_blocks} blocks: two passes over the keys (the maximum "
+            "first, then the sums)? The online softmax reads each block once, "
+            "rescaling ell and out as the maximum grows"
+        )
+    return None
 
 
 def _tiled_3d(fn: Callable, q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -1020,6 +1043,16 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
         )
     if got.shape == want.shape and torch.allclose(got[:-1], want[1:], atol=1e-9):
         raise ExerciseError("entry k holds distance k + 1: entry 0 is distance 0 (1)")
+    u = F.normalize(table.double(), dim=-1)
+    s = u @ u.T  # (N, N) cosines
+    for dim in (0, 1):
+        flipped = torch.stack([s.flip(dim).diagonal(k).mean() for k in range(len(s))])
+        if got.shape == want.shape and torch.allclose(got, flipped, atol=1e-9):
+            raise ExerciseError(
+                f"entry 0 is {got[0].item():.2f}, not 1 (each row with itself): the "
+                "diagonals were read off a flipped matrix, S.flip(...); read those "
+                "of S = u @ u.T itself, S.diagonal(k)"
+            )
     if got.shape == want.shape and torch.allclose(got, want, atol=1e-9):
         return  # right here, where the two agree
     unit = F.normalize(table.double(), dim=1)

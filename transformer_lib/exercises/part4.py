@@ -82,6 +82,13 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             "keep q (B, H, T, D) and repeat k and v instead, repeat_interleave(H // "
             "H_kv, dim=1)"
         )
+    along_time = (t.repeat_interleave(H // n_kv, dim=2)[:, :, :T] for t in (k, v))
+    if H > n_kv and torch.allclose(got, _grouped_reference(q, *along_time), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: k and v were repeated along time (dim 2), so key t became key "
+            "t // g: repeat the heads, dim 1 of (B, H_kv, T, D), "
+            "k.repeat_interleave(H // H_kv, dim=1)"
+        )
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
     D = q.size(-1)

@@ -33,11 +33,33 @@ def _pack_reference(pairs: list[tuple[list[int], int]]) -> tuple[list, list, Ten
     return xs, ys, torch.block_diag(*blocks).bool()  # (T, T), True = may attend
 
 
+def _pairs_keyed_by_length(call: str, got: Tensor, want: Tensor, pairs: list) -> None:
+    """The mask's blocks told apart by n_prompt, so that pairs with one prompt length
+    share a block."""
+    key = torch.tensor([n for ids, n in pairs for _ in ids[1:]])  # per input
+    wrong = (key[:, None] == key[None, :]).tril()
+    if torch.equal(wrong, want) or not torch.equal(got.bool(), wrong):
+        return
+    n = [n for _, n in pairs]
+    a, b = next(
+        (i, j)
+        for j in range(1, len(n) + 1)
+        for i in range(1, j)
+        if n[i - 1] == n[j - 1]
+    )
+    raise ExerciseError(
+        f"{call}: pairs {a} and {b} (both n_prompt {n[a - 1]}) share one block of the "
+        f"attention mask: a query of pair {b} sees pair {a}'s keys; mark each pair "
+        "by its position in the list, not by its prompt length"
+    )
+
+
 def _wrong_pack_mask(call: str, got, want: Tensor, pairs: list = ()) -> None:
     """Raise ExerciseError naming the usual mistake of the attention mask, if it is."""
     if not (isinstance(got, Tensor) and got.shape == want.shape):
         return
     if pairs:  # every block as long as the first pair's inputs
+        _pairs_keyed_by_length(call, got, want, pairs)
         first = len(pairs[0][0]) - 1
         t = torch.arange(len(want))
         same = (t[:, None] // first) == (t[None, :] // first)
@@ -98,13 +120,14 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
     cases = [
         [([1, 10, 11, 2, 20, 21, 3], 4), ([1, 5, 2, 9, 3], 3)],
         [([1, 5, 6, 7, 2, 9], 5), ([1, 2, 20, 3], 2), ([1, 8, 2, 30, 31, 3], 3)],
+        [([1, 10, 2, 20, 3], 3), ([1, 11, 2, 21, 3], 3)],  # the docstring's: equal n
         [([4, 10, 11, 2, 20, 3], 4), ([7, 1, 2, 9, 1, 3], 3)],  # no <bos> = 1 first
     ]
     for i, pairs in enumerate(cases):
         try:
             _check_packed(fn, pairs)
         except ExerciseError as e:
-            if i < 2:
+            if i < len(cases) - 1:
                 raise
             raise ExerciseError(
                 "pairs that do not start with 1 fail where pairs that do passed: are "
@@ -112,7 +135,8 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
                 f"the lengths of the ids given ({e})"
             ) from None
     return (
-        "two and three pairs, and pairs that do not start with 1: each shifted and "
+        "two and three pairs, pairs with one prompt length, and pairs that do not "
+        "start with 1: each shifted and "
         "its prompt masked on its own; the attention mask causal inside each pair, "
         "False across pairs"
     )
@@ -480,8 +504,9 @@ def _dpo_nll_mistakes(pc, pr, rc, rr, n) -> list[tuple[Tensor, str]]:
         ),
         (
             dpo.mean() - 0.3 * pc.sum() / n.sum(),
-            "the NLL is averaged per sentence, then over the batch: "
-            "(-policy_chosen / chosen_tokens).mean(), not all tokens pooled",
+            "the NLL pooled all the tokens (sum / sum): divide each sentence's by its "
+            "own count, then average over the batch, "
+            "(-policy_chosen / chosen_tokens).mean()",
         ),
         (
             (-F.logsigmoid(-z) - 0.3 * pc / n).mean(),
@@ -604,6 +629,13 @@ def _dpo_nll_gradient(fn: Callable, pc, pr, rc, rr, n) -> None:
             "the value is right, but the NLL term sends no gradient to "
             "policy_chosen: it was detached; keep alpha * policy_chosen / "
             "chosen_tokens in the graph"
+        )
+    nll_only = -0.3 / n / n.numel()  # d/d pc of the mean of -alpha * pc / n
+    if grad is not None and torch.allclose(grad, nll_only.to(grad), atol=1e-9):
+        raise ExerciseError(
+            "the value is right, but policy_chosen gets only the NLL's gradient: it "
+            "was detached inside the DPO margin; keep it in the graph there too, "
+            "the margin is what pushes the chosen output up"
         )
     compare("the gradient with respect to policy_chosen", grad, want_pc.grad)
 
