@@ -242,3 +242,25 @@ def test_the_solutions_still_pass():
     passes(ex.check_training_loop, train)
     passes(ex.check_kv_cache, Cache)
     passes(ex.check_pack_pairs, solution("17").pack_pairs)
+
+
+# 07 · a sublayer's output scaled before the residual (an expert reader's slip) ----
+
+
+def test_07_a_scaled_branch_is_named():
+    Right = solution("07").MyEncoderLayer
+
+    class HalfFeedForward(Right):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + 0.5 * self.ff(self.norm2(x))
+
+    class HalfAttention(Right):
+        def forward(self, x, mask=None):
+            x = x + 0.5 * self.self_attn(self.norm1(x), mask=mask)[0]
+            return x + self.ff(self.norm2(x))
+
+    check = ex.check_encoder_layer
+    fails(check, HalfFeedForward, r"feed-forward sublayer's output was scaled by 0\.5 ")
+    fails(check, HalfAttention, r"the attention sublayer's output was scaled by 0\.5 ")
+    passes(check, Right)

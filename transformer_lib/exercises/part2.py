@@ -231,6 +231,7 @@ def check_encoder_layer(cls: type) -> str:
             for variant, hint in hints + _encoder_hints(ref, x, mask):
                 if is_close(got, variant):
                     raise ExerciseError(hint() if callable(hint) else hint)
+            _scaled_branch(got, ref, x, mask)
             _name_heads(got, ref, lambda: ref(x, mask))
     _compare_layer("MyEncoderLayer(x, mask)", got, want, mine, ref)
     _no_dropout(mine, lambda: _forward(mine, x, mask), got)
@@ -238,6 +239,26 @@ def check_encoder_layer(cls: type) -> str:
         "MyEncoderLayer", lambda x: _forward(mine, x, mask), lambda x: ref(x, mask), x=x
     )
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
+
+
+def _scaled_branch(got, ref, x: Tensor, mask: Tensor) -> None:
+    """An encoder layer right but for one sublayer's output scaled by a constant c
+    before the residual adds it: x + c * sublayer(norm(x))."""
+    if not (isinstance(got, Tensor) and got.shape == x.shape):
+        return
+    a = ref.self_attn(ref.norm1(x), mask=mask)[0]
+    f = ref.ff(ref.norm2(x + a))
+    c = (((got - x - a) * f).sum() / (f * f).sum()).item()  # got = x + a + c * f?
+    wrong = {c: ("feed-forward", "h", x + a + c * f)}
+    for s in (0.5, 2.0, 2**-0.5):  # the attention's output scaled, the rest as usual
+        h = x + s * a
+        wrong[s] = ("attention", "x", h + ref.ff(ref.norm2(h)))
+    for c, (which, base, output) in wrong.items():
+        if abs(c - 1) > 1e-6 and is_close(got, output):
+            raise ExerciseError(
+                f"the {which} sublayer's output was scaled by {c:.4g} before the "
+                f"residual added it: add it whole, {base} + sublayer(norm({base}))"
+            )
 
 
 def _mask_not_passed(mine: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor) -> str:
