@@ -264,3 +264,19 @@ def test_07_a_scaled_branch_is_named():
     fails(check, HalfFeedForward, r"feed-forward sublayer's output was scaled by 0\.5 ")
     fails(check, HalfAttention, r"the attention sublayer's output was scaled by 0\.5 ")
     passes(check, Right)
+
+
+def test_00_the_end_of_file_hint_keeps_the_chunk_size():
+    """The fifteenth review: the hint for '' in place of b'' suggested
+    `while chunk := f.read(chunk)`, which overwrites the size with the bytes read."""
+
+    def str_end(path, chunk=1 << 20):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while (data := f.read(chunk)) != "":
+                h.update(data)
+        return h.hexdigest()
+
+    status, text = ex.outcome(ex.check_sha256, str_end)
+    assert status == "fail" and "while data := f.read(chunk)" in text, text
+    assert "chunk := f.read(chunk)" not in text.replace("data := f.read(chunk)", "")

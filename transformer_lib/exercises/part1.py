@@ -202,7 +202,7 @@ def _run_traced(fn: Callable, *args) -> tuple:
 _PAST_EOF = (
     "read() returned b'' (the end of the file) {n} times and the loop went on: in "
     "binary mode the end is b'' (bytes), which never equals the str '': stop on b'', "
-    "iter(lambda: f.read(chunk), b'') or while chunk := f.read(chunk)"
+    "iter(lambda: f.read(chunk), b'') or while data := f.read(chunk)"
 )
 
 
