@@ -249,11 +249,11 @@ def _scaled_branch(got, ref, x: Tensor, mask: Tensor) -> None:
     a = ref.self_attn(ref.norm1(x), mask=mask)[0]
     f = ref.ff(ref.norm2(x + a))
     c = (((got - x - a) * f).sum() / (f * f).sum()).item()  # got = x + a + c * f?
-    wrong = {c: ("feed-forward", "h", x + a + c * f)}
+    wrong = [(c, "feed-forward", "h", x + a + c * f)]
     for s in (0.5, 2.0, 2**-0.5):  # the attention's output scaled, the rest as usual
         h = x + s * a
-        wrong[s] = ("attention", "x", h + ref.ff(ref.norm2(h)))
-    for c, (which, base, output) in wrong.items():
+        wrong.append((s, "attention", "x", h + ref.ff(ref.norm2(h))))
+    for c, which, base, output in wrong:
         if abs(c - 1) > 1e-6 and is_close(got, output):
             raise ExerciseError(
                 f"the {which} sublayer's output was scaled by {c:.4g} before the "
