@@ -220,6 +220,34 @@ def jitter(module: nn.Module) -> nn.Module:
     return module
 
 
+def own_state(
+    name: str,
+    mine: nn.Module,
+    build_other: Callable[[], nn.Module],
+    run: Callable[[], Tensor],
+) -> None:
+    """A second instance, built after `mine` (with other sizes where that shows), must
+    share no parameter with it and leave its output as it was: state kept on the
+    class, or in a module-level dict, is shared by every instance."""
+    with torch.no_grad():
+        before = run()
+        other = build_other()
+        shared = {id(p) for p in other.parameters()}
+        same = [n for n, p in mine.named_parameters() if id(p) in shared]
+        if same:
+            raise ExerciseError(
+                f"two {name}s share {same[0]} (the same parameter object): a "
+                "sub-module kept on the class or in a module-level dict serves every "
+                "instance; build each in __init__ on self"
+            )
+        if not is_close(run(), before):
+            raise ExerciseError(
+                f"the first {name} changed its output once a second one was built: "
+                "it reads something the second one set on the class (or a global), "
+                "shared by every instance; keep sizes and sub-modules on self"
+            )
+
+
 # the checkers: a verifier each, wrapped -----------------------------------------------
 
 

@@ -27,6 +27,7 @@ from transformer_lib.exercises.framework import (
     is_close,
     load_weights,
     name_unused,
+    own_state,
 )
 
 # 00 · a file's checksum ---------------------------------------------------------------
@@ -474,6 +475,7 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
             f"({tok.vocab[want[i]]!r}); got {got}, expected {want}"
         )
     _check_overlapping_pairs(fn)
+    _check_other_merges(fn, tok)
     return (
         f"{len(_BPE_TEXTS)} texts equal BPETokenizer.encode with {len(merges)} merges: "
         "unseen words, multi-byte characters, whitespace runs, the empty text; a run "
@@ -492,6 +494,27 @@ def _check_overlapping_pairs(fn: Callable) -> None:
             f"my_bpe_encode('aaaaa', [(97, 97)]) gave {list(got)}, expected {want}: a "
             "run of one pair overlaps; merge from the left, as merge() does "
             "('aaaaa' is aa, aa, a)"
+        )
+
+
+def _check_other_merges(fn: Callable, tok) -> None:
+    """A text already encoded, again with the first 3 merges only: nothing kept
+    between calls (a cache keyed by the chunk alone) may answer for other merges."""
+    from transformer_lib.tokenization import BPETokenizer
+
+    text, few = _BPE_TEXTS[1], list(tok.merges[:3])
+    got, want = fn(text, list(few)), BPETokenizer(few).encode(text)
+    if isinstance(got, (list, tuple)) and [int(i) for i in got] != want:
+        stale = [int(i) for i in got] == tok.encode(text)
+        raise ExerciseError(
+            f"my_bpe_encode({text!r}, merges[:3]) gave "
+            + (
+                "the ids of the earlier call with all the merges: something kept "
+                "between calls (a cache keyed by the chunk alone) answered for other "
+                "merges; keep caches inside the function, or key them by the merges"
+                if stale
+                else f"{list(got)}, expected {want}"
+            )
         )
 
 
@@ -529,6 +552,14 @@ def check_tied_output(cls: type) -> str:
             "compute h @ W.T with "
             "W = embedding.weight"
         )
+    buffers = [name for name, b in head.named_buffers() if b.numel() == V * C]
+    if buffers:
+        raise ExerciseError(
+            f"the table is registered as a buffer ({buffers[0]}): .to() and .double() "
+            "convert buffers apart from parameters, which breaks the tie, and the "
+            "state_dict holds it twice; keep the embedding (self.embedding = "
+            "embedding) and read embedding.weight in forward"
+        )
     model.double()  # as .to(device) or .half() would: W gets new storage
     ids = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     h = torch.tanh(mix(emb(ids)))  # (2, 4, C)
@@ -550,6 +581,12 @@ def check_tied_output(cls: type) -> str:
             f"(n_vocab, C) = {tuple(emb.weight.shape)}: use h @ W.T"
         ) from None
     want = h @ emb.weight.T  # (2, 4, V)
+    if isinstance(logits, Tensor) and logits.dtype != h.dtype:
+        raise ExerciseError(
+            f"the logits are {logits.dtype} for {h.dtype} inputs (after "
+            "model.double()): a cast (.float()) in forward; drop it, h @ W.T keeps "
+            "the model's dtype"
+        )
     if is_close(logits, want * math.sqrt(C)) or is_close(logits, want / math.sqrt(C)):
         raise ExerciseError(
             "the logits are scaled by sqrt(d_model): that scale belongs to the lookup, "
@@ -586,10 +623,27 @@ def check_tied_output(cls: type) -> str:
                 "logits did not follow: the layer keeps a copy of W made in __init__ "
                 "(clone, or a tensor of its own); read embedding.weight in forward"
             )
+    _check_own_embedding(cls, head, emb)
     return (
         f"no parameters of its own ({want_n} in all, not {want_n + V * C}); logits "
         "h @ W^T; W's gradient sums the lookup's and the output's"
     )
+
+
+def _check_own_embedding(cls: type, head: nn.Module, emb: nn.Module) -> None:
+    """A second output layer, built on another embedding, must leave the first one
+    scoring with its own table (nothing kept on the class)."""
+    other = type(emb)(*emb.weight.shape).to(emb.weight.dtype)
+    cls(other)
+    h = torch.randn(1, 3, emb.weight.size(1), dtype=emb.weight.dtype)
+    with torch.no_grad():
+        got = head(h)
+        if not is_close(got, h @ emb.weight.T) and is_close(got, h @ other.weight.T):
+            raise ExerciseError(
+                "once a second output layer was built on another embedding, the first "
+                "one scored with the second's table: the embedding was stored on the "
+                "class, shared by every instance; store it on self"
+            )
 
 
 # 03 · positions -----------------------------------------------------------------------
@@ -764,6 +818,7 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
             "result: return x's dtype (angles may be built in float32 or float64, "
             "as LLaMA does; cast cos and sin to x.dtype before rotating)"
         )
+    _check_rope_gradient(fn, x)
     got = fn(x.clone(), base=100.0)
     if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
         raise ExerciseError(
@@ -778,6 +833,26 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
         if not torch.allclose(diag, diag[:1].expand_as(diag)):
             raise ExerciseError(f"scores at offset {k} vary with position")
     return "equals the reference on (2, 7, 8); scores depend only on the offset"
+
+
+def _check_rope_gradient(fn: Callable, x: Tensor) -> None:
+    """The rotation must let the gradient through to x: RoPE turns q and k inside
+    attention, and W_Q, W_K learn through it."""
+    lost = (
+        "my_apply_rope's result carries no gradient back to x ({}): RoPE turns q and "
+        "k inside attention, and W_Q, W_K learn through it; compute with torch "
+        "operations on x itself"
+    )
+    try:
+        got = fn(x.clone().requires_grad_())
+    except RuntimeError as e:
+        if "numpy" not in str(e).lower():
+            raise
+        raise ExerciseError(lost.format("it went through NumPy")) from None
+    if isinstance(got, Tensor) and not got.requires_grad:
+        raise ExerciseError(
+            lost.format("detached, through NumPy, or under torch.no_grad()")
+        )
 
 
 def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
@@ -906,6 +981,13 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
         if len(slopes) > 1 and is_close(w, alibi_reference(q, k, v, wrong)[1]):
             return message
     T = w.size(-1)
+    i, j = torch.ones(T, T, dtype=torch.bool).tril(-1).nonzero().T
+    earlier = w[..., i, j]  # the weights of the keys before each query
+    if ((earlier == 0) | earlier.isnan()).all() and (w.triu(1) > 0).any():
+        return (
+            "query i gives no weight to the earlier keys j < i and weight to the "
+            "later ones: the mask is reversed; -inf where j > i (triu(1)), keep j <= i"
+        )
     diagonal = w[..., range(T), range(T)]
     if ((diagonal == 0) | diagonal.isnan()).all():
         return (
@@ -940,6 +1022,34 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
             "(slopes[:, None]); use slopes[:, None, None] against the (T, T) distances"
         )
     return None
+
+
+def _check_alibi_backward(fn: Callable, *given: Tensor) -> None:
+    """One backward pass through the answer, as training runs it: the gradients of q,
+    k and v equal the reference's."""
+    q, k, v, slopes = (t.clone().requires_grad_(i < 3) for i, t in enumerate(given))
+    try:
+        out, w = fn(q, k, v, slopes)
+        ((out * out).sum() + (w * w).sum()).backward()
+    except RuntimeError as e:
+        if "inplace" not in str(e):
+            raise
+        raise ExerciseError(
+            "the backward pass failed: a tensor autograd needed was changed in place "
+            "(masked_fill_ on the softmax's output, or *=, +=): the -inf fill before "
+            "the softmax already gives the later keys 0; use out-of-place operations "
+            "(masked_fill, no underscore)"
+        ) from None
+    ref = [t.detach().clone().requires_grad_() for t in given[:3]]
+    want_out, want_w = alibi_reference(*ref, given[3])
+    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+    for name, mine, theirs in zip("qkv", (q, k, v), ref):
+        if mine.grad is None:
+            raise ExerciseError(
+                f"no gradient reached {name}: the output was detached (or computed "
+                "under torch.no_grad()); attention must let q, k and v train"
+            )
+        compare(f"the gradient of {name}", mine.grad, theirs.grad, atol=1e-9)
 
 
 @checker("attention with ALiBi")
@@ -990,6 +1100,7 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
             raise ExerciseError(f"{hint} (q {shape})")
         compare(f"weights for q {shape}", w, want_w, atol=1e-9)
         compare(f"output for q {shape}", out, want_out, atol=1e-9)
+    _check_alibi_backward(fn, q, k, v, slopes)
     return "q (2, 5, 5, 8) and (1, 2, 7, 4), slopes 1/2, 1/4, ...: weights and outputs"
 
 
@@ -1228,6 +1339,13 @@ def check_multi_head_attention(cls: type) -> str:
         query=x,
         key=mem,
         value=mem,
+    )
+    mine.eval()
+    own_state(
+        "MyMultiHeadAttention",
+        mine,
+        lambda: cls(16, 4),
+        lambda: first_output(mine(x, mem, mem, mask=pad)),
     )
     return (
         "equals MultiHeadAttention: self-attention, causal, cross-attention with "

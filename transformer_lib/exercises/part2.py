@@ -26,6 +26,7 @@ from transformer_lib.exercises.framework import (
     is_close,
     jitter,
     load_weights,
+    own_state,
     raised,
     tensor_output,
 )
@@ -237,6 +238,12 @@ def check_encoder_layer(cls: type) -> str:
     _no_dropout(mine, lambda: _forward(mine, x, mask), got)
     compare_input_grads(
         "MyEncoderLayer", lambda x: _forward(mine, x, mask), lambda x: ref(x, mask), x=x
+    )
+    own_state(
+        "MyEncoderLayer",
+        mine.eval(),
+        lambda: cls(16, 4, 32),
+        lambda: _forward(mine, x, mask),
     )
     return "equals EncoderLayer(norm_first=True) on (2, 5, 16) with padding; gradients"
 
