@@ -529,10 +529,32 @@ def check_decoder_layer(cls: type) -> str:
         memory=mem,
     )
     _no_memory_mask(mine, ref, x, mem, tgt_mask)
+    _given_tgt_mask(mine, ref, x, mem, mem_mask)
     return (
         "equals DecoderLayer(norm_first=True): x (2, 5, 16), memory (2, 7, 16), "
-        "causal and padding masks; gradients"
+        "causal, banded and padding masks; gradients"
     )
+
+
+def _given_tgt_mask(mine, ref, x: Tensor, mem: Tensor, mem_mask: Tensor) -> None:
+    """Another target mask than the plain triangle (a band: each position sees itself
+    and the one before): the layer must use the mask it is given, not one it builds."""
+    band = torch.ones(5, 5, dtype=torch.bool).tril().triu(-1)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        got = tensor_output(mine(x, mem, band, mem_mask), "MyDecoderLayer")
+        if is_close(got, ref(x, mem, band, mem_mask)):
+            return
+        if is_close(got, ref(x, mem, causal, mem_mask)):
+            raise ExerciseError(
+                "self-attention did not use the tgt_mask it was given: with a banded "
+                "tgt_mask (each position sees itself and the one before) it attended "
+                "with the plain causal mask; pass the mask you are given, "
+                "self_attn(norm1(x), mask=tgt_mask)"
+            )
+        compare(
+            "MyDecoderLayer with a banded tgt_mask", got, ref(x, mem, band, mem_mask)
+        )
 
 
 def _shared_parts(mine: nn.Module, *groups: tuple[str, ...]) -> None:

@@ -73,6 +73,14 @@ def _block_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             from_normed + mlp(ref.norm2(from_normed)),
             normed.replace("each", "the attention's") + "the norm on its input only",
         ),
+        *(
+            (
+                m + attn(ref.norm1(m)),
+                "the MLP runs before the attention: the attention sublayer comes "
+                "first, a = x + attn(norm1(x)), then a + mlp(norm2(a))",
+            )
+            for m in (x + mlp(ref.norm2(x)), x + mlp(ref.norm1(x)))
+        ),
         (
             x + attn(ref.norm1(x)) + mlp(ref.norm2(x)),
             "the two sublayers run in parallel on x: the MLP reads the attention's "
@@ -328,7 +336,7 @@ def check_gpt_block(cls: type) -> str:
     torch.manual_seed(0)
     cfg = GPTConfig(
         vocab_size=10,
-        context_len=8,
+        context_len=64,
         n_layers=1,
         n_heads=2,  # 2 heads of 8: sqrt(n_heads) and sqrt(d_head) differ
         d_model=16,
@@ -349,7 +357,27 @@ def check_gpt_block(cls: type) -> str:
     load_weights(mine, state, "MyBlock")
     mine.double().eval()
     x = torch.randn(2, 6, 16).double()
-    got = tensor_output(mine(x), "MyBlock")
+    given = x.clone()
+    try:
+        got = tensor_output(mine(given), "MyBlock")
+    except RuntimeError as e:
+        if "(2) must match the size of tensor b (6)" not in str(e):
+            raise
+        raise ExerciseError(
+            f"RuntimeError ({first_line(e)}) on x (2, 6, 16): is the causal mask "
+            "(B, B) = (2, 2)? Build it from T = x.size(1), (T, T)"
+        ) from None
+    if not torch.equal(given, x):
+        raise ExerciseError(
+            "forward changed its input x in place (x += ...): the caller's x must "
+            "stay as it was; write x = x + self.attn(self.norm1(x))"
+        )
+    if not is_close(tensor_output(mine(x), "MyBlock"), got, equal_nan=True):
+        raise ExerciseError(
+            "two calls on the same x in eval mode gave different outputs: forward is "
+            "random (F.dropout is on unless given training=self.training); this "
+            "block has no dropout"
+        )
     want = ref(x)[0]
     if is_close(got, _merged_without_transpose(ref, x)):
         raise ExerciseError(
@@ -398,9 +426,9 @@ def check_gpt_block(cls: type) -> str:
 
 
 def _longer_block(mine: torch.nn.Module, ref) -> None:
-    """A sequence longer than the first call's, as long as the context (8): the
-    causal mask fits any T, not only the one seen first."""
-    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    """A sequence longer than the first call's (40 tokens): the causal mask fits any
+    T, not only the one seen first or a size fixed in __init__."""
+    x = torch.randn(2, 40, 16, dtype=torch.float64)
     hint = (
         "the causal mask must fit any T up to the context length: build it from "
         "x's T (or is_causal=True), not at a fixed size"
@@ -410,11 +438,11 @@ def _longer_block(mine: torch.nn.Module, ref) -> None:
             got = tensor_output(mine(x), "MyBlock")
         except (RuntimeError, IndexError, ValueError) as e:
             raise ExerciseError(
-                f"MyBlock on 8 tokens (after 6) raised {type(e).__name__} "
+                f"MyBlock on 40 tokens (after 6) raised {type(e).__name__} "
                 f"({first_line(e)}): {hint}"
             ) from None
         if not is_close(got, ref(x)[0]):
-            raise ExerciseError(f"MyBlock on 8 tokens (after 6) is wrong: {hint}")
+            raise ExerciseError(f"MyBlock on 40 tokens (after 6) is wrong: {hint}")
 
 
 @checker("KV cache")

@@ -294,7 +294,8 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     # with biases, so that a new nn.Linear put in the base's place shows what it lacks
     model = GPT(GPTConfig.tiny(vocab_size=17, n_layers=2, bias=True)).eval()
     n_plain = sum(p.numel() for p in model.parameters())
-    names = add_lora(model, rank=4, alpha=8.0)  # alpha / r = 2
+    # alpha / r = 2.5: no integer, so that alpha // r (2) shows
+    names = add_lora(model, rank=4, alpha=10.0)
     model.double()
     for layer in lora_layers(model):
         with torch.no_grad():
@@ -304,18 +305,20 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         want = model(ids)[0]
         slips = {
             _TWICE: _merged_weights(model, names, 2.0),
-            "W + B A: the scale alpha / r = 2 is missing": _merged_weights(
-                model, names, 0.5
+            "W + B A: the scale alpha / r = 2.5 is missing": _merged_weights(
+                model, names, 1 / 2.5
             ),
-            "W + alpha B A: the scale is alpha / r = 2, not alpha": _merged_weights(
+            "W + alpha B A: the scale is alpha / r = 2.5, not alpha": _merged_weights(
                 model, names, 4.0
             ),
-            "W + (r / alpha) B A: the scale is alpha / r = 2, not r / alpha = 0.5": (
-                _merged_weights(model, names, 0.25)
+            "W + (r / alpha) B A: the scale is alpha / r = 2.5, not r / alpha = 0.4": (
+                _merged_weights(model, names, 0.4 / 2.5)
             ),
+            "W + (alpha // r) B A: the scale alpha // r = 2 was floored, an integer "
+            "division; alpha / r = 2.5": _merged_weights(model, names, 2 / 2.5),
             "W alone: the update was dropped; merge (W += (alpha / r) B A) before "
             "taking the base layer out": _merged_weights(model, names, 0.0),
-            "W + alpha r B A: the scale is alpha / r = 2, not alpha * r = 32": (
+            "W + alpha r B A: the scale is alpha / r = 2.5, not alpha * r = 40": (
                 _merged_weights(model, names, 16.0)  # alpha r = r^2 (alpha / r)
             ),
             "(alpha / r) B A alone: the update replaced W; add it to W, W += "
@@ -332,6 +335,7 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
     with torch.no_grad():
         model.get_submodule(merged).merge()
     bases = {name: model.get_submodule(name).base for name in names}
+    before = {name: base.weight.detach().clone() for name, base in bases.items()}
     try:
         returned = fn(model)
     except (RuntimeError, ValueError) as e:
@@ -353,7 +357,24 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             "fn returned the model: change the model in place and return the list of "
             "the names of the layers it replaced"
         )
-    if left := [n for n, m in model.named_modules() if _is_lora(m)]:
+    left = [n for n, m in model.named_modules() if _is_lora(m)]
+    untouched = all(
+        torch.equal(bases[n].weight, before[n])
+        and (n == merged or not model.get_submodule(n).merged)
+        for n in left
+    )
+    if len(left) == len(names) and untouched and isinstance(returned, (list, tuple)):
+        raise ExerciseError(
+            "the model passed in still holds every LoRALinear: "
+            + (
+                f"the {len(returned)} names came back, so the work was done on a copy "
+                "(copy.deepcopy?); change model itself, in place"
+                if returned
+                else "none was found; walk model.named_modules(), which reaches "
+                "every depth (named_children() sees the top level only)"
+            )
+        )
+    if left:
         raise ExerciseError(
             f"{left[0]} is still a LoRALinear: put its base nn.Linear back in its "
             "place (setattr on the parent module)"
