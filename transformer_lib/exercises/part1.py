@@ -9,6 +9,7 @@ import hashlib
 import math
 import re
 import tempfile
+import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,9 +98,11 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
             if got != want and n and got == hashlib.sha256(b"").hexdigest():
                 _ascii_probe(fn)
                 raise ExerciseError(
-                    f"a {n}-byte file: got the sha256 of no bytes at all: its last "
-                    "(here its only) chunk, shorter than a full one, was dropped; "
-                    "loop until read() returns b'' and update the hash with every chunk"
+                    f"a {n}-byte file: got the sha256 of no bytes at all: its only "
+                    "chunk was read but not hashed (a read before the loop whose data "
+                    "is never hashed, or a loop that stops at a chunk shorter than a "
+                    "full one); loop until read() returns b'' and update the hash "
+                    "with every chunk, the first and the short last one"
                 )
             if got != want and got in _full_chunk_digests(path.read_bytes()):
                 raise ExerciseError(
@@ -119,6 +122,11 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: the hash was updated with each chunk's own "
                     "digest, a hash of hashes: update it with the chunk itself, "
                     "h.update(chunk)"
+                )
+            if isinstance(got, str) and 0 < len(got) < 64 and want.startswith(got):
+                raise ExerciseError(
+                    f"a {n}-byte file: the digest was cut to {len(got)} hex "
+                    "characters: return all 64, h.hexdigest()"
                 )
             if got == "":
                 raise ExerciseError(
@@ -441,7 +449,14 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
     merges = list(tok.merges)
     for text in _BPE_TEXTS:
         want = tok.encode(text)
-        got, call = fn(text, list(merges)), f"my_bpe_encode({text!r}, merges)"
+        given, call = list(merges), f"my_bpe_encode({text!r}, merges)"
+        got = fn(text, given)
+        if given != merges:
+            raise ExerciseError(
+                f"{call} changed the merges list it was given (pop, remove, sort, "
+                "...): the caller's list must stay as it was (its next call needs "
+                "it); read it, or work on a copy, list(merges)"
+            )
         if not isinstance(got, (list, tuple)):
             raise ExerciseError(
                 f"{call}: expected a list of ids, got {type(got).__name__}"
@@ -587,10 +602,15 @@ def check_tied_output(cls: type) -> str:
             "model.double()): a cast (.float()) in forward; drop it, h @ W.T keeps "
             "the model's dtype"
         )
-    if is_close(logits, want * math.sqrt(C)) or is_close(logits, want / math.sqrt(C)):
+    if is_close(logits, want * math.sqrt(C)):
         raise ExerciseError(
-            "the logits are scaled by sqrt(d_model): that scale belongs to the lookup, "
-            "the logits are h @ W^T"
+            "the logits are multiplied by sqrt(d_model): that scale belongs to the "
+            "lookup, the logits are h @ W^T"
+        )
+    if is_close(logits, want / math.sqrt(C)):
+        raise ExerciseError(
+            "the logits are divided by sqrt(d_model), attention's scale: the output "
+            "layer has no scale, the logits are h @ W^T"
         )
     if is_close(logits, want.softmax(-1)) or is_close(logits, want.log_softmax(-1)):
         raise ExerciseError(
@@ -819,6 +839,7 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
             "as LLaMA does; cast cos and sin to x.dtype before rotating)"
         )
     _check_rope_gradient(fn, x)
+    _check_rope_bf16(fn)
     got = fn(x.clone(), base=100.0)
     if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
         raise ExerciseError(
@@ -852,6 +873,21 @@ def _check_rope_gradient(fn: Callable, x: Tensor) -> None:
     if isinstance(got, Tensor) and not got.requires_grad:
         raise ExerciseError(
             lost.format("detached, through NumPy, or under torch.no_grad()")
+        )
+
+
+def _check_rope_bf16(fn: Callable) -> None:
+    """A bfloat16 x of 512 positions, as mixed-precision training gives: the result
+    keeps x's dtype. (Angles computed in bfloat16, which rounds the positions above
+    256, are not refused: the docstring advises float32, and the course's bfloat16
+    runs use the library's RoPE.)"""
+    x = torch.randn(1, 512, 8, generator=torch.Generator().manual_seed(1))
+    x = x.to(torch.bfloat16)
+    got = fn(x.clone())
+    if isinstance(got, Tensor) and got.dtype != x.dtype:
+        raise ExerciseError(
+            f"my_apply_rope: a bfloat16 x came back as {str(got.dtype)[6:]}: cast cos "
+            "and sin to x.dtype before rotating, so the result keeps x's dtype"
         )
 
 
@@ -1194,9 +1230,15 @@ def check_multi_head_attention(cls: type) -> str:
         except RuntimeError as e:
             said = f"{name}: RuntimeError ({first_line(e)})"
             if "Boolean value of Tensor" in str(e):
+                line = traceback.extract_tb(e.__traceback__)[-1].line or ""
+                line = line.split("#")[0].strip()
                 raise ExerciseError(
-                    f"{said}: `key or query` asks a tensor whether it is true; test "
-                    "for None: key = query if key is None else key"
+                    f"{said}: `{line}` asks a tensor whether it is true; test "
+                    + (
+                        "for None: if mask is not None"
+                        if "mask" in line
+                        else "for None: key = query if key is None else key"
+                    )
                 ) from None
             if len(args) == 1 and mask is not None and "must match" in str(e):
                 raise ExerciseError(
@@ -1406,6 +1448,24 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
             "query t cannot see key t: the window t - window + 1 .. t includes the "
             "query's own position (the diagonal)"
         )
+    band = sliding_window_reference(torch.ones_like(ids), 0, window)  # no padding
+    if torch.equal(got, band & (ids == pad_id)[:, None, None, :]):
+        return (
+            "only the <pad> keys may be seen: the padding term is reversed; keep the "
+            "keys where ids != pad_id"
+        )
+    shifted = sliding_window_reference(ids, pad_id, window + 1) & ~eye
+    if torch.equal(got, shifted):
+        return (
+            f"the band is one step early: query t sees keys t - {window} .. t - 1, "
+            f"not itself; the window is keys t - {window} + 1 .. t, the query's own "
+            "position included"
+        )
+    if torch.equal(got, band | (ids != pad_id)[:, None, None, :]):
+        return (
+            "the band and the padding were combined with + (or |), which for bools "
+            "is OR: a key is then visible if either allows it; combine them with &"
+        )
     later = got[:, 0].triu(1)  # (B, T, T): keys after their query
     if later.any():
         b, t, s = later.nonzero()[0].tolist()
@@ -1429,7 +1489,6 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
     pads = ids == pad_id
     first = torch.where(pads.any(1), pads.int().argmax(1), T)  # (B,)
     before = (torch.arange(T)[None, :] < first[:, None])[:, None, None]  # (B, 1, 1, T)
-    band = sliding_window_reference(torch.ones_like(ids), 0, window)  # no padding
     if torch.equal(got, band & before):
         return (
             "every key from the first <pad> on was masked, as if the padding were "
@@ -1456,7 +1515,11 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
         )
     no_pad = sliding_window_reference(torch.ones_like(ids), 0, window)
     if torch.equal(got, no_pad):
-        return "the padding is missing: queries may see <pad> keys"
+        return (
+            "the padding is missing: queries may see <pad> keys (if you wrote a "
+            "padding term: ~ on an integer tensor is a bitwise not, ~0 = -1 and ~1 = "
+            "-2, both true; write ids != pad_id)"
+        )
     rows = no_pad & (ids != pad_id)[:, None, :, None]
     if torch.equal(got, rows):
         return "padding masks the query rows; it must mask the key columns (last dim)"
@@ -1477,7 +1540,22 @@ def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
     # window 8 = T: plain causal with padding; pad_id 1, where 0 is a token
     cases = ((ids0, 0, 3), (ids0, 0, 1), (ids0, 0, 8), (ids1, 1, 3))
     for ids, pad_id, window in cases:
-        got = fn(ids, pad_id, window)
+        given = ids.clone()
+        try:
+            got = fn(given, pad_id, window)
+        except RuntimeError as e:
+            if "(2) must match the size of tensor b (8)" not in str(e):
+                raise
+            raise ExerciseError(
+                f"RuntimeError ({first_line(e)}) for ids (2, 8): is the band (B, B) = "
+                "(2, 2)? ids is (B, T): T is ids.size(1), the band (T, T)"
+            ) from None
+        if not torch.equal(given, ids):
+            raise ExerciseError(
+                "my_sliding_window_mask changed the ids it was given (ne_, "
+                "masked_fill_, ... in place): the caller's ids must stay as they "
+                "were; build the mask as a new tensor, ids != pad_id"
+            )
         want = sliding_window_reference(ids, pad_id, window)
         _window_shape_hint(got, want, ids, window)
         if isinstance(got, Tensor) and pad_id and got.shape == want.shape:

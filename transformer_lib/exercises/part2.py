@@ -1727,6 +1727,13 @@ def _min_p_generator(fn: Callable, logits: Tensor) -> None:
             "argument generator is ignored; pass it on, torch.multinomial(probs, 1, "
             "generator=generator)"
         )
+    other = fn(logits.clone(), 0.04, torch.Generator().manual_seed(1))
+    if torch.equal(draws[0], other):
+        raise ExerciseError(
+            "generators seeded 0 and 1 drew the same 250 tokens: the argument "
+            "generator is ignored (a generator of your own, seeded inside?); pass the "
+            "caller's on, torch.multinomial(probs, 1, generator=generator)"
+        )
 
 
 _BEAM_TABLE = {
@@ -2331,6 +2338,36 @@ def _r_slip(fn: Callable) -> str | None:
     return next(iter(left)) if len(left) == 1 else None
 
 
+def _bleu_words(fn: Callable) -> None:
+    """Tokens of several characters (words, as sacreBLEU's zh tokenizer keeps Latin
+    words and numbers whole): each token is one unit, never split into characters."""
+    corpus = [
+        (
+            ["Tom", "在", "图书馆", "看", "书", "。"],
+            [["Tom", "在", "图书馆", "里", "看", "书", "。"]],
+        ),
+        (
+            ["我", "有", "2024", "本", "书", "。"],
+            [["我", "有", "2024", "本", "书", "。"]],
+        ),
+    ]
+    want = _sacrebleu(corpus)
+    got = float(fn([h for h, _ in corpus], [refs for _, refs in corpus]))
+    if math.isclose(got, want, abs_tol=1e-4):
+        return
+    chars = [(list("".join(h)), [list("".join(r)) for r in refs]) for h, refs in corpus]
+    if math.isclose(got, _sacrebleu(chars), abs_tol=1e-4):
+        raise ExerciseError(
+            f"tokens of several characters ('图书馆', '2024'): BLEU {got:.4f}, "
+            f"expected {want:.4f}: the tokens were joined and split into "
+            "characters; count n-grams of the tokens as given, tuple(tokens[i:i + n])"
+        )
+    raise ExerciseError(
+        f"tokens of several characters ('图书馆', '2024'): BLEU {got:.4f}, expected "
+        f"{want:.4f}: each token of the lists is one unit"
+    )
+
+
 @checker("corpus BLEU")
 def check_corpus_bleu(fn: Callable) -> str:
     """fn(hypotheses, references) -> corpus BLEU (0-100), equal to sacreBLEU's with no
@@ -2508,8 +2545,9 @@ def check_corpus_bleu(fn: Callable) -> str:
     _bleu_empty(fn)
     _bleu_short(fn)
     _bleu_untouched(fn)
+    _bleu_words(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "
-        "tie), a zero 4-gram precision gives 0"
+        "tie), a zero 4-gram precision gives 0; tokens of several characters"
     )

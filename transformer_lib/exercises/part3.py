@@ -212,6 +212,14 @@ def _attention_hints(ref, x: Tensor) -> tuple[tuple[Tensor, str], ...]:
             "t, the lower triangle (tril()), and hide the keys after t (triu(1))",
         ),
         (
+            _block_with(
+                ref, x, weights=lambda s, k: s.masked_fill(k, -math.inf).softmax(-1)
+            ),
+            "the mask is the wrong way round: -inf was put where the lower triangle "
+            "is True, so each query sees only the later keys; hide the keys after t, "
+            "masked_fill(~tril, float('-inf')) (or triu(1))",
+        ),
+        (
             _block_with(ref, x, weights=lambda s, k: s.softmax(-1) * k),
             "the mask was applied after the softmax: the later keys still count in "
             "its sum, so the weights depend on them; hide them in the scores first, "
