@@ -107,10 +107,26 @@ def load_weights(mine: nn.Module, state: dict, name: str) -> None:
     have = mine.state_dict()
     missing = [k for k in state if k not in have]
     extra = [k for k, _ in mine.named_parameters() if k not in state]  # not buffers
+    children = dict(mine.named_children())
+    absent = sorted({k.split(".")[0] for k in missing if "." in k} - set(children))
+    if absent and not extra:
+        raise ExerciseError(
+            f"{name} has no sub-module {' or '.join(absent)} (missing {missing[0]}, "
+            "...): were they created in forward? Build them once in __init__, on "
+            "self, so that their weights belong to the module and persist"
+        )
     if missing or extra:
+        biases = [k for k in missing or extra if k.endswith(".bias")]
+        hint = ""
+        if biases and len(biases) == len(missing or extra) and not (missing and extra):
+            hint = (
+                ": nn.Linear has a bias by default; these layers have none, bias=False"
+                if extra
+                else ": these layers have biases, nn.Linear's default (no bias=False)"
+            )
         raise ExerciseError(
             f"{name}: its parameters should be named as the docstring says; missing "
-            f"{missing or 'none'}, unexpected {extra or 'none'}"
+            f"{missing or 'none'}, unexpected {extra or 'none'}{hint}"
         )
     for k, v in state.items():
         if have[k].shape != v.shape:

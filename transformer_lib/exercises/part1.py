@@ -374,12 +374,14 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     bytes), `offset` and `low` (merge k gets the id 257 + k or 255 + k), `once` (one
     merge per chunk), `highest` (the last-learnt pair first), `onepass` (only the
     pairs found at the start), `latin1` (Latin-1 bytes), `smallest` (the pair of
-    smallest ids first, min(pairs) without the ranks)."""
+    smallest ids first, min(pairs) without the ranks), `runs` (split into runs of
+    non-space and space characters, not with CHUNK_PATTERN)."""
     from transformer_lib.tokenization import CHUNK_PATTERN, merge
 
     ranks = {pair: 256 + k for k, pair in enumerate(merges)}
     chunks = [text] if how == "whole" else CHUNK_PATTERN.findall(text)
     chunks = text.split(" ") if how == "spaces" else chunks
+    chunks = re.findall(r"\S+|\s+", text) if how == "runs" else chunks
     out = []
     for chunk in chunks:
         ids = [ord(c) for c in chunk] if how == "chars" else list(chunk.encode())
@@ -436,6 +438,9 @@ _BPE_MISTAKES = {
     "chunk.encode() (utf-8) gives them",
     "smallest": "merges the pair of smallest ids first (min over the pairs): take the "
     "pair of lowest rank, learnt first, min(pairs, key=ranks.get)",
+    "runs": "split the text into runs of spaces and of other characters, so the "
+    "space before a word is a chunk of its own: split with CHUNK_PATTERN, whose "
+    "chunks keep the space before each word (' lowest')",
 }
 
 
@@ -990,6 +995,23 @@ def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | Non
             return message
     if is_close(w, alibi_reference(q, k, v, slopes, scale=q.size(-1))[1]):
         return "the scores were divided by d_k, not by its square root, sqrt(d_k)"
+    T = q.size(-2)
+    if T != q.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes, scale=math.sqrt(T))[1]
+    ):
+        return (
+            "the scores were divided by sqrt(T), the number of positions (q.size(-2)): "
+            "the scale is sqrt(d_k), the width of q and k, q.size(-1)"
+        )
+    pos = torch.arange(T, dtype=q.dtype)
+    whole = (slopes[:, None, None] * (pos[:, None] - pos)).trunc()  # (H, T, T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) - whole
+    later = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if is_close(w, scores.masked_fill(later, -math.inf).softmax(-1)):
+        return (
+            "the penalty was rounded to whole numbers (.long() or int): keep "
+            "slopes[h] * (i - j) in q's float dtype"
+        )
     root_v = math.sqrt(v.size(-1))
     if v.size(-1) != q.size(-1) and is_close(
         w, alibi_reference(q, k, v, slopes, scale=root_v)[1]
@@ -1134,6 +1156,14 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
         hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
         if hint:
             raise ExerciseError(f"{hint} (q {shape})")
+        if isinstance(w, Tensor) and not is_close(w, want_w):
+            w2 = fn(q.clone(), k.clone(), v.clone(), 2 * slopes)[1]
+            if is_close(w2, w):
+                raise ExerciseError(
+                    f"q {shape}: the weights stayed the same when the slopes were "
+                    "doubled: the argument slopes is ignored (slopes of your own?); "
+                    "head h subtracts the slopes[h] it is given"
+                )
         compare(f"weights for q {shape}", w, want_w, atol=1e-9)
         compare(f"output for q {shape}", out, want_out, atol=1e-9)
     _check_alibi_backward(fn, q, k, v, slopes)

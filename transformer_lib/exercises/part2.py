@@ -224,6 +224,12 @@ def check_encoder_layer(cls: type) -> str:
                     "h + ff(norm2(h))",
                 ),
                 (
+                    (x + ref.norm2(a)) + ref.ff(x + ref.norm2(a)),
+                    "norm2 was applied to the attention's output, and the "
+                    "feed-forward read h unnormalised: norm2 belongs at the "
+                    "feed-forward's input, h + ff(norm2(h))",
+                ),
+                (
                     shared + ref.ff(ref.norm2(shared)),
                     "norm1 and norm2 are one LayerNorm (self.norm2 = self.norm1?): "
                     "each sublayer has its own, with its own weights",
@@ -374,7 +380,7 @@ def check_decoder_layer(cls: type) -> str:
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
     tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
     mem_mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
-    mem_mask = mem_mask[:, None, None]  # (B, 1, 1, S)
+    mem_mask = mem_mask[:, None, None]  # (B, 1, 1, T_src)
     try:
         got = tensor_output(
             _forward(mine, x, mem, tgt_mask, mem_mask), "MyDecoderLayer"
@@ -511,6 +517,12 @@ def check_decoder_layer(cls: type) -> str:
                     "norm2 before cross-attention"
                 )
             h6 = x + ref.self_attn(ref.norm1(x), mask=~tgt_mask)[0]
+            if is_close(got, ff(h6 + ca(h6, mem, ~mem_mask)), equal_nan=True):
+                raise ExerciseError(
+                    "both masks are inverted (~mask, PyTorch's own convention, where "
+                    "True means 'hide'): here True means 'may attend', so pass "
+                    "tgt_mask and memory_mask as given"
+                )
             if is_close(got, ff(h6 + ca(h6)), equal_nan=True):
                 raise ExerciseError(
                     "tgt_mask is inverted: True means 'may attend', so pass it as "
@@ -732,14 +744,15 @@ def _decoder_mask_error(mine, ref, x: Tensor, error: ValueError) -> str:
             (
                 swapped,
                 "the masks are swapped: tgt_mask (T, T) goes to self-attention, "
-                "memory_mask (B, 1, 1, S) to cross-attention",
+                "memory_mask (B, 1, 1, T_src) to cross-attention",
             ),
         ):
             if got is not None and is_close(got, wrong + ref.ff(ref.norm3(wrong))):
                 return f"{raised}: {hint}"
     return (
         f"{raised}: self-attention takes x and tgt_mask (T, T); cross-attention takes "
-        "norm2(x) as the query, memory as keys and values, and memory_mask (B, 1, 1, S)"
+        "norm2(x) as the query, memory as keys and values, and memory_mask "
+        "(B, 1, 1, T_src)"
     )
 
 
@@ -774,6 +787,13 @@ def check_shift_targets(fn: Callable) -> str:
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
             "to predict y <eos>"
         )
+    for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
+        if isinstance(g, Tensor) and g.dim() == 2 and is_close(g.T, w):
+            raise ExerciseError(
+                f"{name} is {tuple(g.shape)}, (T, B), the transpose of the (B, T) "
+                "expected: pad_sequence stacks along dim 0 unless given "
+                "batch_first=True"
+            )
     for name, g in (("tgt_in", got[0]), ("tgt_out", got[1])):
         if isinstance(g, Tensor) and tuple(g.shape) == (3, 3):
             raise ExerciseError(
@@ -968,7 +988,18 @@ def check_train_step(fn: Callable) -> str:
             per_target = F.cross_entropy(
                 logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=eps
             )  # (B, T)
+            pads = (tgt_out == _PAD).flatten()[:, None]  # (B*T, 1)
             variants = (
+                (
+                    F.cross_entropy(
+                        logits.masked_fill(pads, 0.0),
+                        tgt_out.flatten(),
+                        label_smoothing=eps,
+                    ),
+                    "the logits at the <pad> targets were set to 0, which still "
+                    "counts those positions (each costs log n_vocab): leave the "
+                    "logits alone and pass ignore_index=pad_id",
+                ),
                 (
                     F.cross_entropy(
                         logits,
@@ -1156,7 +1187,15 @@ def check_train_step(fn: Callable) -> str:
                     f"step {step}: the weights did not change: call optimizer.step() "
                     "after loss.backward()"
                 )
-            if _scaled_step(model, ref, before):
+            k = _step_factor(model, ref, before)
+            if k is not None and k > 1:
+                raise ExerciseError(
+                    f"step {step}: every weight moved in the right direction but "
+                    f"{k:.1f} times as far: the loss whose gradient was taken was "
+                    "summed over the targets, not averaged (reduction='sum'); "
+                    "backward() the mean loss, F.cross_entropy's default"
+                )
+            if k is not None:
                 raise ExerciseError(
                     f"step {step}: every weight moved in the right direction but a "
                     "shorter way: the gradients were clipped (or scaled); this step "
@@ -1180,16 +1219,19 @@ def check_train_step(fn: Callable) -> str:
     return "two steps of a tiny translator with padding: losses and weights match"
 
 
-def _scaled_step(model, ref, before: list) -> bool:
-    """Did every weight of model move along the reference's update, all by one factor
-    below 1 (the gradients clipped by their norm)?"""
+def _step_factor(model, ref, before: list) -> float | None:
+    """The factor k, if every weight of model moved along the reference's update by
+    the same k (below 1: the gradients clipped by their norm; far above 1: a summed
+    loss), else None."""
     mine, want = [], []
     for p, r, b in zip(model.parameters(), ref.parameters(), before):
         mine.append((p - b).detach().flatten())
         want.append((r - b).detach().flatten())
     mine, want = torch.cat(mine), torch.cat(want)
     k = (mine @ want / (want @ want)).item()
-    return 0 < k < 1 - 1e-6 and torch.allclose(mine, k * want, atol=1e-9)
+    if k > 0 and abs(k - 1) > 1e-6 and torch.allclose(mine, k * want, atol=1e-9):
+        return k
+    return None
 
 
 def _regression_step(log: list) -> Callable:
@@ -1231,8 +1273,24 @@ def check_training_loop(fn: Callable) -> str:
     weight, bias = model[0].weight, model[0].bias  # two groups, as AdamW's decay split
     opt = torch.optim.SGD([{"params": [weight]}, {"params": [bias]}], lr=123.0)
     log: list = []
+    steps = [0]  # optimizer.step() calls, the train_step's own included
+    sgd_step = opt.step
+
+    def counted_step(*args, **kwargs):
+        steps[0] += 1
+        return sgd_step(*args, **kwargs)
+
+    opt.step = counted_step
     try:  # a generator, as a DataLoader is read: no len(), no indexing
         losses = fn(model, opt, (b for b in batches), lr_at, _regression_step(log))
+    except RuntimeError as e:
+        if "does not require grad" not in str(e):
+            raise
+        raise ExerciseError(
+            f"RuntimeError ({first_line(e)}): train_step ran under torch.no_grad(), "
+            "so its loss has no graph to backpropagate; leave gradients on in the "
+            "training loop (no_grad is for evaluation)"
+        ) from None
     except TypeError as e:
         if "len()" in str(e) or "subscriptable" in str(e):
             raise ExerciseError(
@@ -1259,6 +1317,12 @@ def check_training_loop(fn: Callable) -> str:
     if len(log) != len(batches):
         raise ExerciseError(
             f"train_step ran {len(log)} times for {len(batches)} batches"
+        )
+    if steps[0] > len(log):
+        raise ExerciseError(
+            f"optimizer.step() ran {steps[0]} times for {len(log)} batches: "
+            "train_step already calls it; the loop only sets the rate and calls "
+            "train_step"
         )
     if all(lrs == [lr_at(0)] * len(lrs) for lrs, _ in log):
         raise ExerciseError(
@@ -1513,6 +1577,13 @@ def check_min_p_sampling(fn: Callable) -> str:
         except RuntimeError as e:
             _min_p_keepdim(p, e, logits.shape)
             _min_p_on_logits(fn, p, logits, e)
+            if "sum of probabilities <= 0" in str(e):
+                raise ExerciseError(
+                    f"min_p={p}: RuntimeError ({first_line(e)}): no token was kept. "
+                    "The threshold is on probabilities, p >= min_p * p_max; in log "
+                    "space it is log p >= log(min_p) + max log p, not min_p times "
+                    "the top log-prob (below 0, so that keeps nothing)"
+                ) from None
             raise
         if not torch.equal(logits, given):
             raise ExerciseError(
@@ -1602,6 +1673,12 @@ def _min_p_axis_message(
             "the dropped tokens' probabilities were set to 0 and a softmax taken "
             "again: exp(0) = 1 gives them weight back; divide the kept probabilities "
             "by their sum (or set the dropped logits to -inf before one softmax)",
+        ),
+        (
+            probs[row].log().masked_fill(min_p_of(probs[row]) == 0, 0.0).softmax(-1),
+            "the dropped tokens' logits were set to 0, not -inf: exp(0) = 1 still "
+            "gives them weight (more than the kept ones, whose logits are below 0 "
+            "here); masked_fill(~keep, float('-inf'))",
         ),
         (
             min_p_of(probs[row]).gt(0) / min_p_of(probs[row]).gt(0).sum(),
@@ -1812,6 +1889,21 @@ def check_beam_search(fn: Callable) -> str:
             raise ExerciseError(
                 f"beam={beam}: got tokens {tokens}, expected {want}: the <eos> was "
                 "dropped; a finished sequence ends with it, as the docstring says"
+            )
+        if math.isnan(score):
+            raise ExerciseError(
+                f"beam={beam}: got tokens {tokens} with the log-prob NaN: step() "
+                "returns log-probabilities already (numbers <= 0), whose log is NaN; "
+                "add them as they are"
+            )
+        grown = sorted(p for p in seen if 2 in p)
+        off = not math.isclose(score, want_score, rel_tol=1e-5, abs_tol=1e-9)
+        if grown and (tokens != want or off):
+            raise ExerciseError(
+                f"beam={beam}: got tokens {tokens} (log-prob {score:.4f}), expected "
+                f"{want} ({want_score:.4f}): a finished prefix kept growing, step() "
+                f"was asked to extend {list(grown[0])}, past its <eos> (2); a prefix "
+                "that ends with eos is finished: set it aside and stop extending it"
             )
         if tokens != want:
             greedy = " = greedy's answer: keep the beam best prefixes, not one"
@@ -2338,6 +2430,30 @@ def _r_slip(fn: Callable) -> str | None:
     return next(iter(left)) if len(left) == 1 else None
 
 
+def _sentence_mean_precisions(corpus: list) -> float:
+    """BLEU with each p_n the mean of the sentences' precisions (those with n-grams of
+    that order), not the corpus's total matches over its total n-grams."""
+    p = []
+    for n in range(1, 5):
+        per = []
+        for hyp, refs in corpus:
+            got, most = _grams(hyp, n), Counter()
+            for ref in refs:
+                most |= _grams(ref, n)
+            if got:
+                per.append(sum((got & most).values()) / sum(got.values()))
+        p.append(sum(per) / len(per) if per else 0.0)
+    if min(p) == 0:
+        return 0.0
+    c = sum(len(hyp) for hyp, _ in corpus)
+    r = sum(
+        len(min(refs, key=lambda ref: (abs(len(ref) - len(hyp)), len(ref))))
+        for hyp, refs in corpus
+    )
+    bp = math.exp(1 - r / c) if c < r else 1.0
+    return 100 * bp * math.exp(sum(map(math.log, p)) / 4)
+
+
 def _bleu_words(fn: Callable) -> None:
     """Tokens of several characters (words, as sacreBLEU's zh tokenizer keeps Latin
     words and numbers whole): each token is one unit, never split into characters."""
@@ -2486,6 +2602,12 @@ def check_corpus_bleu(fn: Callable) -> str:
                 "an arithmetic mean of the precisions: BLEU takes the geometric one, "
                 "exp(mean log p_n)",
                 bleu_reference(corpus, arithmetic=True),
+            ),
+            (
+                "each precision p_n was averaged over the sentences: sum the clipped "
+                "matches and the n-grams over the corpus, then divide, p_n = sum "
+                "matches / sum n-grams",
+                _sentence_mean_precisions(corpus),
             ),
             (
                 "a mean of sentence scores: sum the matches, n-grams and lengths over "

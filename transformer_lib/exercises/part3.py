@@ -523,6 +523,14 @@ def check_kv_cache(cls: type) -> str:
                 "append them, torch.cat([stored, new], dim=2), so position t stays t"
             )
         _kv_named(keys, values, want_k, want_v, total)
+        n = keys.size(2) if isinstance(keys, Tensor) and keys.dim() == 4 else total
+        if 1 < n < total and is_close(keys, want_k[:, :, -n:]):
+            raise ExerciseError(
+                f"after {total} tokens update returned the last {n}: the cache "
+                "dropped the oldest tokens; it keeps every token (cutting to the "
+                "context window is the generation loop's job, which starts again "
+                "when the context is full)"
+            )
         compare(f"keys after {total} tokens", keys, want_k)
         if is_close(values, want_k):
             raise ExerciseError(
@@ -884,7 +892,8 @@ def check_tiled_attention(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -
             with reads:
                 try:
                     got = fn(*mine, block)
-                except (IndexError, RuntimeError) as e:
+                except (IndexError, RuntimeError, TypeError) as e:
+                    _tiled_raised(e, q, v, block)
                     _widths_mixed(e, q, v, block)
                     _keepdim_lost(e, q, block)
                     if "non-zero size" not in str(e):
@@ -988,6 +997,37 @@ def _float32_work(got: Tensor, want: Tensor, block: int) -> None:
             f"up to {err:.1e}): was the work done in float32 (.float()) and cast "
             "back? q is float64: keep its dtype throughout"
         )
+
+
+def _tiled_raised(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
+    """Name the usual slips behind an error: a 2-D or 3-D transpose of a 4-D block,
+    max's (values, indices) pair, the keys sliced along D, a correction without its
+    last axis."""
+    said = f"block={block}: {type(error).__name__} ({first_line(error)})"
+    text = str(error)
+    sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", text)}
+    if "return_types.max" in text:
+        raise ExerciseError(
+            f"{said}: s.max(-1, keepdim=True) returns a pair (values, indices): take "
+            ".values, or use s.amax(-1, keepdim=True)"
+        ) from None
+    if "first two dimensions of batch2" in text:
+        raise ExerciseError(
+            f"{said}: the keys were transposed on the wrong axes: q, k, v are (B, H, "
+            "T, D), so transpose(1, 2) swaps heads and time and .T reverses every "
+            "axis; swap the last two, k_block.transpose(-2, -1)"
+        ) from None
+    if "must match" in text and 0 in sizes:
+        raise ExerciseError(
+            f"{said}: a block came out empty: k[..., s:s + block] slices the last "
+            "axis (D); the keys are axis -2, k[..., s:s + block, :]"
+        ) from None
+    if "must match" in text and sizes == {q.size(-2), v.size(-1)}:
+        raise ExerciseError(
+            f"{said}: a correction of shape (B, H, T_q) met out (B, H, T_q, D_v): "
+            "each query row's factor needs a last axis of 1 to scale its row, "
+            "keepdim=True or c[..., None]"
+        ) from None
 
 
 def _keepdim_lost(error: Exception, q: Tensor, block: int) -> None:
@@ -1107,7 +1147,12 @@ def _wrong_distance(table: Tensor, got: Tensor) -> None:
     sims = unit @ unit.T
     gap = (torch.arange(n)[None, :] - torch.arange(n)[:, None]).abs()  # (N, N)
     at_least = torch.stack([sims[gap >= k].mean() for k in range(n)])
-    if got.shape == want.shape and torch.allclose(got, at_least, atol=1e-9):
+    signed = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # no abs
+    at_least_signed = torch.stack([sims[signed >= k].mean() for k in range(n)])
+    if got.shape == want.shape and (
+        torch.allclose(got, at_least, atol=1e-9)
+        or torch.allclose(got, at_least_signed, atol=1e-9)
+    ):
         raise ExerciseError(
             "entry k averages every pair at distance k or more (gap >= k): take "
             "the pairs exactly k apart, gap == k (the k-th diagonal)"
@@ -1231,14 +1276,21 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
                 "an in-place op): compute new tensors, F.normalize(table, dim=1), and "
                 "leave the table as it was"
             )
+        if isinstance(got, Tensor) and not got.is_floating_point():
+            raise ExerciseError(
+                f"{name}: the similarities came back as {str(got.dtype)[6:]}, whole "
+                "numbers: the means were truncated (a buffer made from "
+                "torch.arange, or zeros_like of integers); build the result in the "
+                "table's dtype, torch.stack of the means"
+            )
         if isinstance(got, Tensor):
             _wrong_distance(table, got)
-        compare(name, got, _by_distance(table), atol=1e-9)
-        if got.dtype != table.dtype:
+        if isinstance(got, Tensor) and got.dtype != table.dtype:
             raise ExerciseError(
                 f"{name}: a {str(table.dtype)[6:]} table gave {str(got.dtype)[6:]} "
                 "similarities: keep the table's dtype (torch.zeros(N) or "
                 "torch.tensor(a list) makes float32; pass dtype=table.dtype, or build "
                 "the result from the table's own tensors)"
             )
+        compare(name, got, _by_distance(table), atol=1e-9)
     return "equals the reference on two random tables and notebook 03's sinusoids"

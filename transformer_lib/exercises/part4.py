@@ -89,6 +89,16 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
             "t // g: repeat the heads, dim 1 of (B, H_kv, T, D), "
             "k.repeat_interleave(H // H_kv, dim=1)"
         )
+    by_time = (
+        t.repeat_interleave(H // n_kv, dim=2).reshape(B, H, T, D) for t in (k, v)
+    )
+    if H > n_kv and torch.allclose(got, _grouped_reference(q, *by_time), atol=1e-9):
+        raise ExerciseError(
+            f"{name}: k and v were repeated along time (dim 2), then reshaped to H "
+            "heads, which mixes time and heads: repeat the heads, dim 1 of (B, H_kv, "
+            "T, D), k.repeat_interleave(H // H_kv, dim=1)"
+        )
+    _masked_another_way(name, q, k, v, got)
     if torch.allclose(got, _grouped_reference(q, k, v, scale=1.0), atol=1e-9):
         raise ExerciseError(f"{name}: the scores q k^T were not divided by sqrt(D)")
     D = q.size(-1)
@@ -145,6 +155,36 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
                 f"expected head {h // g} for both: expand k and v the same way, "
                 ".repeat_interleave(H // H_kv, dim=1)"
             )
+
+
+def _masked_another_way(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor):
+    """The softmax over the queries, a 0/1 float mask added to the scores, or the
+    scores multiplied by it: each named."""
+    g, T = q.size(1) // k.size(1), q.size(2)
+    k, v = (t.repeat_interleave(g, dim=1) for t in (k, v))  # (B, H, T, D)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, T)
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    for weights, hint in (
+        (
+            s.masked_fill(~keep, -math.inf).softmax(-2),
+            "the softmax ran over the queries (dim -2): each query's weights over "
+            "the keys sum to 1, softmax(dim=-1)",
+        ),
+        (
+            (s + keep.to(s.dtype)).softmax(-1),
+            "a 0/1 float mask was given as attn_mask: a float mask is added to the "
+            "scores, so it hides nothing; pass a bool mask (True = may attend), a "
+            "0/-inf float one, or is_causal=True",
+        ),
+        (
+            (s * keep).softmax(-1),
+            "the later keys' scores were multiplied by 0, not hidden: exp(0) = 1 "
+            "still gives them weight; masked_fill(~tril, float('-inf')), or "
+            "is_causal=True",
+        ),
+    ):
+        if torch.allclose(got, weights @ v, atol=1e-9):
+            raise ExerciseError(f"{name}: {hint}")
 
 
 def _wrong_scale(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
@@ -388,7 +428,13 @@ def _check_geglu_width(cls: type) -> None:
                 for rule, h in _geglu_width_hints()
                 if seen == tuple(map(rule, (24, 40, 50, 100, 25)))
             ),
-            f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}",
+            f"expected 64 * ceil(8 * d_model / 3 / 64) = {want}"
+            + (
+                ": 2 // 3 is 0 in Python (floor division); write 8 * d_model / 3, "
+                "then round up"
+                if got == 0
+                else ""
+            ),
         )
         raise ExerciseError(f"MyGeGLU({d}): hidden width {got}: {hint}")
     got = getattr(getattr(cls(40, multiple_of=16), "gate", None), "out_features", None)

@@ -124,6 +124,8 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
         [([4, 10, 11, 2, 20, 3], 4), ([7, 1, 2, 9, 1, 3], 3)],  # no <bos> = 1 first
     ]
     for i, pairs in enumerate(cases):
+        if i == 1:  # once a call has run: nothing it left may reach the next
+            _kept_between_calls(fn, pairs)
         try:
             _check_packed(fn, pairs)
         except ExerciseError as e:
@@ -140,6 +142,25 @@ def check_pack_pairs(fn: Callable[..., tuple]) -> str:
         "its prompt masked on its own; the attention mask causal inside each pair, "
         "False across pairs"
     )
+
+
+def _kept_between_calls(fn: Callable[..., tuple], pairs: list) -> None:
+    """The same pairs packed twice give the same inputs: lists kept from one call to
+    the next (a default argument xs=[], a global) would carry the first call's."""
+    inputs = []
+    for _ in range(2):  # each call's inputs copied at once: a kept list grows
+        got = fn([(list(ids), n) for ids, n in pairs])
+        if not (isinstance(got, (tuple, list)) and len(got) == 3):
+            return
+        inputs.append([int(i) for i in got[0]])
+    a, b = inputs
+    if a != b:
+        raise ExerciseError(
+            f"pack_pairs({pairs}) twice gave other inputs the second time "
+            f"({len(a)} then {len(b)} ids): lists kept between calls (a default "
+            "argument such as xs=[], or a global) carry an earlier call's pairs; "
+            "start new lists in each call"
+        )
 
 
 def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
@@ -363,6 +384,12 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
         and (n == merged or not model.get_submodule(n).merged)
         for n in left
     )
+    if left and returned == [] and all(model.get_submodule(n).merged for n in left):
+        raise ExerciseError(
+            "every LoRALinear was merged but none was replaced, and no name came back: "
+            "the loop that replaces saw no layer (a generator is empty once read: "
+            "make it a list, list(...), to loop over it twice)"
+        )
     if len(left) == len(names) and untouched and isinstance(returned, (list, tuple)):
         raise ExerciseError(
             "the model passed in still holds every LoRALinear: "
@@ -718,8 +745,10 @@ def check_dpo_nll_loss(fn: Callable[..., Tensor]) -> str:
         if isinstance(big, Tensor) and big.numel() == 1 and not big.isfinite().all():
             raise ExerciseError(
                 f"at a margin of {m:g} the loss is {big.item()}, expected "
-                f"{want.item():g}: sigmoid(-2000) rounds to 0 and its log to -inf; "
-                "-F.logsigmoid(z) is stable for any margin, -log(sigmoid(z)) is not"
+                f"{want.item():g}: at such a margin exp(-z) overflows to inf and "
+                "sigmoid(z) rounds to 0 (its log -inf), so log(sigmoid(z)) and "
+                "log1p(exp(-z)) both break; -F.logsigmoid(z) (= F.softplus(-z)) is "
+                "stable for any margin"
             )
         _dpo_nll_clamped(big, want, m)
         compare(f"dpo_nll_loss at a margin of {m:g}", big, want, atol=1e-9)
