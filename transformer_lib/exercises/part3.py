@@ -1011,6 +1011,13 @@ def _tiled_raised(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
             f"{said}: s.max(-1, keepdim=True) returns a pair (values, indices): take "
             ".values, or use s.amax(-1, keepdim=True)"
         ) from None
+    got = re.search(r"but got: \[\d+, (\d+)\]", text)
+    if "first two dimensions of batch2" in text and got and int(got[1]) != q.size(-3):
+        raise ExerciseError(
+            f"{said}: a block of keys has {got[1]} columns, not D = {q.size(-1)}: "
+            "k[..., s:s + block] slices the last axis (D); the keys are axis -2, "
+            "k[..., s:s + block, :]"
+        ) from None
     if "first two dimensions of batch2" in text:
         raise ExerciseError(
             f"{said}: the keys were transposed on the wrong axes: q, k, v are (B, H, "
