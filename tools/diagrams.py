@@ -111,7 +111,7 @@ def course_map():
         gap=12,
     )
     s.arrow(140, enc_in[-1][1], 140, enc[0][1] + enc[0][3])
-    s.box(40, 262, w, 34, "memory", "data", size=13, sub="(B, S, d_model)")
+    s.box(40, 262, w, 34, "memory", "data", size=13, sub="(B, T_src, d_model)")
     s.arrow(140, enc[-1][1], 140, 296)
     # decoder
     dx = 300
@@ -169,14 +169,16 @@ def course_map():
             ("embedding + positions", "embed", "02, 03"),
         ],
     )
-    _block_frame(s, gx - 10, 310, w + 20, 226, "GPT block × L", "pre-norm · 12")
+    _block_frame(s, gx - 10, 304, w + 20, 232, "GPT block × L", "pre-norm · 12")
     # pre-norm: each sublayer reads RMSNorm(x) and adds its output to x, the residual
-    # stream, drawn on the left; the boxes are stacked by hand for the two "+" nodes
+    # stream, drawn on the left; the boxes are stacked by hand for the two "+" nodes.
+    # The first skip carries the block's input to the first "+"; the second starts
+    # after that "+" (x1 = x + attention(...), x2 = x1 + MLP(...)), as in gpt_block
     cx = gx + w / 2
-    s.box(gx, 500, w, 24, "RMSNorm", "norm", size=13)
+    s.box(gx, 504, w, 24, "RMSNorm", "norm", size=13)
     s.box(
         gx,
-        460,
+        464,
         w,
         34,
         "causal self-attention",
@@ -184,22 +186,22 @@ def course_map():
         size=13,
         sub="04-06 · 15: RoPE, GQA, QK-norm",
     )
-    s.circle(cx, 444, r=9)
-    s.box(gx, 405, w, 24, "RMSNorm", "norm", size=13)
-    s.box(gx, 365, w, 34, "MLP with GELU", "ffn", size=13, sub="16: SwiGLU")
-    s.circle(cx, 350, r=9)
+    s.circle(cx, 449, r=9)
+    s.box(gx, 398, w, 24, "RMSNorm", "norm", size=13)
+    s.box(gx, 358, w, 34, "MLP with GELU", "ffn", size=13, sub="16: SwiGLU")
+    s.circle(cx, 343, r=9)
     for bottom, top in (
-        (548, 524),
-        (500, 494),
-        (460, 453),
-        (435, 429),
-        (405, 399),
-        (365, 359),
+        (548, 528),
+        (504, 498),
+        (464, 458),
+        (440, 422),
+        (398, 392),
+        (358, 352),
     ):
         s.arrow(cx, bottom, cx, top)
-    s.line([(cx, 542), (gx - 6, 542), (gx - 6, 444), (cx - 9, 444)])
-    s.line([(gx - 6, 444), (gx - 6, 350), (cx - 9, 350)])
-    s.arrow(cx, 341, cx, 296)
+    s.line([(cx, 542), (gx - 6, 542), (gx - 6, 449), (cx - 9, 449)])
+    s.line([(cx, 434), (gx - 6, 434), (gx - 6, 343), (cx - 9, 343)])
+    s.arrow(cx, 334, cx, 296)
     s.box(
         gx,
         256,
@@ -563,7 +565,7 @@ def encoder_decoder_blocks():
         w=210,
     )
     # below the input arrows' tails, which start 30 px under the blocks
-    s.text(141, 468, "x: source tokens (B, S, d_model)", size=13, color=MUTED)
+    s.text(141, 468, "x: source tokens (B, T_src, d_model)", size=13, color=MUTED)
     dec = _sublayer_column(
         s,
         428,
@@ -767,10 +769,11 @@ def translator_shapes():
         900,
         760,
         "The whole translator, with the shape on every arrow",
-        "Read from the bottom up. Left, the encoder: source token ids (B, S) go "
-        "through the token embedding times the square root of C plus the positional "
-        "encoding, (B, S, C), then L encoder layers and a final LayerNorm, giving "
-        "the memory (B, S, C). Right, the decoder: target token ids shifted right, "
+        "Read from the bottom up. Left, the encoder: source token ids (B, T_src) "
+        "go through the token embedding times the square root of C plus the "
+        "positional encoding, (B, T_src, C), then L encoder layers and a final "
+        "LayerNorm, giving the memory (B, T_src, C). Right, the decoder: target "
+        "token ids shifted right, "
         "<bos> first, (B, T), through their own embedding and positions, (B, T, C), "
         "then L decoder layers, each masked self-attention, cross-attention whose "
         "keys and values are the memory, and feed-forward; a final LayerNorm; the "
@@ -791,14 +794,14 @@ def translator_shapes():
         sub="<bos> first",
         size=15,
     )
-    _shape_arrow(s, ex, 640, 600, "(B, S)")
+    _shape_arrow(s, ex, 640, 600, "(B, T_src)")
     _shape_arrow(s, dx, 640, 600, "(B, T)")
     for x, w in ((40, 300), (500, 340)):
         sub = "02 · 03" if x == 40 else "a (n_vocab, C) table, shared with the output"
         s.box(
             x, 550, w, 50, "token embedding × √C + positions", "embed", sub=sub, size=15
         )
-    _shape_arrow(s, ex, 550, 510, "(B, S, C)")
+    _shape_arrow(s, ex, 550, 510, "(B, T_src, C)")
     s.box(
         40,
         430,
@@ -809,9 +812,9 @@ def translator_shapes():
         sub="self-attention, feed-forward",
         size=15,
     )
-    _shape_arrow(s, ex, 430, 390, "(B, S, C)")
+    _shape_arrow(s, ex, 430, 390, "(B, T_src, C)")
     s.box(40, 350, 300, 40, "final LayerNorm", "norm", size=15)
-    _shape_arrow(s, ex, 350, 310, "(B, S, C)")
+    _shape_arrow(s, ex, 350, 310, "(B, T_src, C)")
     s.box(40, 260, 300, 50, "memory", "data", sub="encoder output", size=15)
     s.frame(500, 302, 340, 208, "decoder layer × L")
     parts = [
@@ -829,7 +832,9 @@ def translator_shapes():
     _shape_arrow(s, dx, 550, 500, "(B, T, C)")
     s.line([(340, 285), (420, 285), (420, 416), (540, 416)], color=PALETTE["attn"][1])
     s.text(428, 390, "K, V", size=14, anchor="start", color=PALETTE["attn"][1])
-    s.text(428, 408, "(B, S, C)", size=13, anchor="start", mono=True)
+    # the memory's shape above the line that leaves it (beside "K, V" it would run
+    # into the decoder's frame)
+    s.text(348, 278, "(B, T_src, C)", size=13, anchor="start", mono=True)
     _shape_arrow(s, dx, 332, 250, "(B, T, C)")
     s.box(500, 214, 340, 36, "final LayerNorm", "norm", size=15)
     _shape_arrow(s, dx, 214, 174, "(B, T, C)")

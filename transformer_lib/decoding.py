@@ -229,7 +229,8 @@ def translate(
     out: list[str] = [""] * len(ids)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        src = pad_batch([ids[i] for i in chunk], src_tok.pad_id).to(device)  # (B, S)
+        src = pad_batch([ids[i] for i in chunk], src_tok.pad_id)  # (B, T_src)
+        src = src.to(device)
         # far above the longest translation: an undertrained model that never says
         # <eos> stops early
         limits = {"max_len": 2 * src.shape[1] + 10} | kwargs

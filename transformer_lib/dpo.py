@@ -81,7 +81,7 @@ def beam_nbest(
     beam_size: int = 4, length_penalty: float = 1.0, max_len: int | None = None,
 ) -> list[list[list[int]]]:  # fmt: skip
     """`beam_search` of notebook 10, keeping every finished hypothesis of each source
-    (B, S), best first (length-penalised score), not only the best."""
+    (B, T_src), best first (length-penalised score), not only the best."""
     model.eval()
     B, K = src.shape[0], beam_size
     memory, src_mask = (t.repeat_interleave(K, 0) for t in model.encode(src))
@@ -114,7 +114,7 @@ def nbest_translations(
     out: list[list[str]] = [[] for _ in ids]
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        src = pad_batch([ids[i] for i in chunk], src_tok.pad_id)  # (B, S)
+        src = pad_batch([ids[i] for i in chunk], src_tok.pad_id)  # (B, T_src)
         hyps = beam_nbest(
             model, src, tgt_tok.bos_id, tgt_tok.eos_id, beam_size, length_penalty,
             max_len=2 * src.shape[1] + 10,

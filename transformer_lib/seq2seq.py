@@ -34,7 +34,7 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
-        self.cross_weights = None  # (B, H, T, S), from the last need_weights=True
+        self.cross_weights = None  # (B, H, T, T_src), from the last need_weights=True
 
     def _self(self, x, mask):
         return self.dropout(self.self_attn(x, mask=mask)[0])
@@ -54,7 +54,8 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """x (B, T, C), memory (B, S, C), masks to (B, H, T, T) and (B, H, T, S)."""
+        """x (B, T, C), memory (B, T_src, C), masks to (B, H, T, T) and
+        (B, H, T, T_src) -> (B, T, C)."""
         if self.norm_first:
             x = x + self._self(self.norm1(x), tgt_mask)
             x = x + self._cross(self.norm2(x), memory, memory_mask, need_weights)
@@ -89,7 +90,7 @@ class Decoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """(B, T, C) and memory (B, S, C) -> (B, T, C)."""
+        """(B, T, C) and memory (B, T_src, C) -> (B, T, C)."""
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask, need_weights)
         return self.norm(x)
@@ -168,9 +169,9 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """src ids (B, S) -> (memory (B, S, C), src_mask (B, 1, 1, S))."""
+        """src ids (B, T_src) -> (memory (B, T_src, C), src_mask (B, 1, 1, T_src))."""
         check_length(src, self.config.context_len, "the source")
-        src_mask = padding_mask(src, self.config.src_pad_id)  # (B, 1, 1, S)
+        src_mask = padding_mask(src, self.config.src_pad_id)  # (B, 1, 1, T_src)
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask), src_mask
 
     def decode(
@@ -180,7 +181,7 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         need_weights: bool = False,
     ) -> torch.Tensor:
-        """Target ids (B, T), memory (B, S, C) -> next-token logits (B, T, n_vocab)."""
+        """Target ids (B, T), memory (B, T_src, C) -> logits (B, T, n_vocab)."""
         check_length(tgt_in, self.config.context_len, "the target")
         pad = padding_mask(tgt_in, self.config.tgt_pad_id)  # (B, 1, 1, T)
         tgt_mask = causal_mask(tgt_in.shape[1], tgt_in.device) & pad  # (B, 1, T, T)
@@ -189,12 +190,13 @@ class Transformer(nn.Module):
         return self.output(x)  # (B, T, n_vocab)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, n_vocab)."""
+        """Teacher forcing: src (B, T_src), tgt_in (B, T) -> logits (B, T, n_vocab)."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
     def cross_attention(self) -> list[torch.Tensor]:
-        """Each layer's (B, H, T, S) cross-attention from decode(need_weights=True)."""
+        """Each layer's (B, H, T, T_src) cross-attention weights, kept by the last
+        decode(need_weights=True)."""
         return [layer.cross_weights for layer in self.decoder.layers]
 
     def num_params(self) -> int:

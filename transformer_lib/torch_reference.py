@@ -12,11 +12,12 @@ from torch import nn
 
 from .multi_head import MultiHeadAttention
 
-# type hints only: importing it in notebook 07 would replace the EncoderLayer there
+# for type hints only: run in notebook 07, a real import would replace the
+# EncoderLayer the notebook has just built
 if TYPE_CHECKING:
     from transformer_lib.encoder import EncoderLayer
 
-# %% ../notebooks/07_encoder.ipynb #4ef3e02e
+
 def copy_params(parts: Iterable[tuple[nn.Module, torch.Tensor, torch.Tensor]]) -> None:
     """Copy each (module, weight, bias)'s weight and bias into the module, no grad."""
     with torch.no_grad():
@@ -35,7 +36,7 @@ def copy_torch_attention(
     copy_params([(ours.q_proj, w_q, b_q), (ours.k_proj, w_k, b_k)])
     copy_params([(ours.v_proj, w_v, b_v), (ours.out_proj, out.weight, out.bias)])
 
-# %% ../notebooks/07_encoder.ipynb #9f2134c6
+
 def load_torch_encoder_layer(
     ours: "EncoderLayer", theirs: nn.TransformerEncoderLayer
 ) -> "EncoderLayer":
@@ -49,11 +50,12 @@ def load_torch_encoder_layer(
 # %% ../notebooks/08_decoder_and_model.ipynb #4333a112
 from typing import TYPE_CHECKING
 
-# type hints only: importing it in notebook 08 would replace the DecoderLayer there
+# for type hints only: run in notebook 08, a real import would replace the
+# DecoderLayer the notebook has just built
 if TYPE_CHECKING:
     from transformer_lib.seq2seq import DecoderLayer
 
-# %% ../notebooks/08_decoder_and_model.ipynb #4815a190
+
 def load_torch_decoder_layer(
     ours: "DecoderLayer", theirs: nn.TransformerDecoderLayer
 ) -> "DecoderLayer":

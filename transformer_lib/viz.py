@@ -185,8 +185,8 @@ def load_stored_attention(
     tools/export_attention.py wrote it ("translator": notebook 09's translator;
     "gpt": appendix A2's Part IV speedrun). Each of its `sentences` holds the tokens
     and, as nested lists, the weights (layer, head, query, key), e.g. the
-    translator's `enc_self` (N, H, S, S). Found as `stored.load_stored` finds a file
-    of the repository: in the folders above `start`, or on Colab downloaded.
+    translator's `enc_self` (N, H, T_src, T_src). Found as `stored.load_stored` finds
+    a file of the repository: in the folders above `start`, or on Colab downloaded.
     """
     stored = load_stored(f"_static/explorer/{name}.json", start, online)
     return stored if isinstance(stored, dict) and "command" in stored else None

@@ -1274,13 +1274,7 @@ def check_training_loop(fn: Callable) -> str:
     opt = torch.optim.SGD([{"params": [weight]}, {"params": [bias]}], lr=123.0)
     log: list = []
     steps = [0]  # optimizer.step() calls, the train_step's own included
-    sgd_step = opt.step
-
-    def counted_step(*args, **kwargs):
-        steps[0] += 1
-        return sgd_step(*args, **kwargs)
-
-    opt.step = counted_step
+    opt.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
     try:  # a generator, as a DataLoader is read: no len(), no indexing
         losses = fn(model, opt, (b for b in batches), lr_at, _regression_step(log))
     except RuntimeError as e:
