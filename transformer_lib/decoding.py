@@ -54,7 +54,7 @@ def greedy_decode(
     eos_id: int,
     max_len: int | None = None,
 ) -> list[list[int]]:
-    """Greedy ids for sources (B, S), without <bos>/<eos>."""
+    """Greedy ids for sources (B, T_src), without <bos>/<eos>."""
     return _decode_loop(model, src, bos_id, eos_id, max_len, lambda z: z.argmax(-1))
 
 # %% ../notebooks/10_decoding.ipynb #71fba72e
@@ -152,7 +152,8 @@ def beam_search(
     length_penalty: float = 0.6,
     max_len: int | None = None,
 ) -> list[list[int]]:
-    """The best translation of each source (B, S) by beam search, length-penalised."""
+    """The best translation of each source (B, T_src) by beam search,
+    length-penalised."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     model.eval()

@@ -102,7 +102,8 @@ def pad_batch(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
 def collate(
     examples: list[tuple[list[int], list[int]]], src_pad_id: int, tgt_pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[(src, tgt), ...] -> src (B, S), tgt_in (B, T), tgt_out (B, T) shifted by one."""
+    """[(src, tgt), ...] -> src (B, T_src), tgt_in (B, T), tgt_out (B, T) shifted by
+    one."""
     src = pad_batch([s for s, _ in examples], src_pad_id)
     tgt = pad_batch([t for _, t in examples], tgt_pad_id)  # <bos> y_1 ... y_n <eos>
     return src, tgt[:, :-1], tgt[:, 1:]  # in: <bos> y_1 ... y_n; out: y_1 ... <eos>
