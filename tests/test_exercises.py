@@ -1619,10 +1619,11 @@ def rope_with(exponent=-1.0, start=0, concatenate=False, in_place=False):
 
     def rope(x, base=10000.0):
         T, C = x.shape[-2:]
-        freq = base ** (exponent * torch.arange(0, C, 2, dtype=x.dtype) / C)
-        ang = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq
+        w = torch.promote_types(x.dtype, torch.float32)  # the angles' dtype
+        freq = base ** (exponent * torch.arange(0, C, 2, dtype=w) / C)
+        ang = torch.arange(start, start + T, dtype=w)[:, None] * freq
         x1, x2 = x[..., 0::2], x[..., 1::2]
-        c, s = ang.cos(), ang.sin()
+        c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
         r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c
         if in_place:
             x[..., 0::2], x[..., 1::2] = r1, r2
@@ -2396,10 +2397,11 @@ def test_sha256_empty_result_and_rope_one_sign_slipped():
     def rope_signs(first, second):
         def rope(x, base=10000.0):
             T, C = x.shape[-2:]
-            freq = base ** (-torch.arange(0, C, 2, dtype=x.dtype) / C)
-            ang = torch.arange(T, dtype=x.dtype)[:, None] * freq
+            w = torch.promote_types(x.dtype, torch.float32)  # the angles' dtype
+            freq = base ** (-torch.arange(0, C, 2, dtype=w) / C)
+            ang = torch.arange(T, dtype=w)[:, None] * freq
             x1, x2 = x[..., 0::2], x[..., 1::2]
-            c, s = ang.cos(), ang.sin()
+            c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
             r1, r2 = x1 * c + first * x2 * s, second * x1 * s + x2 * c
             return torch.stack([r1, r2], -1).flatten(-2)
 

@@ -253,12 +253,11 @@ def rope_along(axis: int):
 
     def apply_rope(x, base=10000.0):
         C = x.size(-1)
-        i = torch.arange(C // 2, dtype=x.dtype)
-        angle = torch.arange(x.size(axis), dtype=x.dtype)[:, None] * base ** (
-            -2 * i / C
-        )
+        w = torch.promote_types(x.dtype, torch.float32)  # the angles' dtype
+        i = torch.arange(C // 2, dtype=w)
+        angle = torch.arange(x.size(axis), dtype=w)[:, None] * base ** (-2 * i / C)
         a, b = x[..., 0::2], x[..., 1::2]
-        c, s = angle.cos(), angle.sin()
+        c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
 
     return apply_rope

@@ -358,7 +358,7 @@ def rope(dtype_of_angles=None, cast=None):
 
     def apply(x, base=10000.0):
         B, T, C = x.shape
-        dtype = dtype_of_angles or x.dtype
+        dtype = dtype_of_angles or torch.promote_types(x.dtype, torch.float32)
         w = base ** (-2 * torch.arange(C // 2, dtype=dtype) / C)
         angle = torch.arange(T, dtype=dtype)[:, None] * w  # (T, C/2)
         c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)

@@ -119,9 +119,9 @@ def rope_in_dtype(x, base=10000.0):
     return out.flatten(-2)
 
 
-def test_03_a_detached_rope_fails():
+def test_03_a_detached_rope_and_bfloat16_angles_fail():
     fails(ex.check_rope, rope_detached, r"carries no gradient back to x")
-    passes(ex.check_rope, rope_in_dtype)  # bfloat16 angles: advised against, accepted
+    fails(ex.check_rope, rope_in_dtype, r"computed in bfloat16")
     passes(ex.check_rope, rope)
 
 

@@ -883,9 +883,8 @@ def _check_rope_gradient(fn: Callable, x: Tensor) -> None:
 
 def _check_rope_bf16(fn: Callable) -> None:
     """A bfloat16 x of 512 positions, as mixed-precision training gives: the result
-    keeps x's dtype. (Angles computed in bfloat16, which rounds the positions above
-    256, are not refused: the docstring advises float32, and the course's bfloat16
-    runs use the library's RoPE.)"""
+    keeps x's dtype, and the angles are not computed in bfloat16 (which holds the
+    positions above 256 only to the nearest 2, 4, ...), as the docstring asks."""
     x = torch.randn(1, 512, 8, generator=torch.Generator().manual_seed(1))
     x = x.to(torch.bfloat16)
     got = fn(x.clone())
@@ -894,6 +893,17 @@ def _check_rope_bf16(fn: Callable) -> None:
             f"my_apply_rope: a bfloat16 x came back as {str(got.dtype)[6:]}: cast cos "
             "and sin to x.dtype before rotating, so the result keeps x's dtype"
         )
+    want = rope_reference(x.double())
+    if isinstance(got, Tensor) and got.shape == x.shape:
+        err = (got.double() - want).abs().amax().item()
+        if err > 0.1:
+            raise ExerciseError(
+                f"my_apply_rope on a bfloat16 x of 512 positions is off by up to "
+                f"{err:.2g}: the positions or angles were computed in bfloat16, "
+                "which rounds the positions above 256; build them in float32, as "
+                "the docstring says (torch.arange(T, dtype=torch.float32)), then "
+                "cast cos and sin to x's dtype"
+            )
 
 
 def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
