@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.exercises.framework import (
@@ -51,6 +52,15 @@ def check_sha256(fn: Callable[[Path], str]) -> str:
                     f"a {n}-byte file: UnboundLocalError ({e}): no chunk was read, so "
                     "the hash was never made: create the hash before the loop and "
                     "update it with every chunk"
+                ) from None
+            except TypeError as e:
+                if "not 'bytes'" not in str(e):
+                    raise
+                raise ExerciseError(
+                    f"a {n}-byte file: TypeError ({first_line(e)}): f.read was given "
+                    "bytes as its size: the size's name (chunk) was reused for the "
+                    "data read, so the next read got the data; give the data its "
+                    "own name, while data := f.read(chunk)"
                 ) from None
             except UnicodeDecodeError as e:
                 raise ExerciseError(
@@ -306,6 +316,7 @@ def _digest_of_digests(data: bytes) -> set[str]:
 def _other_digests(data: bytes) -> dict[str, str]:
     """The data's digests by algorithms other than sha256 (a slip of the name)."""
     names = ("md5", "sha1", "sha224", "sha384", "sha512", "sha3_256", "blake2b")
+    names += ("blake2s", "sha3_224", "sha3_384", "sha3_512", "sha512_256")
     return {hashlib.new(name, data).hexdigest(): name for name in names}
 
 
@@ -382,6 +393,7 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
     chunks = [text] if how == "whole" else CHUNK_PATTERN.findall(text)
     chunks = text.split(" ") if how == "spaces" else chunks
     chunks = re.findall(r"\S+|\s+", text) if how == "runs" else chunks
+    chunks = chunks[-1:] if how == "last" else chunks
     out = []
     for chunk in chunks:
         ids = [ord(c) for c in chunk] if how == "chars" else list(chunk.encode())
@@ -392,7 +404,7 @@ def _bpe_encode_variant(text: str, merges: list, how: str) -> list[int]:
                 {p for p in zip(ids, ids[1:]) if p in ranks}, key=ranks.get
             ):
                 ids = merge(ids, pair, ranks[pair])
-        while len(ids) > 1 and how != "onepass":
+        while len(ids) > (2 if how == "two" else 1) and how not in ("onepass", "raw"):
             known = [p for p in zip(ids, ids[1:]) if p in ranks]
             if not known:
                 break
@@ -438,6 +450,13 @@ _BPE_MISTAKES = {
     "chunk.encode() (utf-8) gives them",
     "smallest": "merges the pair of smallest ids first (min over the pairs): take the "
     "pair of lowest rank, learnt first, min(pairs, key=ranks.get)",
+    "raw": "made no merge at all: the ids are the text's bytes. Does an unknown pair "
+    "rank first? ranks.get(pair, 0) (or any number below the ranks) makes min() pick "
+    "a pair that is not in the merges and stop; rank it last, float('inf')",
+    "two": "stops when a chunk is two tokens long: its last two are never merged; "
+    "loop while len(ids) >= 2",
+    "last": "returned only the last chunk's ids: extend the output inside the loop "
+    "over the chunks, not after it",
     "runs": "split the text into runs of spaces and of other characters, so the "
     "space before a word is a chunk of its own: split with CHUNK_PATTERN, whose "
     "chunks keep the space before each word (' lowest')",
@@ -475,6 +494,13 @@ def check_bpe_encode(fn: Callable[[str, list], list]) -> str:
         if got == want:
             continue
         hows = [h for h in _BPE_MISTAKES if got == _bpe_encode_variant(text, merges, h)]
+        if not hows and sorted(got) == sorted(want):
+            raise ExerciseError(
+                f"{call}: the right ids in another order ({got[:6]}..., expected "
+                f"{want[:6]}...): encode the chunks in the order of the text (a set "
+                "loses it); cache distinct chunks if you like, but emit every chunk "
+                "where it is"
+            )
         for other in _BPE_TEXTS if len(hows) > 1 else []:  # the others may tell them
             out = [int(i) for i in fn(other, list(merges))]
             same = [h for h in hows if out == _bpe_encode_variant(other, merges, h)]
@@ -601,6 +627,12 @@ def check_tied_output(cls: type) -> str:
             f"(n_vocab, C) = {tuple(emb.weight.shape)}: use h @ W.T"
         ) from None
     want = h @ emb.weight.T  # (2, 4, V)
+    if isinstance(logits, Tensor) and logits.shape == want.shape[:-1]:
+        raise ExerciseError(
+            f"the output is {tuple(logits.shape)}, one number per position, not the "
+            f"logits (B, T, n_vocab) = {tuple(want.shape)}: an argmax (or a max)? "
+            "return the scores h @ W.T themselves"
+        )
     if isinstance(logits, Tensor) and logits.dtype != h.dtype:
         raise ExerciseError(
             f"the logits are {logits.dtype} for {h.dtype} inputs (after "
@@ -628,7 +660,19 @@ def check_tied_output(cls: type) -> str:
             "already (B, T, n_vocab), one score per token of the vocabulary at each "
             "position; do not transpose it"
         )
+    cosines = F.normalize(h, dim=-1) @ F.normalize(emb.weight, dim=-1).T
+    if is_close(logits, cosines):
+        raise ExerciseError(
+            "the logits are the cosines of h and the rows of W (h and W were "
+            "normalised): the logits are h @ W^T, with no normalisation"
+        )
     compare("MyTiedOutput(embedding)(h)", logits, want)
+    if not logits.requires_grad:
+        raise ExerciseError(
+            "the logits carry no gradient (computed under torch.no_grad(), or from a "
+            "detached table): compute h @ W.T with autograd on, so that both uses "
+            "train W"
+        )
     g = torch.randn_like(logits)
     (grad_w,) = torch.autograd.grad((want * g).sum(), emb.weight, retain_graph=True)
     (logits * g).sum().backward()
@@ -847,6 +891,16 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
     _check_rope_bf16(fn)
     got = fn(x.clone(), base=100.0)
     if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
+        longer = torch.randn(2, 9, 8, generator=g, dtype=torch.float64)
+        again = fn(longer.clone(), base=100.0)
+        if is_close(again, rope_reference(longer, 100.0), atol=1e-9):
+            raise ExerciseError(
+                "my_apply_rope(x, base=100.0) gave the rotation of base 10000 for a "
+                "T seen before, and the right one for a new T: something kept "
+                "between calls (a cos/sin cache keyed by T alone) answered; key it "
+                "by everything it depends on (T, C, base, dtype) or compute it "
+                "each call"
+            )
         raise ExerciseError(
             "my_apply_rope(x, base=100.0) gives the rotation of base 10000: the "
             "argument base is ignored (hard-coded 10000); use base ** (-2i/C)"
