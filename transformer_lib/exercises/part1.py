@@ -1555,6 +1555,14 @@ def _window_hint(got: Tensor, ids: Tensor, pad_id: int, window: int) -> str | No
             f"not itself; the window is keys t - {window} + 1 .. t, the query's own "
             "position included"
         )
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    precedence = ((ids != pad_id)[:, None, None, :] & (j <= i) & (i - j)) < window
+    if torch.equal(got, precedence):
+        return (
+            "& binds tighter than <, so a & b & (i - j) < window reads as "
+            "(a & b & (i - j)) < window: put each comparison in parentheses, "
+            "((i - j) < window)"
+        )
     if torch.equal(got, band | (ids != pad_id)[:, None, None, :]):
         return (
             "the band and the padding were combined with + (or |), which for bools "
@@ -1638,6 +1646,12 @@ def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
         try:
             got = fn(given, pad_id, window)
         except RuntimeError as e:
+            if "Boolean value of Tensor" in str(e):
+                raise ExerciseError(
+                    f"RuntimeError ({first_line(e)}): `and`, `or` and `not` ask a "
+                    "whole tensor for one truth value; combine masks entry by entry "
+                    "with &, | and ~"
+                ) from None
             if "(2) must match the size of tensor b (8)" not in str(e):
                 raise
             raise ExerciseError(
@@ -1670,10 +1684,38 @@ def check_sliding_window_mask(fn: Callable[[Tensor, int, int], Tensor]) -> str:
             if hint:
                 raise ExerciseError(f"pad_id={pad_id}, window={window}: {hint}")
         compare(f"the mask for pad_id={pad_id}, window={window}", got, want)
+    _window_fresh_each_call(fn)
     return (
         "(2, 8) ids padded on the right and on the left; windows 3, 1 and 8; "
         "pad_id 0, and 1 where 0 is a token"
     )
+
+
+def _window_fresh_each_call(fn: Callable) -> None:
+    """Two calls of one (T, window) with other padding: each mask right, and the first
+    one unchanged by the second call (a mask kept between calls and edited in place
+    would change both)."""
+    a = torch.tensor([[5, 6, 7, 8, 9, 3, 0, 0], [5, 6, 7, 8, 9, 3, 4, 2]])
+    b = torch.tensor([[0, 0, 7, 8, 9, 3, 4, 2], [0, 6, 7, 0, 9, 3, 4, 2]])
+    first = fn(a, 0, 3)
+    kept = first.clone() if isinstance(first, Tensor) else first
+    second = fn(b, 0, 3)
+    if isinstance(first, Tensor) and not torch.equal(first, kept):
+        raise ExerciseError(
+            "a second call (same T and window, other padding) changed the mask the "
+            "first call returned: a tensor kept between calls was edited in place "
+            "(&=, masked_fill_); build each mask fresh, or combine out of place (a & b)"
+        )
+    want = sliding_window_reference(b, 0, 3)
+    if isinstance(second, Tensor) and torch.equal(
+        second, want & sliding_window_reference(a, 0, 3)
+    ):
+        raise ExerciseError(
+            "a second call (same T and window, other padding) kept the first call's "
+            "padding: a mask kept between calls (a cache keyed by T and window) "
+            "was combined in place; build each mask fresh from its own ids"
+        )
+    compare("the mask for other padding, same T and window", second, want)
 
 
 def _window_shape_hint(got, want: Tensor, ids: Tensor, window: int) -> None:
