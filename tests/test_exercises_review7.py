@@ -354,11 +354,14 @@ def test_merge_and_unload_a_new_linear_with_a_fresh_bias():
                 continue
             base = m.base
             new = nn.Linear(
-                base.in_features, base.out_features, dtype=base.weight.dtype
+                base.in_features,
+                base.out_features,
+                bias=base.bias is not None,
+                dtype=base.weight.dtype,
             )
             with torch.no_grad():
                 new.weight.copy_(base.weight + (0 if m.merged else m.delta_weight()))
-                if copy_bias:
+                if copy_bias and base.bias is not None:
                     new.bias.copy_(base.bias)
             new.requires_grad_(False)  # frozen, as the stub's docstring asks
             parent, _, child = name.rpartition(".")

@@ -506,7 +506,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.861": "in 10",  # A1's run, which 10 and 11 use
     },
     "10": {
-        "1.851": "in 09",  # 09's stored run, beside A1's run that this notebook uses
         "0.09": "the min-p build-it's example: min_p 0.1 times a top probability 0.9",
         "0.02": "the min-p build-it's example: min_p 0.1 times a top probability 0.2",
         "1.98": "a score in the beam tree figure (tools/beam_tree.py)",
@@ -521,7 +520,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.36": "the toy model's probability, worked in the text",
     },
     "11": {
-        "1.851": "in 09",  # 09's stored run, beside A1's run that this notebook uses
         "3.8": "= 64.9 / 17.3",
         "4.3": "= 539.9 / 124.4",
         "6.7": "= 31.4 - 24.66",

@@ -440,7 +440,7 @@ def heads_split_merge():
     )
     for h in range(H):
         kind = "attn" if h % 2 == 0 else "norm"
-        s.box(20 + h * 52, 144, 50, 26, f"h{h + 1}", kind, size=13, rx=3)
+        s.box(20 + h * 52, 144, 50, 26, f"h{h}", kind, size=13, rx=3)
     s.line([(767, 104), (767, 214), (680, 214)])
     s.text(20, 210, "merge_heads", size=15, anchor="start", weight="bold")
     for i, (lab, shp, sym, kind) in enumerate(back):
@@ -662,8 +662,9 @@ def residual_stream():
         "The residual stream of a pre-norm stack, drawn left to right: the embedding "
         "starts a running sum. Each sublayer, self-attention then feed-forward, layer "
         "after layer, reads a LayerNorm copy of the stream and writes its output back "
-        "by addition. Nothing on the stream itself is rescaled until the final "
-        "LayerNorm, so the output is the embedding plus every sublayer's write.",
+        "by addition. Nothing on the stream itself is rescaled, so after L layers, "
+        "2L sublayers, the stream x_2L is the embedding plus every sublayer's write; "
+        "the final LayerNorm normalises it, LN(x_2L).",
     )
     y = 210  # the stream
     s.box(14, y - 22, 100, 44, "embedding", "embed", size=13, sub="x_{0}")
@@ -684,8 +685,24 @@ def residual_stream():
     s.line([(left, y), (left + 16, y)], width=4, color=MUTED, arrow=False)
     s.text(left + 30, y + 5, "⋯", size=18)
     s.line([(left + 44, y), (left + 68, y)], width=4, color=MUTED)
-    s.box(left + 70, y - 22, 124, 44, "final LayerNorm", "norm", size=13, sub="x_{L}")
-    s.text(450, 285, "x_{L} = x_{0} + Σ_{l} Sublayer_{l}(LN(x_{l−1}))", 14, mono=True)
+    s.box(
+        left + 70, y - 22, 124, 44, "final LayerNorm", "norm", size=13, sub="LN(x_{2L})"
+    )
+    # x_i: the stream after i sublayers; L layers (n_layers) are 2L sublayers
+    s.text(
+        450,
+        270,
+        "x_{2L} = x_{0} + Σ_{i=1}^{2L} Sublayer_{i}(LN(x_{i−1}))",
+        14,
+        mono=True,
+    )
+    s.text(
+        450,
+        291,
+        "x_{i}: the stream after i sublayers; L layers = 2L sublayers",
+        12,
+        color=MUTED,
+    )
     return s
 
 

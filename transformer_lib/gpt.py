@@ -136,14 +136,16 @@ def attend(
 ) -> tuple[Tensor, Tensor | None]:
     """Causal attention of q (B, H, T_q, D) over k, v (B, H, T_k, D), whose last T_q
     keys are the queries' own -> (y (B, H, T_q, D), weights: explicit path only)."""
+    # Read it for T_q == T_k first: no KV cache, one causal mask over T positions.
     t_q, t_k = q.size(2), k.size(2)
-    if explicit:
+    if explicit:  # past = 0 without a cache: the plain causal mask
         mask = causal_mask(t_q, q.device, past=t_k - t_q)
         return scaled_dot_product_attention(q, k, v, mask, dropout_p)
     sdpa = F.scaled_dot_product_attention  # fused: the weights are never stored
-    if t_q == t_k:
+    if t_q == t_k:  # no cache: the fused kernel's own causal mask
         return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True), None
-    # a single new query after cached keys may see them all: no mask
+    # KV cache only, T_q < T_k: skip until "Causal self-attention with a KV cache".
+    # A single new query after cached keys may see them all: no mask.
     mask = None if t_q == 1 else causal_mask(t_q, q.device, past=t_k - t_q)
     return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
 

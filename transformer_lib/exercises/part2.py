@@ -1286,6 +1286,12 @@ def check_training_loop(fn: Callable) -> str:
             "training loop (no_grad is for evaluation)"
         ) from None
     except TypeError as e:
+        if "must be Tensor, not float" in str(e):
+            raise ExerciseError(
+                f"TypeError ({first_line(e)}): train_step returns the loss as a float "
+                "(loss.item()), and torch functions take tensors: test it with "
+                "math.isfinite(loss)"
+            ) from None
         if "len()" in str(e) or "subscriptable" in str(e):
             raise ExerciseError(
                 f"batches was indexed or measured ({first_line(e)}): it is any "
@@ -1382,6 +1388,7 @@ def check_training_loop(fn: Callable) -> str:
 
     for bad in (math.nan, math.inf):
         _check_stops_on(fn, batches, lr_at, bad)
+    _check_stops_on_last(fn, batches, lr_at)
     _check_big_loss(fn, batches, lr_at)
     return (
         "6 steps of warm-up: rates, mode and losses match; a NaN or inf loss stops it"
@@ -1467,6 +1474,33 @@ def _check_stops_on(fn: Callable, batches: list, lr_at: Callable, bad: float) ->
         raise ExerciseError(
             "a NaN loss at step 2 went unnoticed: raise ValueError naming the step"
         )
+
+
+def _check_stops_on_last(fn: Callable, batches: list, lr_at: Callable) -> None:
+    """A NaN loss at the last step must stop the loop too: a test that reads the
+    previous step's loss (losses[-1] before appending) runs one step late and never
+    sees the last one."""
+    calls: list = []
+
+    def nan_at_last(model, optimizer, batch) -> float:
+        calls.append(1)
+        return math.nan if len(calls) == len(batches) else 1.0
+
+    try:
+        fn(
+            nn.Linear(3, 1),
+            torch.optim.SGD([nn.Parameter(torch.zeros(1))]),
+            batches,
+            lr_at,
+            nan_at_last,
+        )
+    except ValueError:
+        return
+    raise ExerciseError(
+        f"a NaN loss at the last step ({len(batches) - 1}) went unnoticed, though "
+        "one at step 2 was caught (a step late?): test each loss right after "
+        "train_step returns it, before the next step"
+    )
 
 
 # 10 · min-p sampling, and beam search -------------------------------------------------
@@ -2448,6 +2482,44 @@ def _sentence_mean_precisions(corpus: list) -> float:
     return 100 * bp * math.exp(sum(map(math.log, p)) / 4)
 
 
+def _bleu_own_references(fn: Callable) -> None:
+    """Each sentence's n-grams are clipped against its own references: here each
+    hypothesis has a word that only the other sentence's reference holds."""
+    corpus = [
+        (list("我今天很喜欢猫和狗"), [list("我今天很喜欢猫和鸟")]),
+        (list("他明天很喜欢鸟和鱼"), [list("他明天很喜欢狗和鱼")]),
+    ]
+    want = _sacrebleu(corpus)
+    got = float(fn([h for h, _ in corpus], [refs for _, refs in corpus]))
+    if math.isclose(got, want, abs_tol=1e-4):
+        return
+    raise ExerciseError(
+        f"a corpus where each hypothesis has a word (狗, 鸟) that only the other "
+        f"sentence's reference holds: BLEU {got:.4f}, expected {want:.4f}"
+        + (
+            ": the n-grams were clipped against the references of the whole corpus; "
+            "clip each sentence's n-grams against its own references, then sum"
+            if got > want
+            else ""
+        )
+    )
+
+
+def _bleu_tuple_keys(fn: Callable) -> None:
+    """N-grams are tuples of tokens: joined into strings, ('ab', 'c') and ('a', 'bc')
+    would be one n-gram, 'abc'."""
+    corpus = [(["ab", "c", "d", "e", "f"], [["a", "bc", "d", "e", "f"]])]
+    want = _sacrebleu(corpus)  # no 4-gram in common: 0
+    got = float(fn([h for h, _ in corpus], [refs for _, refs in corpus]))
+    if not math.isclose(got, want, abs_tol=1e-4):
+        raise ExerciseError(
+            f"tokens ['ab', 'c', 'd', 'e', 'f'] against ['a', 'bc', 'd', 'e', 'f']: "
+            f"BLEU {got:.4f}, expected {want:.4f}: were the n-grams keyed by a joined "
+            "string? ('ab', 'c', ...) and ('a', 'bc', ...) both become 'abc...'; key "
+            "them by the tuple of tokens, tuple(tokens[i:i + n])"
+        )
+
+
 def _bleu_words(fn: Callable) -> None:
     """Tokens of several characters (words, as sacreBLEU's zh tokenizer keeps Latin
     words and numbers whole): each token is one unit, never split into characters."""
@@ -2662,6 +2734,8 @@ def check_corpus_bleu(fn: Callable) -> str:
     _bleu_short(fn)
     _bleu_untouched(fn)
     _bleu_words(fn)
+    _bleu_own_references(fn)
+    _bleu_tuple_keys(fn)
     return (
         f"{len(_BLEU_CORPORA)} corpora equal sacrebleu.corpus_bleu, unsmoothed: "
         "clipping (to one reference's count), brevity, closest r (the shorter on a "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import traceback
 from collections.abc import Callable
 
 import torch
@@ -695,6 +696,8 @@ def _online_softmax(
     renormed=False,
     shared=None,
     late=(),
+    p_block=False,
+    stuck=False,
 ):
     """The online softmax with a usual slip: the running sum or the output not
     rescaled when the maximum grows, the output not divided by the sum at the end,
@@ -704,7 +707,8 @@ def _online_softmax(
     own max taken for the running one, p = exp(s - m_old) with the old max, out divided
     by ell and ell set to 1 after every block, one max `shared` by the rows (the
     score dims it is taken over: (-2, -1) one per head, () one for all), `late` the
-    running sums ("out", "ell") rescaled after the block's share is added."""
+    running sums ("out", "ell") rescaled after the block's share is added, p taken
+    against the block's own max (`p_block`), m never updated (`stuck`)."""
     m = torch.full(q.shape[:-1] + (1,), -math.inf if m0 is None else m0, dtype=q.dtype)
     ell, out = torch.zeros_like(m), q.new_zeros(q.shape[:-1] + (v.size(-1),))
     for s in range(0, k.size(-2), stride or block):
@@ -719,6 +723,7 @@ def _online_softmax(
         if inverted:
             factor = torch.where(m.isneginf(), 0.0, (m_new - m).exp())
         p = (scores - (torch.where(m.isneginf(), m_new, m) if p_old else m_new)).exp()
+        p = (scores - scores.amax(-1, keepdim=True)).exp() if p_block else p
         new_ell, new_out = p.sum(-1, keepdim=True), p @ v[..., s:end, :]
         if "ell" in late:  # the block's own share rescaled too
             ell = (ell + new_ell) * factor
@@ -728,7 +733,7 @@ def _online_softmax(
             out = (out + new_out) * factor
         else:
             out = (out * factor if out_rescaled else out) + new_out
-        m = m_new
+        m = m if stuck else m_new
         if renormed:
             out, ell = out / ell, torch.ones_like(ell)
     return out / ell if divided else out
@@ -795,6 +800,13 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
     slips.append((dict(p_old=True), "p = exp(s - m_old) used the old maximum: compute "
                   "m_new = max(m_old, the block's max) first, then p = exp(s - m_new)"
                   ", the m_new that rescales ell and out"))  # fmt: skip
+    slips.append((dict(p_block=True), "p = exp(s - the block's own max), while ell "
+                  "and out are rescaled to the running max: each block's weights are "
+                  "on another scale; p = exp(s - m_new)"))  # fmt: skip
+    slips.append((dict(stuck=True), "the running max never moved (m = m_new "
+                  "forgotten): exp(m - m_new) = exp(-inf) = 0 erased every earlier "
+                  "block, and the output is the last block's softmax alone; set "
+                  "m = m_new after each block"))  # fmt: skip
     slips.append((dict(renormed=True), "out was divided by ell at every block, and "
                   "ell reset to 1: the earlier blocks then weigh as one key; keep ell "
                   "as the running sum of all the weights so far, and divide out by it "
@@ -840,6 +852,17 @@ def _tiled_hint(q: Tensor, k: Tensor, v: Tensor, block: int, got: Tensor) -> Non
     if is_close(got, unscaled, atol=1e-9):
         raise ExerciseError(
             f"block={block}: the scores q k^T were not divided by sqrt(D)"
+        )
+    if is_close(got, unscaled / math.sqrt(q.size(-1)), atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: the output was divided by sqrt(D), not the scores: the "
+            "scale goes on q k^T, before the exponential"
+        )
+    by_d = F.scaled_dot_product_attention(q, k, v, scale=1 / q.size(-1))
+    if is_close(got, by_d, atol=1e-9):
+        raise ExerciseError(
+            f"block={block}: the scores were divided by D = {q.size(-1)}, not by its "
+            "square root, sqrt(D)"
         )
     if is_close(got, per_block.mean(0), atol=1e-9):
         raise ExerciseError(
@@ -1005,6 +1028,17 @@ def _tiled_raised(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
     last axis."""
     said = f"block={block}: {type(error).__name__} ({first_line(error)})"
     text = str(error)
+    frames = [  # the learner's own lines, not the checker's or torch's
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if "transformer_lib/exercises" not in f.filename and "/torch/" not in f.filename
+    ]
+    line = (frames[-1].line or "") if frames else ""
+    if re.search(r"\.T\b", line.split("#")[0]) and "must match" in text:
+        raise ExerciseError(
+            f"{said} at `{line.strip()}`: .T reverses all four axes of a (B, H, T, D) "
+            "block; swap the last two, k_block.transpose(-2, -1) (or .mT)"
+        ) from None
     sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", text)}
     if "return_types.max" in text:
         raise ExerciseError(

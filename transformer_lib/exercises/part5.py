@@ -466,10 +466,32 @@ def check_merge_and_unload(fn: Callable[[nn.Module], list[str]]) -> str:
             f"returned {returned}, expected the names replaced, in the model's order: "
             f"{names}"
         )
+    _unload_without_bias(fn)
     return (
         f"{len(names)} LoRALinear layers of a GPT merged and replaced by their "
-        "nn.Linear: the plain GPT's parameters, the adapted model's logits"
+        "nn.Linear (with biases, and without as the course's GPT): the plain GPT's "
+        "parameters, the adapted model's logits"
     )
+
+
+def _unload_without_bias(fn: Callable) -> None:
+    """The course's default GPT has no biases: the layers put back have none either,
+    so that the unloaded model loads strictly into a plain GPT."""
+    from transformer_lib.gpt import GPT, GPTConfig
+    from transformer_lib.lora import add_lora
+
+    torch.manual_seed(1)
+    model = GPT(GPTConfig.tiny(vocab_size=17, n_layers=1, bias=False)).eval()
+    plain = set(model.state_dict())
+    add_lora(model, rank=4, alpha=10.0)
+    fn(model)
+    extra = sorted(set(model.state_dict()) - plain)
+    if extra:
+        raise ExerciseError(
+            f"on a GPT without biases (the course's default) the unloaded model has "
+            f"{extra[0]}, which the plain GPT lacks: a new nn.Linear gets a bias by "
+            "default; pass bias=base.bias is not None, or put back layer.base"
+        )
 
 
 def _still_frozen(model: nn.Module, names: list[str]) -> None:
