@@ -291,7 +291,29 @@ def outcome(check: Callable, fn) -> tuple[str, str]:
                 "split heads as t.view(B, T, n_heads, d_head).transpose(1, 2), merge "
                 "them as y.transpose(1, 2).reshape(B, T, d_model)"
             )
+        for clue, hint in _GENERIC_HINTS:
+            if clue in str(e):
+                return "fail", f"{raised(e)}: {hint}"
         return "fail", raised(e)
+
+
+# slips of Python and PyTorch that any build-it can make: a clue in the error, a hint
+_GENERIC_HINTS = (
+    (
+        "before Module.__init__() call",
+        "call super().__init__() first in __init__, before any layer is assigned",
+    ),
+    (
+        "The use of `x.T` on tensors",
+        ".T reverses every axis of a tensor of more than 2; swap the last two, "
+        "x.transpose(-2, -1) (or x.mT)",
+    ),
+    (
+        "The expanded size of the tensor",
+        "expand stretches only an axis of size 1; to repeat each head for its group, "
+        "repeat_interleave(H // H_kv, dim=1)",
+    ),
+)
 
 
 # the course's library and torch: an error raised in them is reported at the learner's

@@ -224,6 +224,26 @@ def check_encoder_layer(cls: type) -> str:
                     "h + ff(norm2(h))",
                 ),
                 (
+                    attended + torch.relu(ref.ff(ref.norm2(attended))),
+                    "a ReLU was applied to the feed-forward's output: the network "
+                    "has its ReLU inside, between its two layers; add ff(norm2(h)) "
+                    "as it comes back",
+                ),
+                (
+                    x + ref.ff(ref.norm2(attended)),
+                    "the feed-forward's residual adds the layer's input x, not h = x "
+                    "+ self_attn(norm1(x)): h + ff(norm2(h)), so the attention's "
+                    "write stays in the stream",
+                ),
+                (
+                    ref.norm2(
+                        ref.norm1(attended) + ref.ff(ref.norm2(ref.norm1(attended)))
+                    ),
+                    "the sums were normalised too (norm(x + sublayer(norm(x))), a "
+                    "'sandwich'): pre-norm normalises only each sublayer's input, "
+                    "x + sublayer(norm(x))",
+                ),
+                (
                     (x + ref.norm2(a)) + ref.ff(x + ref.norm2(a)),
                     "norm2 was applied to the attention's output, and the "
                     "feed-forward read h unnormalised: norm2 belongs at the "
@@ -787,6 +807,16 @@ def check_shift_targets(fn: Callable) -> str:
             "tgt_in and tgt_out are swapped: the decoder reads <bos> y, and learns "
             "to predict y <eos>"
         )
+    out = got[1]
+    if isinstance(out, Tensor) and out.shape == want_out.shape:
+        stray = ((out == bos) & (want_out != bos)).nonzero()
+        if len(stray):
+            b, t = stray[0].tolist()
+            raise ExerciseError(
+                f"tgt_out[{b}, {t}] is <bos> ({bos}), expected "
+                f"{want_out[b, t].item()}: <bos> belongs to tgt_in only (a roll "
+                "wraps it round to the end); build tgt_out as y + [eos], padded"
+            )
     for name, g, w in (("tgt_in", got[0], want_in), ("tgt_out", got[1], want_out)):
         if isinstance(g, Tensor) and g.dim() == 2 and is_close(g.T, w):
             raise ExerciseError(
@@ -989,7 +1019,25 @@ def check_train_step(fn: Callable) -> str:
                 logits3.transpose(1, 2), tgt_out, reduction="none", label_smoothing=eps
             )  # (B, T)
             pads = (tgt_out == _PAD).flatten()[:, None]  # (B*T, 1)
+            from transformer_lib.translation_data import label_smoothed_cross_entropy
+
             variants = (
+                (
+                    label_smoothed_cross_entropy(logits3, tgt_out, _PAD, eps),
+                    "label_smoothed_cross_entropy got pad_id as its smoothing and "
+                    "label_smoothing as its ignore_index: its order is (logits, "
+                    "target, smoothing, ignore_index); pass them by name",
+                ),
+                (
+                    F.cross_entropy(
+                        logits.softmax(-1),
+                        tgt_out.flatten(),
+                        ignore_index=_PAD,
+                        label_smoothing=eps,
+                    ),
+                    "cross_entropy was given probabilities (a softmax first): it "
+                    "applies log_softmax itself; pass the raw logits",
+                ),
                 (
                     F.cross_entropy(
                         logits.masked_fill(pads, 0.0),

@@ -533,6 +533,18 @@ def check_kv_cache(cls: type) -> str:
                 "when the context is full)"
             )
         compare(f"keys after {total} tokens", keys, want_k)
+        old = total - t
+        if (
+            old
+            and isinstance(values, Tensor)
+            and values.shape == want_v.shape
+            and is_close(values[:, :, :old], want_k[:, :, :old])
+        ):
+            raise ExerciseError(
+                f"after {total} tokens the values hold the earlier tokens' keys: the "
+                "new v was appended to the stored keys; append it to the stored "
+                "values, torch.cat([self.v, v], dim=2)"
+            )
         if is_close(values, want_k):
             raise ExerciseError(
                 f"after {total} tokens the values returned are the keys: store v "
@@ -1304,6 +1316,14 @@ def check_cosine_by_distance(fn: Callable[[Tensor], Tensor]) -> str:
         try:
             got = fn(given)
         except RuntimeError as e:
+            sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", str(e))}
+            if sizes == set(table.shape) and len(sizes) == 2:
+                raise ExerciseError(
+                    f"{name}: RuntimeError ({first_line(e)}): a row statistic of "
+                    f"shape (N,) = ({len(table)},) met the (N, C) table and spread "
+                    "over its columns: table.norm(dim=1) lost its axis; keepdim=True, "
+                    "or F.normalize(table, dim=1)"
+                ) from None
             if "tensor a (0)" not in str(e) and "tensor b (0)" not in str(e):
                 raise
             raise ExerciseError(

@@ -51,6 +51,11 @@ def _grouped_reference(
 
 def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> None:
     """Raise ExerciseError naming the mistake, if it is a usual one."""
+    if (got == 0).all():
+        raise ExerciseError(
+            f"{name}: every output is 0: were k and v repeated 0 times (H_kv // H, "
+            "which is 0)? The group size is H // H_kv query heads per key/value head"
+        )
     if torch.allclose(got, _grouped_reference(q, k, v, causal=False), atol=1e-9):
         raise ExerciseError(
             f"{name}: queries also see later keys: apply the causal mask"
