@@ -5,7 +5,9 @@ Written by hand."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import math
 import re
 import tempfile
@@ -1165,6 +1167,11 @@ def _check_alibi_backward(fn: Callable, *given: Tensor) -> None:
     ref = [t.detach().clone().requires_grad_() for t in given[:3]]
     want_out, want_w = alibi_reference(*ref, given[3])
     ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+    if not w.requires_grad:
+        raise ExerciseError(
+            "the weights returned carry no gradient (detached): return them as "
+            "computed; detach only where you plot them"
+        )
     for name, mine, theirs in zip("qkv", (q, k, v), ref):
         if mine.grad is None:
             raise ExerciseError(
@@ -1231,6 +1238,12 @@ def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
         compare(f"weights for q {shape}", w, want_w, atol=1e-9)
         compare(f"output for q {shape}", out, want_out, atol=1e-9)
     _check_alibi_backward(fn, q, k, v, slopes)
+    out32, w32 = fn(q.float(), k.float(), v.float(), slopes.float())
+    if out32.dtype != torch.float32 or w32.dtype != torch.float32:
+        raise ExerciseError(
+            f"float32 q, k, v gave a {out32.dtype} output and {w32.dtype} weights: "
+            "keep q's dtype (no .double(), no tensors made in another dtype)"
+        )
     return "q (2, 5, 5, 8) and (1, 2, 7, 4), slopes 1/2, 1/4, ...: weights and outputs"
 
 
@@ -1308,6 +1321,20 @@ def check_multi_head_attention(cls: type) -> str:
     # 2 heads of 8: the head count and the head width differ, so sqrt(n_heads) shows
     ref = MultiHeadAttention(16, 2).double().eval()
     mine = cls(16, 2)
+    layers = [
+        getattr(mine, n, None) for n in ("q_proj", "k_proj", "v_proj", "out_proj")
+    ]
+    shared = [
+        f"{a}_proj and {b}_proj"
+        for (a, la), (b, lb) in itertools.combinations(zip("qkvo", layers), 2)
+        if la is not None and la is lb
+    ]
+    if shared:
+        raise ExerciseError(
+            f"{shared[0]} are one nn.Linear under two names (a = b = nn.Linear(...) "
+            "makes one layer): build each projection as its own nn.Linear, with its "
+            "own weights"
+        )
     load_weights(mine, ref.state_dict(), "MyMultiHeadAttention")
     mine.double().eval()
     x, mem = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
@@ -1353,6 +1380,7 @@ def check_multi_head_attention(cls: type) -> str:
         if is_close(got, want):
             continue
         with torch.no_grad():
+            _mha_more_hints(name, got, ref, x, kv, mask, causal)
             if is_close(got, _mha_variant(ref, x, kv, kv, mask, scale=16)):
                 raise ExerciseError(
                     f"{name}: scores divided by sqrt(d_model) = sqrt(16), expected "
@@ -1487,6 +1515,32 @@ def check_multi_head_attention(cls: type) -> str:
         "equals MultiHeadAttention: self-attention, causal, cross-attention with "
         "padding; gradients"
     )
+
+
+def _mha_more_hints(name, got, ref, x, kv, mask, causal) -> None:
+    """A causal mask applied when none is given, the output projection applied to the
+    values, the head width given as the number of heads."""
+    if mask is None and kv is x and is_close(got, ref(x, x, x, mask=causal)[0]):
+        raise ExerciseError(
+            f"{name}: a causal mask was applied though none was given: apply only "
+            "the mask passed (mask=None: every query sees every key)"
+        )
+    early = copy.deepcopy(ref)
+    early.v_proj = nn.Sequential(ref.v_proj, ref.out_proj)
+    if is_close(got, _mha_variant(early, x, kv, kv, mask, mix=False)):
+        raise ExerciseError(
+            f"{name}: out_proj was applied to the values, before attention: it "
+            "comes last, on the merged heads, out_proj(merge(heads))"
+        )
+    D = x.size(-1) // ref.n_heads
+    if D != ref.n_heads and is_close(
+        got, _mha_variant(ref, x, kv, kv, mask, heads=D, scale=ref.n_heads)
+    ):
+        raise ExerciseError(
+            f"{name}: the heads were split into {D} heads of width {ref.n_heads}: "
+            f"the head width d_head = {D} was passed where the number of heads "
+            f"n_heads = {ref.n_heads} goes"
+        )
 
 
 def _key_defaults_to_query(mine: nn.Module, ref: nn.Module, x: Tensor) -> None:
