@@ -1109,7 +1109,7 @@ def test_pack_pairs():
     fails(check, with_mask(lambda p, T: right(p)[2].T), "is transposed")
     fails(check, joined_then_shifted, "shift each pair on its own")
     fails(
-        check, first_prompt_only, "target 6 is kept, but it lies inside pair 2's prompt"
+        check, first_prompt_only, "only pair 1.s prompt was masked"
     )
 
 

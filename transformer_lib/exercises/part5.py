@@ -209,6 +209,7 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
     starts = [0]
     for ids, _ in pairs:
         starts.append(starts[-1] + len(ids) - 1)
+    _prompt_per_pair(call, y, want_y, pairs, starts)
     _prompt_off_by_one(call, y, want_y, starts)
     for t, (g, w) in enumerate(zip(y, want_y)):
         if g != w:
@@ -220,9 +221,50 @@ def _check_packed(fn: Callable[..., tuple], pairs: list) -> None:
             else:
                 what = f"{g}, expected {w}"
             raise ExerciseError(f"{call}: target {t} is {what}")
+    if isinstance(mask, Tensor) and mask.shape == (1, *want_mask.shape):
+        raise ExerciseError(
+            f"{call}: the attention mask is {tuple(mask.shape)}, with an extra leading "
+            f"axis: return it (T, T) = {tuple(want_mask.shape)}; the model adds the "
+            "batch and head axes where it needs them"
+        )
     _wrong_pack_mask(call, mask, want_mask, pairs)
     _pairs_one_longer(call, mask, pairs, len(want_x))
     compare(f"{call}: the attention mask", mask, want_mask)
+
+
+def _prompt_per_pair(call: str, y: list, want_y: list, pairs: list, starts: list):
+    """The prompts masked once for the joined row (pair 1's only, at the row's start),
+    with pair 1's n_prompt for every pair, or with each pair's <eos> masked too."""
+    joined = [t for ids, _ in pairs for t in ids[1:]]
+    first = [-100 if i < pairs[0][1] - 1 else t for i, t in enumerate(joined)]
+    same_n = [
+        -100 if t - s < pairs[0][1] - 1 else joined[t]
+        for s, e in zip(starts, starts[1:])
+        for t in range(s, e)
+    ]
+    no_eos = list(want_y)
+    for e in starts[1:]:
+        no_eos[e - 1] = -100
+    for wrong, hint in (
+        (
+            first,
+            "only pair 1's prompt was masked, at the start of the joined row: mask "
+            "each pair's first n_prompt - 1 targets at that pair's own offset (shift "
+            "and mask each pair, then join)",
+        ),
+        (
+            same_n,
+            "every pair's prompt was masked with pair 1's n_prompt: each pair has its "
+            "own n_prompt",
+        ),
+        (
+            no_eos,
+            "each pair's last target, <eos>, was masked too: the model must learn "
+            "when to stop; mask only the prompt's n_prompt - 1 targets",
+        ),
+    ):
+        if y == wrong and y != want_y:
+            raise ExerciseError(f"{call}: {hint}")
 
 
 def _prompt_off_by_one(call: str, y: list, want_y: list, starts: list) -> None:
