@@ -1108,9 +1108,7 @@ def test_pack_pairs():
     )
     fails(check, with_mask(lambda p, T: right(p)[2].T), "is transposed")
     fails(check, joined_then_shifted, "shift each pair on its own")
-    fails(
-        check, first_prompt_only, "only pair 1.s prompt was masked"
-    )
+    fails(check, first_prompt_only, "only pair 1.s prompt was masked")
 
 
 def unload_with(scale=1.0, merge=True, unload=True):
