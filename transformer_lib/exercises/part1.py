@@ -584,6 +584,19 @@ def check_tied_output(cls: type) -> str:
         raise ExerciseError(f"expected an nn.Module, got {type(head).__name__}")
     model = nn.ModuleList([emb, mix, head])
     n, want_n = sum(p.numel() for p in model.parameters()), V * C + C * C + C
+    table = emb.weight.data_ptr()
+    twin = [
+        m
+        for m, p in head.named_parameters()
+        if p is not emb.weight and p.data_ptr() == table
+    ]
+    if n != want_n and twin:
+        raise ExerciseError(
+            f"the output layer's {twin[0]} shares the table's memory but is a new "
+            "parameter (nn.Parameter(embedding.weight) makes one, trained on its "
+            "own): keep the embedding itself, self.embedding = embedding, and read "
+            "embedding.weight in forward"
+        )
     if n != want_n:
         raise ExerciseError(
             f"embedding, a ({C}, {C}) layer and the output layer hold {n} parameters, "

@@ -54,9 +54,9 @@ def _forward(layer: nn.Module, *args) -> Tensor:
     except TypeError as e:
         if "'NoneType'" in str(e):
             raise ExerciseError(
-                f"your layer raised TypeError ({first_line(e)}): self_attn "
-                "and cross_attn return a pair (output, weights), the weights None "
-                "here: [1] is the weights; take the output, [0]"
+                f"your layer raised TypeError ({first_line(e)}): the attention "
+                "layers return a pair (output, weights), the weights None here: "
+                "[1] is the weights; take the output, [0]"
             ) from None
         if "'tuple'" not in str(e):
             raise

@@ -71,8 +71,9 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
     if torch.allclose(got[:, :, :-1], kept_hidden[:, :, :-1], atol=1e-9):
         raise ExerciseError(
             f"{name}: the mask is inverted: query t saw only the keys after it, "
-            "triu(1), the ones to hide; a boolean attn_mask is True where a query may "
-            "attend: pass tril() (~triu(1)), or is_causal=True"
+            "triu(1), the ones to hide; masked_fill(triu(1), -inf) hides them (a "
+            "boolean attn_mask is the opposite, True where a query may attend: "
+            "tril()), or is_causal=True"
         )
     B, H, T, D = q.shape
     n_kv = k.size(1)
