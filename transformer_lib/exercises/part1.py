@@ -1055,7 +1055,12 @@ _ALIBI_MISTAKES = (
         "the penalty was added to the weights, after the softmax: add it to the "
         "scores, before the softmax",
     ),
-    ({"sign": 1.0}, "the penalty has the wrong sign: far keys gain; subtract it"),
+    (
+        {"sign": 1.0},
+        "the penalty has the wrong sign: far keys gain; the score must lose "
+        "slopes[h] * (i - j), where i - j >= 0 for the keys query i sees (written "
+        "j - i, the subtraction adds)",
+    ),
     (
         {"scaled": True},
         "the penalty was divided by sqrt(d_k) too: add it after scaling",
