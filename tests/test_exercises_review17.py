@@ -416,3 +416,35 @@ def biased_linear(model):
 
 def test_18_a_bias_on_a_bias_free_gpt_fails():
     fails(ex.check_merge_and_unload, biased_linear, r"on a GPT without biases")
+
+
+# 10, 12 · the eighteenth review: a beam never cut back, a length counted per call -----
+
+
+def no_global_cut(step, beam, max_len, eos):
+    live, done = [((), 0.0)], []
+    for _ in range(max_len):
+        grown = []
+        for prefix, score in live:  # the beam best of each prefix, all kept
+            logp = torch.as_tensor(step(prefix)).tolist()
+            best = sorted(range(len(logp)), key=lambda t: -logp[t])[:beam]
+            grown += [(prefix + (t,), score + logp[t]) for t in best]
+        done += [c for c in grown if c[0][-1] == eos]
+        live = [c for c in grown if c[0][-1] != eos]
+        if not live:
+            break
+    tokens, score = max(done or live, key=lambda c: c[1])
+    return list(tokens), score
+
+
+class CountsCalls(solution("12").MyKVCache):
+    def update(self, k, v):
+        keys, values = super().update(k, v)
+        self.length = getattr(self, "calls", 0) + 1
+        self.calls = self.length
+        return keys, values
+
+
+def test_10_12_no_global_cut_and_a_length_per_call_are_named():
+    fails(ex.check_beam_search, no_global_cut, r"never cut back to 2")
+    fails(ex.check_kv_cache, CountsCalls, r"not 1 per call")

@@ -2194,6 +2194,23 @@ def _check_beam_unfinished(fn: Callable) -> None:
 _PLACES_TABLE = {(): [0.55, 0.15, 0.3], (0,): [0.6, 0.35, 0.05]}
 
 
+def _grown_without_cut(beam: int, max_len: int, eos: int) -> set:
+    """The prefixes a search grows on _PLACES_TABLE when it keeps the `beam` best
+    extensions of each prefix and never cuts the pooled candidates back to `beam`."""
+    live, grown = [()], set()
+    for _ in range(max_len):
+        new = []
+        for prefix in live:
+            grown.add(prefix)
+            row = _PLACES_TABLE.get(prefix, [0.12, 0.08, 0.8])
+            best = sorted(range(len(row)), key=lambda t: -row[t])[:beam]
+            new += [prefix + (t,) for t in best]
+        live = [p for p in new if p[-1] != eos]
+        if not live:
+            break
+    return grown
+
+
 def _check_beam_places(fn: Callable) -> None:
     """The prefixes a beam of 2 grows: [<eos>] finishes at step 0 and takes a place
     from [1]; at step 1 it is set aside, so [0, 0] and [0, 1] both grow."""
@@ -2224,6 +2241,13 @@ def _check_beam_places(fn: Callable) -> None:
             "place after step 0; it takes a place only on the step it finishes, then "
             "it is set aside with the finished ones and leaves the places to the "
             "growing prefixes"
+        )
+    if grown == _grown_without_cut(2, 4, 2):
+        raise ExerciseError(
+            f"beam=2: step() was called on {sorted(grown)}: the beam best "
+            "extensions of each prefix were all kept, never cut back to 2; keep the "
+            "`beam` best of all the step's candidates together (every prefix's "
+            "extensions pooled), not the `beam` best of each prefix"
         )
     if grown != want:
         raise ExerciseError(

@@ -559,7 +559,8 @@ def check_kv_cache(cls: type) -> str:
         if getattr(cache, "length", None) != total:
             raise ExerciseError(
                 f"cache.length is {getattr(cache, 'length', None)} after {total} "
-                "tokens: it counts the tokens stored"
+                "tokens: it counts the tokens stored; add k.size(2), the new "
+                "tokens, not 1 per call"
             )
     q = torch.randn(2, 3, total, 8, generator=g)
     full = F.scaled_dot_product_attention(q, want_k, want_v, is_causal=True)
