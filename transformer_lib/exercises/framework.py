@@ -329,14 +329,25 @@ def first_line(e: BaseException) -> str:
     return (str(e).splitlines() or [""])[0]
 
 
-def raised(e: Exception) -> str:
-    """One line for an error: its type and message, and the last line of the traceback
-    that is the learner's (outside this package and torch)."""
-    mine = [
+def learner_frames(e: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback's frames in the learner's code (outside this package and torch)."""
+    return [
         f
         for f in traceback.extract_tb(e.__traceback__)
         if not any(Path(f.filename).resolve().is_relative_to(d) for d in _LIBRARIES)
     ]
+
+
+def learner_line(e: BaseException) -> str:
+    """The learner's line that raised `e`, its comment dropped ("" if none)."""
+    mine = learner_frames(e)
+    return (mine[-1].line or "").split("#")[0].strip() if mine else ""
+
+
+def raised(e: Exception) -> str:
+    """One line for an error: its type and message, and the last line of the traceback
+    that is the learner's (outside this package and torch)."""
+    mine = learner_frames(e)
     lines = str(e).strip().splitlines() or [""]
     message = lines[0] + (" (...)" if len(lines) > 1 else "")  # torch's can run long
     if not mine:

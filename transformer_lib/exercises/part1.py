@@ -11,7 +11,6 @@ import itertools
 import math
 import re
 import tempfile
-import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from transformer_lib.exercises.framework import (
     first_line,
     first_output,
     is_close,
+    learner_line,
     load_weights,
     name_unused,
     own_state,
@@ -1369,8 +1369,7 @@ def check_multi_head_attention(cls: type) -> str:
         except RuntimeError as e:
             said = f"{name}: RuntimeError ({first_line(e)})"
             if "Boolean value of Tensor" in str(e):
-                line = traceback.extract_tb(e.__traceback__)[-1].line or ""
-                line = line.split("#")[0].strip()
+                line = learner_line(e)
                 raise ExerciseError(
                     f"{said}: `{line}` asks a tensor whether it is true; test "
                     + (

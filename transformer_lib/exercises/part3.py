@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import math
 import re
-import traceback
 from collections.abc import Callable
 
 import torch
@@ -25,6 +24,7 @@ from transformer_lib.exercises.framework import (
     first_line,
     is_close,
     jitter,
+    learner_line,
     load_weights,
     tensor_output,
 )
@@ -1041,15 +1041,10 @@ def _tiled_raised(error: Exception, q: Tensor, v: Tensor, block: int) -> None:
     last axis."""
     said = f"block={block}: {type(error).__name__} ({first_line(error)})"
     text = str(error)
-    frames = [  # the learner's own lines, not the checker's or torch's
-        f
-        for f in traceback.extract_tb(error.__traceback__)
-        if "transformer_lib/exercises" not in f.filename and "/torch/" not in f.filename
-    ]
-    line = (frames[-1].line or "") if frames else ""
-    if re.search(r"\.T\b", line.split("#")[0]) and "must match" in text:
+    line = learner_line(error)
+    if re.search(r"\.T\b", line) and "must match" in text:
         raise ExerciseError(
-            f"{said} at `{line.strip()}`: .T reverses all four axes of a (B, H, T, D) "
+            f"{said} at `{line}`: .T reverses all four axes of a (B, H, T, D) "
             "block; swap the last two, k_block.transpose(-2, -1) (or .mT)"
         ) from None
     sizes = {int(n) for n in re.findall(r"tensor [ab] \((\d+)\)", text)}
