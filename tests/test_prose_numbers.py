@@ -518,11 +518,13 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.4": "a toy model's probability, worked in the text",
         "4,000": "the checker's sample size, a setting",
         "0.36": "the toy model's probability, worked in the text",
+        "1.851": "in 09",  # 09's own run, beside A1's rerun that 10 loads
     },
     "11": {
         "3.8": "= 64.9 / 17.3",
         "4.3": "= 539.9 / 124.4",
         "6.7": "= 31.4 - 24.66",
+        "1.851": "in 09",  # 09's own run, beside A1's rerun that 11 loads
     },
     "13": {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
@@ -547,6 +549,8 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "50,257": "GPT-2's vocabulary, cited",
         "0.8": "nanoGPT's README, cited",
         "1.47": "nanoGPT's GPU result, cited",
+        "1.5271": "in 00",  # the explorer's GPT: a rerun of A2's speedrun, 00 prints
+        "1.5045": "in A2",  # A2's stored speedrun, beside that rerun
     },
     "15": {
         "0.5": "an example's memory, worked in the text",
@@ -602,7 +606,12 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "23.92": "in 11",
         "0.3": "= 5.12 - 4.84",
     },
-    "19": {"3.0": "= -0.547 - -3.536", "2.6": "= 24.98 - 22.39", "23.92": "in 11"},
+    "19": {
+        "3.0": "= -0.547 - -3.536",
+        "2.6": "= 24.98 - 22.39",
+        "23.92": "in 11",
+        "1.851": "in 09",  # 09's own run, beside A1's rerun that 19 starts from
+    },
 }
 
 

@@ -16,7 +16,8 @@ code is any line, blank or not, of a code cell not tagged remove-cell, remove-in
 hide-input (a hide-input cell's code is folded behind a "show" button, like the folded
 literalinclude folds of plumbing: there for the curious, not on the reading
 path); an output line is a line of a stored text output of a cell not tagged
-remove-cell or remove-output (figures are not counted).
+remove-cell, remove-output or hide-output (a hide-output cell's output is folded, as
+A1's listings of the library's files are; figures are not counted).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def is_build_it(cell: dict) -> bool:
 
 
 def _output_lines(cell: dict) -> int:
-    if "remove-output" in _tags(cell):
+    if _tags(cell) & {"remove-output", "hide-output"}:  # not on the page, or folded
         return 0
     n = 0
     for out in cell.get("outputs", []):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 import regex  # Python's `re` plus Unicode classes such as \p{L}, for GPT-2's chunks
 
 # the base class Tokenizer and its helpers are plumbing, not tokenization: notebook 01
-# shows them at its end ("Plumbing: the base class `Tokenizer`")
+# folds their code after BPE works ("Plumbing: the base class `Tokenizer`")
 from .tokenizer_kit import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
 from .tokenizer_kit import HFBPETokenizer, check_ids, check_specials
 from .tokenizer_kit import gpt2_merges, train_hf_bpe
