@@ -209,6 +209,84 @@ def test_tied_output():
     fails(ex.check_tied_output, Detached, r"token 7 is never looked up")
 
 
+def shift_variant(
+    sign: int = 1,
+    exponent: float = -2.0,
+    halves: bool = False,
+    concatenated: bool = False,
+    from_new_sine: bool = False,
+    degrees: bool = False,
+):
+    """my_shift_encoding with one of the usual slips."""
+
+    def shift(x, k):
+        C = x.shape[-1]
+        angle = k * 10000 ** (exponent * torch.arange(C // 2, dtype=torch.float64) / C)
+        angle = angle * 180 / math.pi if degrees else angle
+        c, s = angle.cos().to(x.dtype), sign * angle.sin().to(x.dtype)
+        a, b = (
+            (x[..., : C // 2], x[..., C // 2 :])
+            if halves
+            else (x[..., 0::2], x[..., 1::2])
+        )
+        new_a = a * c + b * s
+        new_b = -(new_a if from_new_sine else a) * s + b * c
+        if halves or concatenated:
+            return torch.cat([new_a, new_b], -1)
+        return torch.stack([new_a, new_b], -1).flatten(-2)
+
+    return shift
+
+
+def test_shift_encoding():
+    check = ex.check_shift_encoding
+    assert ex.outcome(check, shift_variant())[0] == "pass"
+    fails(check, shift_variant(sign=-1), r"turned the other way: .* gave pe\[p - 7\]")
+    fails(check, shift_variant(halves=True), r"paired with feature i \+ C/2")
+    fails(check, shift_variant(concatenated=True), "concatenated, all sines then")
+    fails(check, shift_variant(from_new_sine=True), "from the sine already turned")
+    fails(check, shift_variant(exponent=-1.0), r"10000\^\(-i/C\)")
+    fails(check, shift_variant(exponent=2.0), r"10000\^\(\+2i/C\)")
+    fails(check, shift_variant(degrees=True), "in degrees")
+    fails(check, lambda x, k: x.clone(), "returned x unchanged")
+    right = solution("03").my_shift_encoding
+
+    def with_the_matrix(x, k):  # notebook 03's shift_matrix, called
+        C = x.shape[-1]
+        w = 10000 ** (-2 * torch.arange(C // 2, dtype=torch.float64) / C)
+        c, s = torch.cos(w * k), torch.sin(w * k)
+        blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)
+        return x @ torch.block_diag(*blocks).to(x.dtype).T
+
+    fails(check, with_the_matrix, r"built a \(16, 16\) matrix, R_k itself")
+
+    def looked_up(x, k):  # finds x's row in a table and returns the row k further
+        from transformer_lib.positional import sinusoidal_positional_encoding
+
+        pe = sinusoidal_positional_encoding(x.shape[-1], 2000).to(x.dtype)
+        return pe[((x @ pe.T).argmax(-1) + k).clamp(0, 1999)]
+
+    fails(check, looked_up, "right on the table's rows, wrong here")
+
+    def in_place(x, k):
+        x.copy_(right(x, k))
+        return x
+
+    fails(check, in_place, "wrote into its input x")
+    fails(check, lambda x, k: right(x.double(), k), "a float32 x gave a float64")
+    kept: dict = {}
+
+    def cached(x, k):  # the angles cached by width alone
+        C = x.shape[-1]
+        if C not in kept:
+            kept[C] = k * 10000 ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)
+        c, s = kept[C].cos().to(x.dtype), kept[C].sin().to(x.dtype)
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * c + b * s, -a * s + b * c], -1).flatten(-2)
+
+    fails(check, cached, "kept between calls")
+
+
 def test_rope():
     def halves(x):  # rotates the first half against the second half
         T, C = x.shape[-2:]
@@ -1199,12 +1277,12 @@ def test_dpo_nll_loss_signs_and_sums():
 
 def test_record_counts_what_passes(capsys):
     sol = solution("03")
-    assert ex.record("03", {"my_apply_rope": sol.my_apply_rope}) == 1
+    assert ex.record("03", {"my_shift_encoding": sol.my_shift_encoding}) == 1
     assert ex.record("03", {}) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("\u2713 03 my_apply_rope passes")
-    assert (
-        out[1] == "\u00b7 03 my_apply_rope: my_apply_rope is not defined: run its cell"
+    assert out[0].startswith("\u2713 03 my_shift_encoding passes")
+    assert out[1] == (
+        "\u00b7 03 my_shift_encoding: my_shift_encoding is not defined: run its cell"
     )
 
 
@@ -1994,7 +2072,7 @@ def test_tied_output_refuses_a_tied_linear_and_names_a_missing_transpose():
 
 
 def test_rope_uses_its_base_argument():
-    right = solution("03").my_apply_rope
+    right = solution("15").my_apply_rope
     fails(
         ex.check_rope,
         lambda x, base=10000.0: right(x),
@@ -3049,7 +3127,7 @@ def test_bpe_encode_highest_rank_one_pass_ids_from_255_spaces_latin1_and_nested(
 
 
 def test_rope_positions_from_the_batch_integer_exponent_and_two_exponents_off():
-    from transformer_lib.exercises.part1 import _rotate_pairs
+    from transformer_lib.exercises.part4 import _rotate_pairs
 
     def with_freq(exponents):
         return lambda x, base=10000.0: _rotate_pairs(
@@ -3272,11 +3350,10 @@ def test_inplace_residual_bleu_tie_order_multiple_of_tile_width_and_a_late_finis
 
 def test_the_eighth_reviews_bare_and_misnamed_answers_now_named():
     from transformer_lib.exercises.part1 import (
-        _cos_sin_swapped,
-        _rotate_pairs,
         alibi_reference,
         sliding_window_reference,
     )
+    from transformer_lib.exercises.part4 import _cos_sin_swapped, _rotate_pairs
 
     fails(ex.check_rope, lambda x, base=10000.0: _cos_sin_swapped(
         x, base ** (-torch.arange(0, x.size(-1), 2, dtype=x.dtype) / x.size(-1))

@@ -375,4 +375,4 @@ def test_03_rope_in_float32_for_a_float64_input_is_named():
     passes(ex.check_rope, rope(dtype_of_angles=torch.float32))
     fails(ex.check_rope, rope(cast=torch.float32), r"float64 x gave a float32 result")
     passes(ex.check_rope, rope())
-    passes(ex.check_rope, solution("03").my_apply_rope)
+    passes(ex.check_rope, solution("15").my_apply_rope)

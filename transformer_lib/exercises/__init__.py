@@ -43,11 +43,11 @@ from transformer_lib.exercises.part1 import (
     check_alibi_attention,
     check_bpe_encode,
     check_multi_head_attention,
-    check_rope,
     check_sha256,
+    check_shift_encoding,
     check_sliding_window_mask,
     check_tied_output,
-    rope_reference,
+    shift_reference,
 )
 from transformer_lib.exercises.part2 import (
     beam_search_reference,
@@ -68,7 +68,12 @@ from transformer_lib.exercises.part3 import (
     check_kv_cache,
     check_tiled_attention,
 )
-from transformer_lib.exercises.part4 import check_geglu, check_grouped_attention
+from transformer_lib.exercises.part4 import (
+    check_geglu,
+    check_grouped_attention,
+    check_rope,
+    rope_reference,
+)
 from transformer_lib.exercises.part5 import (
     check_dpo_nll_loss,
     check_merge_and_unload,
@@ -81,12 +86,13 @@ __all__ = [
     "compare",
     "outcome",
     "rope_reference",
+    "shift_reference",
     "train_step_reference",
     "beam_search_reference",
     "check_sha256",
     "check_bpe_encode",
     "check_tied_output",
-    "check_rope",
+    "check_shift_encoding",
     "check_alibi_attention",
     "check_multi_head_attention",
     "check_sliding_window_mask",
@@ -103,6 +109,7 @@ __all__ = [
     "check_kv_cache",
     "check_cosine_by_distance",
     "check_tiled_attention",
+    "check_rope",
     "check_grouped_attention",
     "check_geglu",
     "check_pack_pairs",
@@ -122,7 +129,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "00": [("sha256_file", check_sha256)],
     "01": [("my_bpe_encode", check_bpe_encode)],
     "02": [("MyTiedOutput", check_tied_output)],
-    "03": [("my_apply_rope", check_rope)],
+    "03": [("my_shift_encoding", check_shift_encoding)],
     "04": [("my_alibi_attention", check_alibi_attention)],
     "05": [("MyMultiHeadAttention", check_multi_head_attention)],
     "06": [("my_sliding_window_mask", check_sliding_window_mask)],
@@ -140,7 +147,10 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
     "13": [("my_cosine_by_distance", check_cosine_by_distance)],
     "14": [("my_tiled_attention", check_tiled_attention)],
-    "15": [("my_grouped_attention", check_grouped_attention)],
+    "15": [
+        ("my_apply_rope", check_rope),
+        ("my_grouped_attention", check_grouped_attention),
+    ],
     "16": [("MyGeGLU", check_geglu)],
     "17": [("pack_pairs", check_pack_pairs)],
     "18": [("merge_and_unload", check_merge_and_unload)],

@@ -1,5 +1,6 @@
 """The checkers of Part I's build-its (notebooks 00-06): a file's checksum, BPE
-encoding with learnt merges, an output layer tied to the embedding, RoPE, attention
+encoding with learnt merges, an output layer tied to the embedding, a position's
+encoding moved k positions on, attention
 with a distance penalty (ALiBi), multi-head attention and a sliding-window mask.
 Written by hand."""
 
@@ -18,6 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from transformer_lib.exercises.framework import (
     ExerciseError,
@@ -733,139 +736,92 @@ def _check_own_embedding(cls: type, head: nn.Module, emb: nn.Module) -> None:
 # 03 · positions -----------------------------------------------------------------------
 
 
-def rope_reference(x: Tensor, base: float = 10000.0) -> Tensor:
-    """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle t *
-    base**(-2i/C)."""
+def shift_reference(x: Tensor, k: int) -> Tensor:
+    """x (..., C) -> R_k x, notebook 03's shift: each pair (x[2i], x[2i+1]), a sine
+    and a cosine, turned by the angle k * w_i, w_i = 10000^(-2i/C), so that a row
+    PE(p) of the table becomes PE(p + k)."""
+    return _turn_pairs(x, _shift_angles(x, k))
+
+
+def _shift_angles(x: Tensor, k: int, exponent: float = -2.0) -> Tensor:
+    """k * 10000^(exponent * i / C) for the C/2 pairs of x (..., C), in x's dtype."""
     C = x.size(-1)
-    return _rotate_pairs(x, base ** (-torch.arange(0, C, 2, dtype=x.dtype) / C))
+    pairs = torch.arange(C // 2, dtype=torch.float64)
+    return (k * 10000.0 ** (exponent * pairs / C)).to(x.dtype)  # (C/2,)
 
 
-def _rotate_pairs(
-    x: Tensor, freq: Tensor, start: int = 0, signs: tuple[int, int] = (-1, 1)
-) -> Tensor:
-    """x (B, T, C) -> each pair (x[2i], x[2i+1]) of token t rotated by the angle
-    (start + t) * freq[i]; `signs` are the two sin terms' signs (others are slips)."""
-    T = x.size(-2)
-    angle = torch.arange(start, start + T, dtype=x.dtype)[:, None] * freq  # (T, C/2)
-    cos, sin = angle.cos(), angle.sin()
-    x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, T, C/2) each
-    first, second = x1 * cos + signs[0] * x2 * sin, signs[1] * x1 * sin + x2 * cos
-    rotated = torch.stack([first, second], dim=-1)
-    return rotated.flatten(-2)  # (B, T, C)
+def _turn_pairs(x: Tensor, angle: Tensor, sign: int = 1) -> Tensor:
+    """Each (a, b) = (x[2i], x[2i+1]) to (a cos + b sin, -a sin + b cos) of angle[i]
+    (sign=-1: the other way)."""
+    a, b = x[..., 0::2], x[..., 1::2]  # (..., C/2) each
+    c, s = angle.cos(), sign * angle.sin()
+    return torch.stack([a * c + b * s, -a * s + b * c], -1).flatten(-2)  # (..., C)
 
 
-def _batch_positions(x: Tensor, freq: Tensor) -> Tensor:
-    """x (B, T, C) with every token of sequence b rotated as if at position b."""
-    rows = [_rotate_pairs(x[b][:, None], freq, start=b)[:, 0] for b in range(len(x))]
-    return torch.stack(rows)
+def _sinusoids(d_model: int, n: int) -> Tensor:
+    """Notebook 03's table PE (n, C) in float64: sin and cos of pos * w_i."""
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * _shift_angles(
+        torch.zeros(d_model, dtype=torch.float64), 1
+    )  # (n, C/2)
+    return torch.stack([angle.sin(), angle.cos()], -1).flatten(-2)  # (n, C)
 
 
-def _cos_sin_swapped(x: Tensor, freq: Tensor) -> Tensor:
-    """RoPE with cos and sin exchanged: (x sin - y cos, x cos + y sin)."""
-    angle = torch.arange(x.size(-2), dtype=x.dtype)[:, None] * freq  # (T, C/2)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    first, second = (
-        x1 * angle.sin() - x2 * angle.cos(),
-        x1 * angle.cos() + x2 * angle.sin(),
-    )
-    return torch.stack([first, second], dim=-1).flatten(-2)
-
-
-def _rope_hint(x: Tensor, got: Tensor) -> str | None:
-    """Name the usual mistake that turns x (2, 7, 8) into `got`, if any."""
-    halves = torch.cat([x[..., :4], x[..., 4:]], -1)
-    swapped = rope_reference(halves[..., [0, 4, 1, 5, 2, 6, 3, 7]])
-    flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(4)  # negate x[2i+1]
-    freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 8)
-    angle = torch.arange(x.size(-2), dtype=x.dtype)[:, None] * freq  # (T, C/2)
-    first = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
-    second = first * angle.sin() + x[..., 1::2] * angle.cos()  # from the new x[2i]
+def _shift_hint(x: Tensor, k: int, got: Tensor) -> str | None:
+    """Name the usual mistake that turned x (..., 16) into `got`, if any."""
+    C = x.size(-1)
+    halves = torch.stack([x[..., : C // 2], x[..., C // 2 :]], -1).flatten(-2)
+    turned_halves = shift_reference(halves, k)
+    a, b = x[..., 0::2], x[..., 1::2]
+    angle = _shift_angles(x, k)
+    first = a * angle.cos() + b * angle.sin()
+    second = -first * angle.sin() + b * angle.cos()  # from the new first coordinate
     hints = (
         (
+            x,
+            "my_shift_encoding returned x unchanged: turn each pair by the angle k * "
+            "w_i",
+        ),
+        (
+            _turn_pairs(x, angle, sign=-1),
+            f"each pair was turned the other way: my_shift_encoding(pe[p], {k}) gave "
+            f"pe[p - {k}]; the table stores the sine first, so R_k turns (a, b) = "
+            "(sine, cosine) into (a cos + b sin, -a sin + b cos), with the cos and "
+            "sin of k * w_i",
+        ),
+        (
+            torch.cat([turned_halves[..., 0::2], turned_halves[..., 1::2]], -1),
+            "feature i was paired with feature i + C/2 (a layout some RoPE code "
+            "uses, not the table's): the table interleaves, pair i is (x[2i], "
+            "x[2i+1]), its sine and its cosine",
+        ),
+        (
+            torch.cat(
+                [shift_reference(x, k)[..., 0::2], shift_reference(x, k)[..., 1::2]], -1
+            ),
+            "the turned pairs were concatenated, all sines then all cosines: "
+            "interleave them back, torch.stack([...], -1).flatten(-2), so that pair "
+            "i stays at x[2i], x[2i+1]",
+        ),
+        (
             torch.stack([first, second], -1).flatten(-2),
-            "x'[2i+1] was computed from the new x'[2i], already rotated: both come "
-            "from the old pair, x'[2i] = x cos - y sin and x'[2i+1] = x sin + y cos "
-            "with x, y = x[2i], x[2i+1] as given (compute both, then write them)",
+            "the cosine was computed from the sine already turned: both new values "
+            "come from the old pair (a, b), a cos + b sin and -a sin + b cos "
+            "(compute both, then write them)",
         ),
         (
-            swapped[..., [0, 2, 4, 6, 1, 3, 5, 7]],
-            "my_apply_rope rotates the first half against the second half (a real "
-            "convention, not this one): rotate neighbours x[2i], x[2i+1]",
+            _turn_pairs(x, _shift_angles(x, k, exponent=-1.0)),
+            "pair i turns at w = 10000^(-i/C), expected 10000^(-2i/C): the exponent "
+            "counts the dimension 2i, not the pair i",
         ),
         (
-            flip * rope_reference(flip * x),
-            "my_apply_rope rotates the other way, clockwise (by -omega_i t): turn each "
-            "pair counter-clockwise, (x cos - y sin, x sin + y cos)",
-        ),
-        (  # base^(-i/C) for pair i: the same as base^(-2i/C) at width 2C
-            rope_reference(torch.cat([x, torch.zeros_like(x)], -1))[..., :8],
-            "pair i turns at base^(-i/C), expected base^(-2i/C): the exponent counts "
-            "the dimension 2i, not the pair i (or the base is sqrt(base))",
+            _turn_pairs(x, _shift_angles(x, k, exponent=2.0)),
+            "pair i turns at 10000^(+2i/C), faster and faster: the exponent is "
+            "negative, 10000^(-2i/C), so that pair 0 turns fastest",
         ),
         (
-            _rotate_pairs(x, 1 / freq),
-            "pair i turns at base^(+2i/C), faster and faster: the exponent is "
-            "negative, base^(-2i/C), so that pair 0 turns fastest and the last slowest",
-        ),
-        (
-            _rotate_pairs(x, freq * 10000.0 ** (-2 / 8)),
-            "pair i turns at base^(-2(i+1)/C): pair 0 must turn at base^0 = 1 "
-            "radian per position; the exponent is -2i/C with i from 0",
-        ),
-        (
-            _rotate_pairs(x, freq, start=1),
-            "the positions start at 1: token 0 is at position 0, where nothing turns",
-        ),
-        (
-            _rotate_pairs(x, freq, signs=(1, 1)),
-            "the first coordinate's sign is wrong, x cos + y sin: a rotation gives "
-            "(x cos - y sin, x sin + y cos)",
-        ),
-        (
-            _rotate_pairs(x, freq, signs=(-1, -1)),
-            "the second coordinate's sign is wrong, -x sin + y cos: a rotation gives "
-            "(x cos - y sin, x sin + y cos)",
-        ),
-        (
-            _batch_positions(x, freq),
-            "the positions came from the batch axis (dim 0): a token's position is "
-            "its index along T, dim -2, the same in every sequence of the batch",
-        ),
-        (
-            _rotate_pairs(x, 10000.0 ** ((-2 * torch.arange(4)) // 8).to(x.dtype)),
-            "the exponent -2i // C was computed in integers (floor division gives -1 "
-            "or 0): compute -2i / C in floating point, torch.arange(..., dtype=float)",
-        ),
-        (
-            _rotate_pairs(x, 10000.0 ** (-torch.arange(0, 8, 2, dtype=x.dtype) / 6)),
-            "pair i turns at base^(-2i/(C-2)): the exponent divides by C, the full "
-            "width, base^(-2i/C)",
-        ),
-        (
-            _rotate_pairs(x, 10000.0 ** (-torch.arange(1, 8, 2, dtype=x.dtype) / 8)),
-            "pair i turns at base^(-(2i+1)/C): the exponent is -2i/C, so pair 0 turns "
-            "at base^0 = 1 radian per position",
-        ),
-        (
-            _cos_sin_swapped(x, freq),
-            "cos and sin are swapped: a rotation by the angle a gives "
-            "(x cos a - y sin a, x sin a + y cos a)",
-        ),
-        (
-            _rotate_pairs(x, torch.ones_like(freq)),
-            "every pair turns at 1 radian per position: pair i turns at "
-            "base^(-2i/C), fast for the first pairs, slow for the last",
-        ),
-        (
-            _rotate_pairs(x, 10000.0 ** (-torch.arange(0, 16, 4, dtype=x.dtype) / 8)),
-            "pair i turns at base^(-4i/C): the exponent is -2i/C (2i is the pair's "
-            "first dimension)",
-        ),
-        (
-            rope_reference(x)[..., [0, 2, 4, 6, 1, 3, 5, 7]],
-            "the rotated pairs were concatenated, all first coordinates then all "
-            "second ones: interleave them back, torch.stack([...], -1).flatten(-2), so "
-            "pair i stays at x[2i], x[2i+1]",
+            _turn_pairs(x, angle * 180 / math.pi),
+            "the angle was used in degrees: torch.cos and torch.sin take radians, "
+            "k * w_i as it is",
         ),
     )
     for variant, hint in hints:
@@ -874,125 +830,87 @@ def _rope_hint(x: Tensor, got: Tensor) -> str | None:
     return None
 
 
-@checker("RoPE")
-def check_rope(fn: Callable[[Tensor], Tensor]) -> str:
-    """fn(x (B, T, C)) -> RoPE-rotated x; also checks that scores then depend only on
-    the offset."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 7, 8, generator=g, dtype=torch.float64)
-    given = x.clone()
-    try:
-        got = fn(given)
-    except RuntimeError as e:
-        _rope_positions_axis(e, x.shape)
-        raise
-    if not torch.equal(given, x):
+class _NoSquareMatrix(TorchFunctionMode):
+    """Refuse any (C, C) tensor, C the width of x: the build-it turns the pairs, the
+    notebook's shift_matrix builds the matrix."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for arg in tree_flatten((args, kwargs))[0]:
+            if isinstance(arg, Tensor) and tuple(arg.shape[-2:]) == (self.width,) * 2:
+                raise ExerciseError(
+                    f"my_shift_encoding built a ({self.width}, {self.width}) matrix, "
+                    "R_k itself (shift_matrix above does that): turn each pair "
+                    "(x[2i], x[2i+1]) directly, 2C multiplications, not C^2"
+                )
+        return func(*args, **kwargs)
+
+
+@checker("shift an encoding by k")
+def check_shift_encoding(fn: Callable[[Tensor, int], Tensor]) -> str:
+    """fn(x (..., C), k) -> R_k x: a row of the table moves k positions on; random
+    vectors turn by the same rotation; no (C, C) matrix is built."""
+    table = _sinusoids(16, 64)  # (N, C)
+    given = table[:40].clone()
+    with _NoSquareMatrix(16):
+        got = fn(given, 7)
+    if not torch.equal(given, table[:40]):
         raise ExerciseError(
-            "my_apply_rope wrote into its input x: return a new tensor (torch.stack, "
-            "then flatten) and leave the caller's x as it was"
+            "my_shift_encoding wrote into its input x: return a new tensor "
+            "(torch.stack, then flatten) and leave the caller's x as it was"
         )
-    if isinstance(got, Tensor) and got.shape == x.shape:
-        hint = None if is_close(got, rope_reference(x)) else _rope_hint(x, got)
+    if (
+        isinstance(got, Tensor)
+        and got.shape == given.shape
+        and not is_close(got, table[7:47], atol=1e-9)
+    ):
+        hint = _shift_hint(given, 7, got)
         if hint:
             raise ExerciseError(hint)
-    compare("my_apply_rope", got, rope_reference(x), atol=1e-9)
-    if got.dtype != x.dtype:
-        raise ExerciseError(
-            f"my_apply_rope: a {str(x.dtype)[6:]} x gave a {str(got.dtype)[6:]} "
-            "result: return x's dtype (angles may be built in float32 or float64, "
-            "as LLaMA does; cast cos and sin to x.dtype before rotating)"
-        )
-    _check_rope_gradient(fn, x)
-    _check_rope_bf16(fn)
-    got = fn(x.clone(), base=100.0)
-    if isinstance(got, Tensor) and is_close(got, rope_reference(x), atol=1e-9):
-        longer = torch.randn(2, 9, 8, generator=g, dtype=torch.float64)
-        again = fn(longer.clone(), base=100.0)
-        if is_close(again, rope_reference(longer, 100.0), atol=1e-9):
-            raise ExerciseError(
-                "my_apply_rope(x, base=100.0) gave the rotation of base 10000 for a "
-                "T seen before, and the right one for a new T: something kept "
-                "between calls (a cos/sin cache keyed by T alone) answered; key it "
-                "by everything it depends on (T, C, base, dtype) or compute it "
-                "each call"
-            )
-        raise ExerciseError(
-            "my_apply_rope(x, base=100.0) gives the rotation of base 10000: the "
-            "argument base is ignored (hard-coded 10000); use base ** (-2i/C)"
-        )
-    compare("my_apply_rope(x, base=100.0)", got, rope_reference(x, 100.0), atol=1e-9)
-    q = torch.randn(8, generator=g, dtype=torch.float64).expand(1, 7, 8)
-    scores = fn(q)[0] @ fn(q)[0].T  # (T, T): the same query at every position
-    for k in range(1, 7):
-        diag = scores.diagonal(k)
-        if not torch.allclose(diag, diag[:1].expand_as(diag)):
-            raise ExerciseError(f"scores at offset {k} vary with position")
-    return "equals the reference on (2, 7, 8); scores depend only on the offset"
-
-
-def _check_rope_gradient(fn: Callable, x: Tensor) -> None:
-    """The rotation must let the gradient through to x: RoPE turns q and k inside
-    attention, and W_Q, W_K learn through it."""
-    lost = (
-        "my_apply_rope's result carries no gradient back to x ({}): RoPE turns q and "
-        "k inside attention, and W_Q, W_K learn through it; compute with torch "
-        "operations on x itself"
+    compare(
+        "my_shift_encoding(pe[:40], 7) against pe[7:47]", got, table[7:47], atol=1e-9
     )
-    try:
-        got = fn(x.clone().requires_grad_())
-    except RuntimeError as e:
-        if "numpy" not in str(e).lower():
-            raise
-        raise ExerciseError(lost.format("it went through NumPy")) from None
-    if isinstance(got, Tensor) and not got.requires_grad:
-        raise ExerciseError(
-            lost.format("detached, through NumPy, or under torch.no_grad()")
-        )
-
-
-def _check_rope_bf16(fn: Callable) -> None:
-    """A bfloat16 x of 512 positions, as mixed-precision training gives: the result
-    keeps x's dtype, and the angles are not computed in bfloat16 (which holds the
-    positions above 256 only to the nearest 2, 4, ...), as the docstring asks."""
-    x = torch.randn(1, 512, 8, generator=torch.Generator().manual_seed(1))
-    x = x.to(torch.bfloat16)
-    got = fn(x.clone())
+    g = torch.Generator().manual_seed(0)
+    for shape, k in [((2, 3, 16), 5), ((4, 8), -3), ((2, 64), 1000), ((3, 16), 0)]:
+        x = torch.randn(shape, generator=g, dtype=torch.float64)
+        got, want = fn(x.clone(), k), shift_reference(x, k)
+        if (
+            isinstance(got, Tensor)
+            and got.shape == x.shape
+            and not is_close(got, want, atol=1e-9)
+        ):
+            if is_close(got, shift_reference(x, 7), atol=1e-9):
+                raise ExerciseError(
+                    f"my_shift_encoding(x, {k}) turned by the angles of k = 7, the "
+                    "first call's: something kept between calls (a cache keyed by C "
+                    "alone) answered; key it by C and k, or compute it each call"
+                )
+            hint = _shift_hint(x, k, got) if x.size(-1) == 16 else None
+            raise ExerciseError(
+                hint
+                or f"my_shift_encoding(x, {k}) for a random x {tuple(shape)}: right "
+                "on the table's rows, wrong here; R_k turns whatever pairs x holds "
+                "(did it look the table up, or rebuild it?), so turn x's own pairs"
+            )
+        compare(f"my_shift_encoding(x {tuple(shape)}, {k})", got, want, atol=1e-9)
+    x = table[:5].float()
+    got = fn(x.clone(), 3)
     if isinstance(got, Tensor) and got.dtype != x.dtype:
         raise ExerciseError(
-            f"my_apply_rope: a bfloat16 x came back as {str(got.dtype)[6:]}: cast cos "
-            "and sin to x.dtype before rotating, so the result keeps x's dtype"
+            f"my_shift_encoding: a float32 x gave a {str(got.dtype)[6:]} result: "
+            "return x's dtype (cast cos and sin to x.dtype before turning)"
         )
-    want = rope_reference(x.double())
-    if isinstance(got, Tensor) and got.shape == x.shape:
-        err = (got.double() - want).abs().amax().item()
-        if err > 0.1:
-            raise ExerciseError(
-                f"my_apply_rope on a bfloat16 x of 512 positions is off by up to "
-                f"{err:.2g}: the positions or angles were computed in bfloat16, "
-                "which rounds the positions above 256; build them in float32, as "
-                "the docstring says (torch.arange(T, dtype=torch.float32)), then "
-                "cast cos and sin to x's dtype"
-            )
-
-
-def _rope_positions_axis(error: Exception, shape: torch.Size) -> None:
-    """Name positions counted along another axis than time: a size mismatch between T
-    and the batch or the channels."""
-    sizes = re.search(
-        r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)",
-        str(error),
+    compare(
+        "my_shift_encoding(pe[:5] in float32, 3)", got, table[3:8].float(), atol=1e-5
     )
-    B, T, C = shape
-    if not sizes or T not in (int(sizes[1]), int(sizes[2])):
-        return
-    other = ({int(sizes[1]), int(sizes[2])} - {T} or {T}).pop()
-    axis = {B: f"x.size(0), the batch ({B})", C: f"x.size(-1), the channels ({C})"}
-    if other in axis:
-        raise ExerciseError(
-            f"RuntimeError ({first_line(error)}): the positions were counted "
-            f"along {axis[other]}: x is (B, T, C), and the positions 0..T-1 run along "
-            f"dim 1 (-2), torch.arange(x.size(1)), T = {T} here"
-        ) from None
+    return (
+        "pe[p] turns into pe[p + 7], and random vectors of widths 8, 16 and 64 by "
+        "R_k for k = 5, -3, 1000 and 0"
+    )
 
 
 # 04 · attention with a linear distance penalty (ALiBi) --------------------------------
