@@ -247,6 +247,21 @@ def test_shift_encoding():
     fails(check, shift_variant(from_new_sine=True), "from the sine already turned")
     fails(check, shift_variant(exponent=-1.0), r"10000\^\(-i/C\)")
     fails(check, shift_variant(exponent=2.0), r"10000\^\(\+2i/C\)")
+    fails(check, shift_variant(exponent=-4.0), r"10000\^\(-4i/C\).*do not double")
+
+    def in_float32(exponent: float = -2.0):  # angles built as the library's table
+        def shift(x, k):
+            C = x.shape[-1]
+            i = torch.arange(C // 2, dtype=torch.float32)
+            angle = k * 10000.0 ** (exponent * i / C)  # up to 1000 rad: 6e-5 off
+            c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+            a, b = x[..., 0::2], x[..., 1::2]
+            return torch.stack([a * c + b * s, -a * s + b * c], -1).flatten(-2)
+
+        return shift
+
+    assert ex.outcome(check, in_float32())[0] == "pass"  # the blind review's refusal
+    fails(check, in_float32(exponent=2.0), r"10000\^\(\+2i/C\)")
     fails(check, shift_variant(degrees=True), "in degrees")
     fails(check, lambda x, k: x.clone(), "returned x unchanged")
     right = solution("03").my_shift_encoding

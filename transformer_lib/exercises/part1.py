@@ -736,6 +736,11 @@ def _check_own_embedding(cls: type, head: nn.Module, emb: nn.Module) -> None:
 # 03 · positions -----------------------------------------------------------------------
 
 
+# Angles built in float32, as the library builds its table, are off by up to about 6e-5
+# at k * w_i = 1000 radians: right, and accepted; every slip below is off by far more.
+SHIFT_ATOL = 2e-4
+
+
 def shift_reference(x: Tensor, k: int) -> Tensor:
     """x (..., C) -> R_k x, notebook 03's shift: each pair (x[2i], x[2i+1]), a sine
     and a cosine, turned by the angle k * w_i, w_i = 10000^(-2i/C), so that a row
@@ -814,6 +819,11 @@ def _shift_hint(x: Tensor, k: int, got: Tensor) -> str | None:
             "counts the dimension 2i, not the pair i",
         ),
         (
+            _turn_pairs(x, _shift_angles(x, k, exponent=-4.0)),
+            "pair i turns at 10000^(-4i/C): the exponent is -2i/C, and "
+            "torch.arange(0, C, 2) already counts 2i (do not double it)",
+        ),
+        (
             _turn_pairs(x, _shift_angles(x, k, exponent=2.0)),
             "pair i turns at 10000^(+2i/C), faster and faster: the exponent is "
             "negative, 10000^(-2i/C), so that pair 0 turns fastest",
@@ -824,8 +834,8 @@ def _shift_hint(x: Tensor, k: int, got: Tensor) -> str | None:
             "k * w_i as it is",
         ),
     )
-    for variant, hint in hints:
-        if is_close(got, variant, atol=1e-6):
+    for variant, hint in hints:  # loose: angles in float32 drift by up to 1e-3 rad
+        if is_close(got, variant, atol=1e-2):
             return hint
     return None
 
@@ -866,13 +876,16 @@ def check_shift_encoding(fn: Callable[[Tensor, int], Tensor]) -> str:
     if (
         isinstance(got, Tensor)
         and got.shape == given.shape
-        and not is_close(got, table[7:47], atol=1e-9)
+        and not is_close(got, table[7:47], atol=SHIFT_ATOL)
     ):
         hint = _shift_hint(given, 7, got)
         if hint:
             raise ExerciseError(hint)
     compare(
-        "my_shift_encoding(pe[:40], 7) against pe[7:47]", got, table[7:47], atol=1e-9
+        "my_shift_encoding(pe[:40], 7) against pe[7:47]",
+        got,
+        table[7:47],
+        atol=SHIFT_ATOL,
     )
     g = torch.Generator().manual_seed(0)
     for shape, k in [((2, 3, 16), 5), ((4, 8), -3), ((2, 64), 1000), ((3, 16), 0)]:
@@ -881,9 +894,9 @@ def check_shift_encoding(fn: Callable[[Tensor, int], Tensor]) -> str:
         if (
             isinstance(got, Tensor)
             and got.shape == x.shape
-            and not is_close(got, want, atol=1e-9)
+            and not is_close(got, want, atol=SHIFT_ATOL)
         ):
-            if is_close(got, shift_reference(x, 7), atol=1e-9):
+            if is_close(got, shift_reference(x, 7), atol=SHIFT_ATOL):
                 raise ExerciseError(
                     f"my_shift_encoding(x, {k}) turned by the angles of k = 7, the "
                     "first call's: something kept between calls (a cache keyed by C "
@@ -896,7 +909,7 @@ def check_shift_encoding(fn: Callable[[Tensor, int], Tensor]) -> str:
                 "on the table's rows, wrong here; R_k turns whatever pairs x holds "
                 "(did it look the table up, or rebuild it?), so turn x's own pairs"
             )
-        compare(f"my_shift_encoding(x {tuple(shape)}, {k})", got, want, atol=1e-9)
+        compare(f"my_shift_encoding(x {tuple(shape)}, {k})", got, want, atol=SHIFT_ATOL)
     x = table[:5].float()
     got = fn(x.clone(), 3)
     if isinstance(got, Tensor) and got.dtype != x.dtype:

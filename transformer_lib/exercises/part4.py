@@ -419,7 +419,8 @@ def _wrong_group(name: str, q: Tensor, k: Tensor, v: Tensor, got: Tensor) -> Non
                 raise ExerciseError(
                     f"{name}: query head {h} read key/value head {rk}, expected "
                     f"head {h // g} (heads {h // g * g} to {h // g * g + g - 1} share "
-                    "it: .repeat tiles the heads, .repeat_interleave groups them)"
+                    "it: the copies were tiled 0, 1, 0, 1, as .repeat or an expand "
+                    "before the H_kv axis makes them; .repeat_interleave groups them)"
                 )
             raise ExerciseError(
                 f"{name}: query head {h} read key head {rk} but value head {rv}, "
