@@ -1131,6 +1131,63 @@ def rope():
 
 
 @diagram
+def muon_update():
+    """Notebook 16: what setting every singular value to 1 does to an update."""
+    s = Svg(
+        900,
+        345,
+        "Muon's update: every direction of the gradient moves by the same amount",
+        "Left: a step along the gradient's momentum, G = U Sigma V^T, maps the unit "
+        "circle of input directions to an ellipse: the strong direction u1 is "
+        "stretched by sigma1, the weak one u2 by a small sigma2, so the step mostly "
+        "moves the strong one. Right: Muon's step U V^T sets every singular value "
+        "to 1, and maps the circle to a circle: every direction moves as much.",
+    )
+    s.text(
+        20,
+        28,
+        "Muon keeps the directions of a step and sets every singular value to 1",
+        size=15,
+        anchor="start",
+        weight="bold",
+    )
+    R, turn = 100, np.pi / 6  # the circle's radius; u1's angle
+    u1, u2 = (
+        np.array([np.cos(turn), -np.sin(turn)]),
+        np.array([np.sin(turn), np.cos(turn)]),
+    )
+    t = np.linspace(0, 2 * np.pi, 97)
+    for cx, (a, b), caption in (
+        (210, (1.0, 0.3), "a step along Ḡ = U Σ Vᵀ"),
+        (690, (1.0, 1.0), "Muon's step U Vᵀ"),
+    ):
+        cy = 185
+        s.line(
+            [(cx + R * np.cos(x), cy + R * np.sin(x)) for x in t],
+            arrow=False,
+            dash=True,
+            color=MUTED,
+        )
+        curve = [(cx, cy) + R * (a * np.cos(x) * u1 + b * np.sin(x) * u2) for x in t]
+        s.line(
+            [tuple(p) for p in curve], arrow=False, color=PALETTE["attn"][1], width=2.2
+        )
+        for vec, size, name in ((u1, a, "1"), (u2, b, "2")):
+            tip = np.array([cx, cy]) + R * size * vec
+            s.line([(cx, cy), tuple(tip)], width=2)
+            label = np.array([cx, cy]) + (R * size + 22) * vec
+            text = f"σ_{{{name}}} u_{{{name}}}" if a != b else f"u_{{{name}}}"
+            s.text(label[0], label[1] + 5, text, size=14)
+        s.text(cx, cy + R + 42, caption, size=14)
+    s.text(210, 62, "the weak direction hardly moves", size=12, color=MUTED)
+    s.text(690, 62, "every direction moves as much", size=12, color=MUTED)
+    s.arrow(370, 180, 520, 180, width=2)
+    s.text(445, 168, "Σ → I", size=15, weight="bold")
+    s.text(445, 204, "Newton-Schulz", size=13, color=MUTED)
+    return s
+
+
+@diagram
 def swiglu():
     s = Svg(
         900,
