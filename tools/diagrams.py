@@ -65,7 +65,7 @@ def course_map():
         "Map of the course",
         "Left, the encoder-decoder translator of Part II; right, the "
         "decoder-only GPT of "
-        "Part III; between them, Part V, which adapts the GPT. Each part is "
+        "Part III; between them, Part V, which adapts them. Each part is "
         "labelled with the notebook that builds it: "
         "tokens (01), "
         "embeddings (02), positional encoding (03), attention (04, 05), masks "
@@ -76,8 +76,9 @@ def course_map():
         "GELU and residual additions (12) and what it learned (13), KV cache, "
         "fused attention and DDP (14), "
         "and today's variants: RoPE, grouped-query attention and QK-norm (15), "
-        "SwiGLU and the Muon optimizer (16); then the GPT adapted: "
-        "a translator with a prompt and a loss mask (17), LoRA (18) and DPO (19).",
+        "SwiGLU and the Muon optimizer (16); then the two adapted: the GPT as "
+        "a translator with a prompt and a loss mask (17), LoRA (18), and the "
+        "translator tuned with preferences, DPO (19).",
         min_text_px=7,  # the whole course in one figure: its notes are small print
     )
     s.text(
