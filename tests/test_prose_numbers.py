@@ -134,6 +134,21 @@ QUOTES = [
         r"learned: ([\d.]+) between neighbours",
     ),
     (
+        "13_what_the_gpt_learned",
+        r"([\d.]+) nats per letter on the second copy",
+        r"loss on the second copy: ([\d.]+)",
+    ),
+    (
+        "13_what_the_gpt_learned",
+        r"on the second copy against ([\d.]+) on the first",
+        r"loss on the first copy: ([\d.]+)",
+    ),
+    (
+        "13_what_the_gpt_learned",
+        r"as on real text \(head 0\.1: ([\d.]+)\)",
+        r"\n0\.1\s+[\d.]+\s+[\d.]+\s+([\d.]+)\n",
+    ),
+    (
         "11_evaluation",
         r"the model reaches BLEU-zh ([\d.]+) greedy",
         r"course test split\s+greedy\s+[\d,]+\s+([\d.]+)",
@@ -464,7 +479,7 @@ FIGURE = re.compile(r"(?<![\w.,$\\{^_/-])(\d{1,3}(?:,\d{3})+|\d+\.\d+)(?![\w.,]*
 NOT_PRINTED: dict[str, dict[str, str]] = {
     "00": {
         "2.0": "the pairs' licence, CC-BY 2.0",
-        "30.4": "in 09",  # the translator's training time, as 00 opens with it
+        "30.4": "in 09",  # the translator's training time in 09, as 00 says
         "1.5045": "in A2",  # the speedrun's stored loss, beside 00's rerun
     },
     "01": {
@@ -503,7 +518,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "3,000": "the demo's batch cap, a setting",
         "5.4": "a section of the paper",
         "4.4": "= 4415040 / 1e6",
-        "1.861": "in 10",  # A1's run, which 10 and 11 use
+        "1.861": "in 10",  # the stored-runs box: the book's translator, which 10 prints
     },
     "10": {
         "0.09": "the min-p build-it's example: min_p 0.1 times a top probability 0.9",
@@ -518,13 +533,11 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "0.4": "a toy model's probability, worked in the text",
         "4,000": "the checker's sample size, a setting",
         "0.36": "the toy model's probability, worked in the text",
-        "1.851": "in 09",  # 09's own run, beside A1's rerun that 10 loads
     },
     "11": {
         "3.8": "= 64.9 / 17.3",
         "4.3": "= 539.9 / 124.4",
         "6.7": "= 31.4 - 24.66",
-        "1.851": "in 09",  # 09's own run, beside A1's rerun that 11 loads
     },
     "13": {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
@@ -610,7 +623,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "3.0": "= -0.547 - -3.536",
         "2.6": "= 24.98 - 22.39",
         "23.92": "in 11",
-        "1.851": "in 09",  # 09's own run, beside A1's rerun that 19 starts from
     },
 }
 

@@ -98,7 +98,7 @@ def sample(lang: str) -> str:
     if lang == "en":
         caption = (
             f"A sample (prompt `{first['prompt']}`, seed {first['seed']}, {settings})"
-            f" of a rerun of Part IV's speedrun that kept its weights:"
+            f" of a run of Part IV's speedrun:"
             f" {gpt['params']:,} parameters, {minutes:.1f} minutes"
             f" ({gpt['steps']:,} steps) on {cpu} with {threads} CPU"
             f" thread{'' if threads == '1' else 's'}, validation loss"
@@ -106,7 +106,7 @@ def sample(lang: str) -> str:
         )
     else:
         caption = (
-            "这段文字出自第四部分速通的一次重跑（这次重跑保存了模型权重）："
+            "这段文字出自第四部分速通的一次运行："
             f"{gpt['params']:,} 个参数，在 {cpu} 上用 {threads} 个 CPU 线程训练了"
             f" {minutes:.1f} 分钟（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}。"
             f"提示为 `{first['prompt']}`，随机种子 {first['seed']}，"
@@ -170,12 +170,10 @@ SCOREBOARD = [
         "在 {mt_threads} 个 CPU 线程上训练了 {mt_minutes} 分钟",
     ),
     (
-        "its BLEU-zh on the public Tatoeba test (beam 4; appendix A1's run with the"
-        " same settings): **{bleu_public}**, against"
+        "its BLEU-zh on the public Tatoeba test (beam 4): **{bleu_public}**, against"
         " 31.4 for OPUS-MT, trained on tens of millions of pairs; on our own test"
         " split: {bleu_ours}",
-        "它在公开的 Tatoeba 测试集上的 BLEU-zh（束宽 4；附录 A1 用相同设置"
-        "所做的那次运行）：**{bleu_public}**；用数千万"
+        "它在公开的 Tatoeba 测试集上的 BLEU-zh（束宽 4）：**{bleu_public}**；用数千万"
         "句对训练的 OPUS-MT 是 31.4。在我们自己的测试集上：{bleu_ours}",
     ),
     (
