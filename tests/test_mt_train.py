@@ -373,3 +373,19 @@ def test_tensorboard_curves_with_validation_bleu(tmp_path):
     scalars = read_scalars(tmp_path / "tb")
     assert set(scalars) == {"train/loss", "train/lr", "valid/loss", "valid/bleu"}
     assert scalars["valid/bleu"] == [12.5, 12.5] and len(scalars["valid/loss"]) == 2
+
+
+def test_a_resumed_run_refuses_moments_that_are_not_finite():
+    """A damaged optimizer state, a NaN in Adam's moments, is refused in one line, not
+    carried into every step of the resumed run."""
+    from transformer_lib.checkpoints import restore_training
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    restore_training("run.pt", state, model, optimizer, rng={})  # sound: accepted
+    state["optimizer"]["state"][0]["exp_avg"][0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match="damaged .*holds NaN or inf"):
+        restore_training("run.pt", state, model, optimizer, rng={})

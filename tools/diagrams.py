@@ -63,7 +63,8 @@ def course_map():
         960,
         670,
         "Map of the course",
-        "Left, the encoder-decoder translator of Part II; right, the "
+        "Left, the encoder-decoder translator of Part II (its blocks drawn "
+        "post-norm, as in the paper; notebook 09 trains them pre-norm); right, the "
         "decoder-only GPT of "
         "Part III; between them, Part V, which adapts them. Each part is "
         "labelled with the notebook that builds it: "
@@ -83,6 +84,13 @@ def course_map():
     )
     s.text(
         270, 28, "Part II · the translator (encoder-decoder)", size=17, weight="bold"
+    )
+    s.text(
+        270,
+        48,
+        "blocks drawn post-norm, as in the paper; 09 trains them pre-norm (07)",
+        size=11,
+        color=MUTED,
     )
     s.text(770, 28, "Parts III-IV · the GPT, decoder only", size=17, weight="bold")
     w = 200
@@ -363,7 +371,7 @@ def attention_one_query():
     s.text(
         470,
         234,
-        f"weights sum to {weights.sum():.2f}",
+        f"weights sum to {weights.sum():.0f} (each shown rounded)",
         size=12,
         color=MUTED,
         anchor="start",

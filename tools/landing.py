@@ -102,13 +102,14 @@ def sample(lang: str) -> str:
             f" {gpt['params']:,} parameters, {minutes:.1f} minutes"
             f" ({gpt['steps']:,} steps) on {cpu} with {threads} CPU"
             f" thread{'' if threads == '1' else 's'}, validation loss"
-            f" {gpt['val_loss']}."
+            f" {gpt['val_loss']} (a second run, beside the one the table below scores)."
         )
     else:
         caption = (
             "这段文字出自第四部分速通的一次运行："
             f"{gpt['params']:,} 个参数，在 {cpu} 上用 {threads} 个 CPU 线程训练了"
-            f" {minutes:.1f} 分钟（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}。"
+            f" {minutes:.1f} 分钟（{gpt['steps']:,} 步），验证损失 {gpt['val_loss']}"
+            "（这是另一次运行，与下表计分的那次并列）。"
             f"提示为 `{first['prompt']}`，随机种子 {first['seed']}，"
             + settings.replace("temperature", "温度").replace(", ", "，")
             + "。"
@@ -206,9 +207,11 @@ SCOREBOARD = [
     (
         "LoRA (r = 8) adapting Part III's Shakespeare GPT to today's English:"
         " **{lora_gain}%** of full fine-tuning's gain with 1/{lora_state} of its"
-        " AdamW state",
+        " AdamW state (rank 8 was added after ranks 4 and 16 each missed one of the"
+        " two bars)",
         "LoRA（r = 8）把第三部分的莎士比亚 GPT 适配到今天的英语：只用全量微调"
-        " 1/{lora_state} 的 AdamW 状态，收回了它 **{lora_gain}%** 的增益",
+        " 1/{lora_state} 的 AdamW 状态，收回了它 **{lora_gain}%** 的增益"
+        "（秩 4 和秩 16 各有一条标准没达到，之后才加上了秩 8）",
     ),
     (
         "DPO on Part II's translator, with pairs from sentences it never trained on:"

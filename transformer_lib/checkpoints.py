@@ -378,7 +378,8 @@ def restore_training(
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #c4ec0004-1
 def _check_moments(optimizer: torch.optim.Optimizer) -> None:
-    """Raise ValueError when an optimizer moment's shape is not its parameter's."""
+    """Raise ValueError when an optimizer moment's shape is not its parameter's, or it
+    holds a NaN or an infinity (a resumed run would carry it into every step)."""
     state = getattr(optimizer, "state", {})
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -387,6 +388,10 @@ def _check_moments(optimizer: torch.optim.Optimizer) -> None:
                     raise ValueError(
                         f"a moment of shape {tuple(value.shape)} for a parameter of "
                         f"shape {tuple(p.shape)}"
+                    )
+                if torch.is_tensor(value) and not torch.isfinite(value).all():
+                    raise ValueError(
+                        f"a moment of shape {tuple(p.shape)} holds NaN or inf"
                     )
 
 # %% ../notebooks/A1_translator_training_runs.ipynb #a1-runstate
