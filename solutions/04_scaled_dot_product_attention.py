@@ -5,15 +5,11 @@ import math
 import torch
 
 
-def my_alibi_attention(q, k, v, slopes):
-    """Causal attention, q k (B, H, T, D), v (B, H, T, D_v), slopes (H,) -> (output
-    (B, H, T, D_v), weights (B, H, T, T)); score (i, j) of head h less slopes[h] * (i -
-    j)."""
-    T = q.size(-2)
-    pos = torch.arange(T, dtype=q.dtype)
-    distance = pos[:, None] - pos[None, :]  # (T, T): i - j, how far back key j is
-    bias = -slopes[:, None, None] * distance  # (H, T, T): a slope per head
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias  # (B, H, T, T)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()  # key j <= query i
-    weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+def my_attention_with_mask(q, k, v, allowed):
+    """q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v), allowed bool (T_q, T_k)
+    or (..., T_q, T_k), True = may see -> (output (..., T_q, d_v), weights (..., T_q,
+    T_k))."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T_q, T_k)
+    scores = scores.masked_fill(~allowed, float("-inf"))  # a blocked key: e^-inf = 0
+    weights = torch.softmax(scores, dim=-1)  # over the keys: each row sums to 1
     return weights @ v, weights

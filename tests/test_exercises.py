@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from exercise_helpers import fails, solution
+from exercise_helpers import fails, passes, solution
 from torch import nn
 
 from transformer_lib import exercises as ex
@@ -330,6 +330,42 @@ def test_rope():
     fails(ex.check_rope, lambda x: ex.rope_reference(x, base=500.0), "entries differ")
 
 
+def masked_with(scale=None, fill=-math.inf, dim=-1, inverted=False, batch_t=False):
+    """Attention with a bool mask, or with a usual mistake."""
+
+    def attention(q, k, v, allowed):
+        kt = k.transpose(0, 1) if batch_t else k.transpose(-2, -1)
+        s = q @ kt / (math.sqrt(q.size(-1)) if scale is None else scale)
+        w = s.masked_fill(allowed if inverted else ~allowed, fill).softmax(dim)
+        return w @ v, w
+
+    return attention
+
+
+def test_attention_with_mask():
+    check = ex.check_attention_with_mask
+    passes(check, solution("04").my_attention_with_mask)
+    passes(check, masked_with(fill=-1e9))  # a large negative number does as well
+    fails(check, masked_with(dim=-2), r"the softmax ran over the queries \(dim=-2")
+    fails(check, masked_with(scale=1.0), r"not divided by sqrt\(d_k\)")
+    fails(check, masked_with(fill=0.0), "the blocked scores were set to 0, not -inf")
+    fails(check, masked_with(inverted=True), "allowed was read the wrong way round")
+    fails(check, masked_with(batch_t=True), r"k.transpose\(-2, -1\)")
+
+    def after(q, k, v, allowed):
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) * allowed
+        return w @ v, w
+
+    fails(check, after, "zeroed after the softmax")
+    right = solution("04").my_attention_with_mask
+    fails(check, lambda *a: right(*a)[::-1], r"came back as \(weights, output\)")
+    # the docstring's example, as it says
+    zeros, triangle = torch.zeros(3, 2), torch.ones(3, 3, dtype=torch.bool).tril()
+    w = right(zeros, zeros, torch.eye(3), triangle)[1]
+    want = [[1, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]]
+    torch.testing.assert_close(w, torch.tensor(want))
+
+
 def alibi_with(sign=-1.0, scaled=False, causal=True, after=False, per_key=False):
     """Attention with ALiBi, or with a usual mistake."""
 
@@ -587,9 +623,13 @@ def test_shift_targets():
 # solution come before the notebook shows the course's own version of the component
 REVEALS = [
     ("02", "MyTiedOutput", "lm_head.weight = embed.weight"),
+    ("04", "my_attention_with_mask", "def scaled_dot_product_attention("),
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
     ("08", "MyDecoderLayer", "class DecoderLayer("),
+    ("09", "my_train_step", "def train_step("),
+    ("09", "my_train", "def train_loop("),
+    ("10", "my_beam_search", "def score_candidates("),
     ("15", "my_grouped_attention", "def repeat_kv("),
 ]
 
@@ -1310,7 +1350,7 @@ def test_check_command_reads_the_saved_notebook(tmp_path, capsys):
     nb = next((ROOT / "notebooks").glob("04_*.ipynb"))
     assert main(["check", "04", "--notebooks", str(nb.parent)]) == 1
     out = capsys.readouterr().out
-    assert f"\u00b7 04 my_alibi_attention: {ex.TODO}" in out
+    assert f"\u00b7 04 my_attention_with_mask: {ex.TODO}" in out
     assert out.endswith("0 of 1 build-its pass\n")
     # the learner fills in the stub and saves: the command sees it
     import json
@@ -2323,11 +2363,13 @@ def test_check_command_names_a_cell_that_raised(tmp_path, capsys):
     data = json.loads(nb.read_text(encoding="utf-8"))
     for cell in data["cells"]:
         if "build-it" in cell["metadata"].get("tags", []):
-            cell["source"] = "def my_alibi_attention(q, k, v, slopes):\n    return (\n"
+            cell["source"] = (
+                "def my_attention_with_mask(q, k, v, allowed):\n    return (\n"
+            )
     (tmp_path / nb.name).write_text(json.dumps(data), encoding="utf-8")
     assert main(["check", "04", "--notebooks", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "04 my_alibi_attention: its cell raised SyntaxError" in out
+    assert "04 my_attention_with_mask: its cell raised SyntaxError" in out
     assert "is not defined" not in out
 
 
@@ -4320,7 +4362,7 @@ def test_review10_tied_output_stub_says_no_linear():
 
 
 def test_review10_alibi_in_place_swapped_and_slope_slips_named():
-    right = solution("04").my_alibi_attention
+    right = solution("06").my_alibi_attention
 
     def in_place(q, k, v, slopes):
         q *= 2  # the caller's q changed, the result right

@@ -119,9 +119,9 @@ def test_03_a_cache_keyed_by_t_is_named():
     fails(ex.check_rope, cached_rope, r"a cos/sin cache keyed by T alone")
 
 
-# 04 · float64 results, detached weights -----------------------------------------------
+# 06 · float64 results, detached weights -----------------------------------------------
 
-alibi = solution("04").my_alibi_attention
+alibi = solution("06").my_alibi_attention
 
 
 def test_04_dtype_and_detached_weights_are_named():

@@ -41,6 +41,7 @@ from transformer_lib.exercises.framework import (
 )
 from transformer_lib.exercises.part1 import (
     check_alibi_attention,
+    check_attention_with_mask,
     check_bpe_encode,
     check_multi_head_attention,
     check_sha256,
@@ -93,9 +94,10 @@ __all__ = [
     "check_bpe_encode",
     "check_tied_output",
     "check_shift_encoding",
-    "check_alibi_attention",
+    "check_attention_with_mask",
     "check_multi_head_attention",
     "check_sliding_window_mask",
+    "check_alibi_attention",
     "check_encoder_layer",
     "check_decoder_layer",
     "check_shift_targets",
@@ -130,9 +132,12 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     "01": [("my_bpe_encode", check_bpe_encode)],
     "02": [("MyTiedOutput", check_tied_output)],
     "03": [("my_shift_encoding", check_shift_encoding)],
-    "04": [("my_alibi_attention", check_alibi_attention)],
+    "04": [("my_attention_with_mask", check_attention_with_mask)],
     "05": [("MyMultiHeadAttention", check_multi_head_attention)],
-    "06": [("my_sliding_window_mask", check_sliding_window_mask)],
+    "06": [
+        ("my_sliding_window_mask", check_sliding_window_mask),
+        ("my_alibi_attention", check_alibi_attention),
+    ],
     "07": [("MyEncoderLayer", check_encoder_layer)],
     "08": [
         ("MyDecoderLayer", check_decoder_layer),

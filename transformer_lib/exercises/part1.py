@@ -1,8 +1,7 @@
 """The checkers of Part I's build-its (notebooks 00-06): a file's checksum, BPE
 encoding with learnt merges, an output layer tied to the embedding, a position's
-encoding moved k positions on, attention
-with a distance penalty (ALiBi), multi-head attention and a sliding-window mask.
-Written by hand."""
+encoding moved k positions on, attention with a mask, multi-head attention, a
+sliding-window mask and attention with a distance penalty (ALiBi). Written by hand."""
 
 from __future__ import annotations
 
@@ -926,274 +925,218 @@ def check_shift_encoding(fn: Callable[[Tensor, int], Tensor]) -> str:
     )
 
 
-# 04 · attention with a linear distance penalty (ALiBi) --------------------------------
+# 04 · attention with a mask ----------------------------------------------------------
 
 
-def alibi_reference(
+def masked_attention_reference(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    slopes: Tensor,
-    sign=-1.0,
-    scaled=False,
-    scale=None,
-    slip="",
+    allowed: Tensor,
+    scale: float | None = None,
+    fill: float = -math.inf,
+    dim: int = -1,
+    slip: str = "",
 ) -> tuple[Tensor, Tensor]:
-    """Causal attention whose score (i, j) of head h has slopes[h] * (i - j) subtracted;
-    with sign, scaled, scale or slip set, a usual mistake (to recognise it): slip
-    "inverted" (the causal mask inverted), "multiply" (the scores multiplied by it),
-    "dim-2" (the softmax over the queries) or "after" (the penalty added to the
-    weights). slopes (H,), or (T,) spread over the
-    keys by mistake when given as (1, 1, T)."""
-    T = q.size(-2)
-    pos = torch.arange(T, dtype=q.dtype)
-    slopes = slopes[:, None, None] if slopes.dim() == 1 else slopes
-    bias = sign * slopes * (pos[:, None] - pos)  # (H, T, T): slopes[h] * (i - j)
+    """softmax(q k^T / sqrt(d_k), -inf where allowed is False) v -> (output, weights).
+    With an argument set, a usual mistake (to recognise it): another scale, fill 0 (a
+    blocked score of 0), dim (the softmax over another axis), slip "inverted" (-inf
+    where allowed is True), "ignored" (no mask) or "after" (the weights zeroed after the
+    softmax)."""
     root = math.sqrt(q.size(-1)) if scale is None else scale
-    scores = q @ k.transpose(-2, -1)
-    scores = (scores + bias) / root if scaled else scores / root
-    if not scaled and slip != "after":
-        scores = scores + bias
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    keep = ~causal if slip == "inverted" else causal
-    if slip == "multiply":
-        scores = scores * keep  # a masked score of 0, not -inf
-    else:
-        scores = scores.masked_fill(~keep, -math.inf)
-    w = scores.softmax(-2 if slip == "dim-2" else -1)
-    w = w + bias if slip == "after" else w  # (B, H, T, T)
+    scores = q @ k.transpose(-2, -1) / root  # (..., T_q, T_k)
+    if slip == "after":
+        w = scores.softmax(-1).masked_fill(~allowed, 0.0)
+        return w @ v, w
+    if slip != "ignored":
+        scores = scores.masked_fill(allowed if slip == "inverted" else ~allowed, fill)
+    w = scores.softmax(dim)
     return w @ v, w
 
 
-_ALIBI_MISTAKES = (
+_MASK_MISTAKES = (
     (
         {"slip": "inverted"},
-        "the causal mask is inverted: query i saw the later keys j > i, and the last "
-        "query none (a row of NaN); fill the scores of j > i with -inf",
+        "allowed was read the wrong way round: True means the query may see the key; "
+        "fill -inf where allowed is False, masked_fill(~allowed, float('-inf'))",
     ),
     (
-        {"slip": "multiply"},
-        "the scores were multiplied by the causal mask: a later key's score becomes "
-        "0, not -inf, and still gets weight; masked_fill(~causal, -inf)",
-    ),
-    (
-        {"slip": "dim-2"},
-        "the softmax ran over the queries (dim=-2): each query's weights over the keys "
-        "sum to 1, softmax(dim=-1)",
+        {"fill": 0.0},
+        "the blocked scores were set to 0, not -inf: e^0 = 1, so a blocked key still "
+        "gets weight; masked_fill(~allowed, float('-inf'))",
     ),
     (
         {"slip": "after"},
-        "the penalty was added to the weights, after the softmax: add it to the "
-        "scores, before the softmax",
+        "the weights were zeroed after the softmax, so a row no longer sums to 1: "
+        "fill the scores with -inf before the softmax, which then shares the row "
+        "among the allowed keys",
     ),
     (
-        {"sign": 1.0},
-        "the penalty has the wrong sign: far keys gain; the score must lose "
-        "slopes[h] * (i - j), where i - j >= 0 for the keys query i sees (written "
-        "j - i, the subtraction adds)",
+        {"slip": "ignored"},
+        "allowed was ignored: every query saw every key; fill the scores of the "
+        "blocked keys with -inf before the softmax",
     ),
     (
-        {"scaled": True},
-        "the penalty was divided by sqrt(d_k) too: add it after scaling",
+        {"dim": -2},
+        "the softmax ran over the queries (dim=-2, or dim=0 of a (T_q, T_k) matrix): "
+        "each query's weights over the keys sum to 1, softmax(dim=-1)",
     ),
     ({"scale": 1.0}, "the scores q k^T were not divided by sqrt(d_k)"),
 )
 
 
-def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | None:
-    """Name the usual mistake that gives the weights `w` (B, H, T, T), if any."""
-    if not (isinstance(w, Tensor) and w.shape == q.shape[:-1] + q.shape[-2:-1]):
+def _mask_hint(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, w) -> str | None:
+    """Name the usual mistake that gives the weights `w`, if any."""
+    if not isinstance(w, Tensor):
         return None
     w = w.detach()
-    for kwargs, message in _ALIBI_MISTAKES:
-        if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
-            return message
-    if is_close(w, alibi_reference(q, k, v, slopes, scale=q.size(-1))[1]):
-        return "the scores were divided by d_k, not by its square root, sqrt(d_k)"
-    T = q.size(-2)
-    if T != q.size(-1) and is_close(
-        w, alibi_reference(q, k, v, slopes, scale=math.sqrt(T))[1]
-    ):
-        return (
-            "the scores were divided by sqrt(T), the number of positions (q.size(-2)): "
-            "the scale is sqrt(d_k), the width of q and k, q.size(-1)"
-        )
-    pos = torch.arange(T, dtype=q.dtype)
-    whole = (slopes[:, None, None] * (pos[:, None] - pos)).trunc()  # (H, T, T)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) - whole
-    later = torch.ones(T, T, dtype=torch.bool).triu(1)
-    if is_close(w, scores.masked_fill(later, -math.inf).softmax(-1)):
-        return (
-            "the penalty was rounded to whole numbers (.long() or int): keep "
-            "slopes[h] * (i - j) in q's float dtype"
-        )
-    root_v = math.sqrt(v.size(-1))
-    if v.size(-1) != q.size(-1) and is_close(
-        w, alibi_reference(q, k, v, slopes, scale=root_v)[1]
-    ):
-        return (
-            "the scores were divided by sqrt(D_v), the values' width: the scale is "
-            "sqrt(d_k), the width of q and k"
-        )
-    if len(slopes) > 1 and is_close(
-        w, alibi_reference(q, k, v, slopes[:1].expand(len(slopes)))[1]
-    ):
-        return "every head used slopes[0]: head h subtracts slopes[h] * (i - j)"
-    for wrong, message in (
-        (slopes * 0, "no penalty at all: subtract slopes[h] * (i - j) from the scores"),
-        (
-            slopes.mean().expand(len(slopes)),
-            "every head used one slope, the slopes' mean: head h subtracts its own "
-            "slopes[h] * (i - j)",
-        ),
-        (
-            slopes.flip(0),
-            "the slopes were reversed: head 0 takes slopes[0] = 1/2, the steepest",
-        ),
-    ):
-        if len(slopes) > 1 and is_close(w, alibi_reference(q, k, v, wrong)[1]):
-            return message
-    T = w.size(-1)
-    i, j = torch.ones(T, T, dtype=torch.bool).tril(-1).nonzero().T
-    earlier = w[..., i, j]  # the weights of the keys before each query
-    if ((earlier == 0) | earlier.isnan()).all() and (w.triu(1) > 0).any():
-        return (
-            "query i gives no weight to the earlier keys j < i and weight to the "
-            "later ones: the mask is reversed; -inf where j > i (triu(1)), keep j <= i"
-        )
-    diagonal = w[..., range(T), range(T)]
-    if ((diagonal == 0) | diagonal.isnan()).all():
-        return (
-            "query i gives no weight to key i: query i must see key i (the "
-            "diagonal); mask only the later keys, j > i (triu(1))"
-        )
-    if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
-        if (w.triu(1) == 0).all():
-            return (
-                "the rows of the weights do not sum to 1, and the later keys have no "
-                "weight: the weights were masked after the softmax; fill the scores "
-                "with -inf before it"
+    mistakes = list(_MASK_MISTAKES)
+    if q.dim() == 3:
+        mistakes.append(
+            (
+                {"dim": 0},
+                "the softmax ran over the batch (dim=0): each query's weights over "
+                "the keys sum to 1, softmax(dim=-1)",
             )
-        return (
-            "the rows of the weights do not sum to 1: each row is a softmax over the "
-            "keys (dim=-1) of the penalised, masked scores"
         )
-    later = w[0, 0].triu(1) != 0  # (T, T)
-    if later.any():
-        i, j = later.nonzero()[0].tolist()
-        return f"query {i} gives weight to key {j}, a later one: keep the causal mask"
-    if is_close(w, alibi_reference(q, k, v, slopes[None, None, :])[1]):  # H == T
-        return (
-            "slopes[h] must multiply head h: the slopes were spread over the keys; use "
-            "slopes[:, None, None] against the (T, T) distances"
-        )
-    if w.size(1) == w.size(-1) and is_close(
-        w, alibi_reference(q, k, v, slopes[None, :, None])[1]
+    d_k, d_v, T_k = q.size(-1), v.size(-1), k.size(-2)
+    for scale, message in (
+        (d_k, "the scores were divided by d_k, not by its square root, sqrt(d_k)"),
+        (
+            math.sqrt(d_v),
+            "the scores were divided by sqrt(d_v), the values' width: the scale is "
+            "sqrt(d_k), the width of q and k, q.size(-1)",
+        ),
+        (
+            math.sqrt(T_k),
+            "the scores were divided by sqrt(T_k), the number of keys: the scale is "
+            "sqrt(d_k), the width of q and k, q.size(-1)",
+        ),
     ):
-        return (
-            "slopes[h] must multiply head h: the slopes were spread over the queries "
-            "(slopes[:, None]); use slopes[:, None, None] against the (T, T) distances"
-        )
+        if scale != math.sqrt(d_k):
+            mistakes.append(({"scale": scale}, message))
+    for kwargs, message in mistakes:
+        want = masked_attention_reference(q, k, v, allowed, **kwargs)[1]
+        if is_close(w, want, equal_nan=True):
+            return message
     return None
 
 
-def _check_alibi_backward(fn: Callable, *given: Tensor) -> None:
-    """One backward pass through the answer, as training runs it: the gradients of q,
-    k and v equal the reference's."""
-    q, k, v, slopes = (t.clone().requires_grad_(i < 3) for i, t in enumerate(given))
+def _mask_case(fn: Callable, label: str, q: Tensor, k: Tensor, v: Tensor, allowed):
+    """One call of the learner's function on float64 inputs, its weights and output
+    compared with the reference's, the usual mistake named."""
+    mine = q.clone(), k.clone(), v.clone(), allowed.clone()
     try:
-        out, w = fn(q, k, v, slopes)
-        ((out * out).sum() + (w * w).sum()).backward()
-    except RuntimeError as e:
-        if "inplace" not in str(e):
+        got = fn(*mine)
+    except (RuntimeError, IndexError) as e:
+        if q.dim() == 2:
             raise
+        if "shape of the mask" in str(e):
+            raise ExerciseError(
+                f"{label}: {type(e).__name__} ({first_line(e)}): scores[~allowed] "
+                "needs a mask of the scores' full shape; masked_fill(~allowed, ...) "
+                "broadcasts a (T_q, T_k) mask over the batch"
+            ) from None
         raise ExerciseError(
-            "the backward pass failed: a tensor autograd needed was changed in place "
-            "(masked_fill_ on the softmax's output, or *=, +=): the -inf fill before "
-            "the softmax already gives the later keys 0; use out-of-place operations "
-            "(masked_fill, no underscore)"
+            f"{label}: {type(e).__name__} ({first_line(e)}): it ran on (T, d) inputs "
+            "but not on a batch (B, T, d); transpose only the last two axes of k, "
+            "k.transpose(-2, -1) (k.T and k.transpose(0, 1) move the batch axis)"
         ) from None
-    ref = [t.detach().clone().requires_grad_() for t in given[:3]]
-    want_out, want_w = alibi_reference(*ref, given[3])
-    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
-    if not w.requires_grad:
+    for name, given, kept in zip(("q", "k", "v", "allowed"), (q, k, v, allowed), mine):
+        if not torch.equal(given, kept):
+            raise ExerciseError(
+                f"{name} was changed in place ({name} /= ..., masked_fill_?): the "
+                f"caller's {name} must stay as it was; compute into a new tensor"
+            )
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise ExerciseError("return a pair (output, weights)")
+    out, w = got
+    want_out, want_w = masked_attention_reference(q, k, v, allowed)
+    if (
+        want_out.shape != want_w.shape
+        and getattr(out, "shape", None) == want_w.shape
+        and getattr(w, "shape", None) == want_out.shape
+    ):
+        raise ExerciseError(
+            "the pair came back as (weights, output): return (output, weights), the "
+            "output first"
+        )
+    if not is_close(w, want_w):
+        hint = _mask_hint(q, k, v, allowed, w)
+        if hint:
+            raise ExerciseError(f"{hint} ({label})")
+    compare(f"weights for {label}", w, want_w, atol=1e-9)
+    compare(f"output for {label}", out, want_out, atol=1e-9)
+
+
+def _random_allowed(shape: tuple[int, ...], g: torch.Generator) -> Tensor:
+    """A random bool mask of `shape` (..., T_q, T_k) in which every query may see at
+    least one key."""
+    allowed = torch.rand(shape, generator=g) < 0.5
+    one = torch.randint(shape[-1], (*shape[:-1], 1), generator=g)  # a key per query
+    return allowed.scatter(-1, one, True)
+
+
+def _check_mask_backward(fn: Callable, q: Tensor, k: Tensor, v, allowed) -> None:
+    """One backward pass through the answer: the gradients of q, k and v equal the
+    reference's."""
+    mine = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, w = fn(*mine, allowed)
+    if not (isinstance(w, Tensor) and w.requires_grad):
         raise ExerciseError(
             "the weights returned carry no gradient (detached): return them as "
             "computed; detach only where you plot them"
         )
-    for name, mine, theirs in zip("qkv", (q, k, v), ref):
-        if mine.grad is None:
+    ((out * out).sum() + (w * w).sum()).backward()
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_out, want_w = masked_attention_reference(*ref, allowed)
+    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+    for name, a, b in zip("qkv", mine, ref):
+        if a.grad is None:
             raise ExerciseError(
                 f"no gradient reached {name}: the output was detached (or computed "
                 "under torch.no_grad()); attention must let q, k and v train"
             )
-        compare(f"the gradient of {name}", mine.grad, theirs.grad, atol=1e-9)
+        compare(f"the gradient of {name}", a.grad, b.grad, atol=1e-9)
 
 
-@checker("attention with ALiBi")
-def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
-    """fn(q, k, v, slopes) -> (out (B, H, T, D_v), weights (B, H, T, T)): causal
-    attention whose score of query i and key j <= i in head h is q.k / sqrt(d_k) -
-    slopes[h] * (i - j)."""
+@checker("attention with a mask")
+def check_attention_with_mask(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
+    """fn(q, k, v, allowed) -> (output (..., T_q, d_v), weights (..., T_q, T_k)):
+    softmax(q k^T / sqrt(d_k)) v, with the scores of the keys that `allowed` (bool,
+    True = may see) blocks set to -inf."""
     g = torch.Generator().manual_seed(0)
-    for shape in ((2, 5, 5, 8), (1, 2, 7, 4)):  # H == T first: the slopes' axis shows
-        B, H, T, _ = shape
-        q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
-        v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
-        slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
-        mine = q.clone(), k.clone(), v.clone(), slopes.clone()
-        try:
-            got = fn(*mine)
-        except RuntimeError as e:
-            if "must match the size" not in str(e):
-                raise
-            raise ExerciseError(
-                f"q {shape}: RuntimeError ({first_line(e)}): do the "
-                "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
-                "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
-            ) from None
-        for name, given, kept in zip(
-            ("q", "k", "v", "slopes"), (q, k, v, slopes), mine
-        ):
-            if not torch.equal(given, kept):
-                raise ExerciseError(
-                    f"{name} was changed in place (q /= ...?): the caller's {name} "
-                    f"must stay as it was; write {name} / ... into a new tensor"
-                )
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise ExerciseError("return a pair (output, weights)")
-        out, w = got
-        if (
-            isinstance(out, Tensor)
-            and out.shape == (B, H, T, T)
-            and getattr(w, "shape", None) == (B, H, T, 3)
-        ):
-            raise ExerciseError(
-                "the pair came back as (weights, output): return (output, weights), "
-                "the output first"
-            )
-        want_out, want_w = alibi_reference(q, k, v, slopes)
-        hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
-        if hint:
-            raise ExerciseError(f"{hint} (q {shape})")
-        if isinstance(w, Tensor) and not is_close(w, want_w):
-            w2 = fn(q.clone(), k.clone(), v.clone(), 2 * slopes)[1]
-            if is_close(w2, w):
-                raise ExerciseError(
-                    f"q {shape}: the weights stayed the same when the slopes were "
-                    "doubled: the argument slopes is ignored (slopes of your own?); "
-                    "head h subtracts the slopes[h] it is given"
-                )
-        compare(f"weights for q {shape}", w, want_w, atol=1e-9)
-        compare(f"output for q {shape}", out, want_out, atol=1e-9)
-    _check_alibi_backward(fn, q, k, v, slopes)
-    out32, w32 = fn(q.float(), k.float(), v.float(), slopes.float())
+    # (batch, T_q, T_k, d_k, d_v, one mask per sentence): widths differ, so that a
+    # scale or an axis taken from the wrong size shows
+    cases = (
+        ((), 4, 5, 3, 2, False),
+        ((2,), 3, 6, 4, 5, True),
+        ((3,), 4, 4, 2, 3, False),
+    )
+    for lead, T_q, T_k, d_k, d_v, per_sentence in cases:
+        q = torch.randn(*lead, T_q, d_k, generator=g, dtype=torch.float64)
+        k = torch.randn(*lead, T_k, d_k, generator=g, dtype=torch.float64)
+        v = torch.randn(*lead, T_k, d_v, generator=g, dtype=torch.float64)
+        allowed = _random_allowed((*lead, T_q, T_k) if per_sentence else (T_q, T_k), g)
+        label = f"q {tuple(q.shape)}, allowed {tuple(allowed.shape)}"
+        _mask_case(fn, label, q, k, v, allowed)
+    # the docstring's example last: with q = k = 0 a missing scale does not show, and
+    # a blocked score of 0 looks like no mask at all
+    zeros = torch.zeros(3, 2, dtype=torch.float64)
+    triangle = torch.ones(3, 3, dtype=torch.bool).tril()
+    example = "the docstring's example (q = k = 0, allowed a lower triangle)"
+    _mask_case(fn, example, zeros, zeros, torch.eye(3, dtype=torch.float64), triangle)
+    _check_mask_backward(fn, q, k, v, allowed)
+    out32, w32 = fn(q.float(), k.float(), v.float(), allowed)
     if out32.dtype != torch.float32 or w32.dtype != torch.float32:
         raise ExerciseError(
             f"float32 q, k, v gave a {out32.dtype} output and {w32.dtype} weights: "
             "keep q's dtype (no .double(), no tensors made in another dtype)"
         )
-    return "q (2, 5, 5, 8) and (1, 2, 7, 4), slopes 1/2, 1/4, ...: weights and outputs"
+    return (
+        "(4, 3) queries on 5 keys, a batch of 2 with a mask each, a batch of 3 sharing "
+        "one mask, the docstring's example: weights, outputs and gradients"
+    )
 
 
 # 05 · multi-head attention ------------------------------------------------------------
@@ -1735,3 +1678,273 @@ def _window_shape_hint(got, want: Tensor, ids: Tensor, window: int) -> None:
             "the padding is missing: the mask must also hide each row's <pad> keys, "
             "so it has one (T, T) per sequence: (B, 1, T, T)"
         )
+
+
+# 06 · attention with a linear distance penalty (ALiBi) --------------------------------
+
+
+def alibi_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    slopes: Tensor,
+    sign=-1.0,
+    scaled=False,
+    scale=None,
+    slip="",
+) -> tuple[Tensor, Tensor]:
+    """Causal attention whose score (i, j) of head h has slopes[h] * (i - j) subtracted;
+    with sign, scaled, scale or slip set, a usual mistake (to recognise it): slip
+    "inverted" (the causal mask inverted), "multiply" (the scores multiplied by it),
+    "dim-2" (the softmax over the queries) or "after" (the penalty added to the
+    weights). slopes (H,), or (T,) spread over the
+    keys by mistake when given as (1, 1, T)."""
+    T = q.size(-2)
+    pos = torch.arange(T, dtype=q.dtype)
+    slopes = slopes[:, None, None] if slopes.dim() == 1 else slopes
+    bias = sign * slopes * (pos[:, None] - pos)  # (H, T, T): slopes[h] * (i - j)
+    root = math.sqrt(q.size(-1)) if scale is None else scale
+    scores = q @ k.transpose(-2, -1)
+    scores = (scores + bias) / root if scaled else scores / root
+    if not scaled and slip != "after":
+        scores = scores + bias
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    keep = ~causal if slip == "inverted" else causal
+    if slip == "multiply":
+        scores = scores * keep  # a masked score of 0, not -inf
+    else:
+        scores = scores.masked_fill(~keep, -math.inf)
+    w = scores.softmax(-2 if slip == "dim-2" else -1)
+    w = w + bias if slip == "after" else w  # (B, H, T, T)
+    return w @ v, w
+
+
+_ALIBI_MISTAKES = (
+    (
+        {"slip": "inverted"},
+        "the causal mask is inverted: query i saw the later keys j > i, and the last "
+        "query none (a row of NaN); fill the scores of j > i with -inf",
+    ),
+    (
+        {"slip": "multiply"},
+        "the scores were multiplied by the causal mask: a later key's score becomes "
+        "0, not -inf, and still gets weight; masked_fill(~causal, -inf)",
+    ),
+    (
+        {"slip": "dim-2"},
+        "the softmax ran over the queries (dim=-2): each query's weights over the keys "
+        "sum to 1, softmax(dim=-1)",
+    ),
+    (
+        {"slip": "after"},
+        "the penalty was added to the weights, after the softmax: add it to the "
+        "scores, before the softmax",
+    ),
+    (
+        {"sign": 1.0},
+        "the penalty has the wrong sign: far keys gain; the score must lose "
+        "slopes[h] * (i - j), where i - j >= 0 for the keys query i sees (written "
+        "j - i, the subtraction adds)",
+    ),
+    (
+        {"scaled": True},
+        "the penalty was divided by sqrt(d_k) too: add it after scaling",
+    ),
+    ({"scale": 1.0}, "the scores q k^T were not divided by sqrt(d_k)"),
+)
+
+
+def _alibi_hint(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, w) -> str | None:
+    """Name the usual mistake that gives the weights `w` (B, H, T, T), if any."""
+    if not (isinstance(w, Tensor) and w.shape == q.shape[:-1] + q.shape[-2:-1]):
+        return None
+    w = w.detach()
+    for kwargs, message in _ALIBI_MISTAKES:
+        if is_close(w, alibi_reference(q, k, v, slopes, **kwargs)[1], equal_nan=True):
+            return message
+    if is_close(w, alibi_reference(q, k, v, slopes, scale=q.size(-1))[1]):
+        return "the scores were divided by d_k, not by its square root, sqrt(d_k)"
+    T = q.size(-2)
+    if T != q.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes, scale=math.sqrt(T))[1]
+    ):
+        return (
+            "the scores were divided by sqrt(T), the number of positions (q.size(-2)): "
+            "the scale is sqrt(d_k), the width of q and k, q.size(-1)"
+        )
+    pos = torch.arange(T, dtype=q.dtype)
+    whole = (slopes[:, None, None] * (pos[:, None] - pos)).trunc()  # (H, T, T)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) - whole
+    later = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if is_close(w, scores.masked_fill(later, -math.inf).softmax(-1)):
+        return (
+            "the penalty was rounded to whole numbers (.long() or int): keep "
+            "slopes[h] * (i - j) in q's float dtype"
+        )
+    root_v = math.sqrt(v.size(-1))
+    if v.size(-1) != q.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes, scale=root_v)[1]
+    ):
+        return (
+            "the scores were divided by sqrt(D_v), the values' width: the scale is "
+            "sqrt(d_k), the width of q and k"
+        )
+    if len(slopes) > 1 and is_close(
+        w, alibi_reference(q, k, v, slopes[:1].expand(len(slopes)))[1]
+    ):
+        return "every head used slopes[0]: head h subtracts slopes[h] * (i - j)"
+    for wrong, message in (
+        (slopes * 0, "no penalty at all: subtract slopes[h] * (i - j) from the scores"),
+        (
+            slopes.mean().expand(len(slopes)),
+            "every head used one slope, the slopes' mean: head h subtracts its own "
+            "slopes[h] * (i - j)",
+        ),
+        (
+            slopes.flip(0),
+            "the slopes were reversed: head 0 takes slopes[0] = 1/2, the steepest",
+        ),
+    ):
+        if len(slopes) > 1 and is_close(w, alibi_reference(q, k, v, wrong)[1]):
+            return message
+    T = w.size(-1)
+    i, j = torch.ones(T, T, dtype=torch.bool).tril(-1).nonzero().T
+    earlier = w[..., i, j]  # the weights of the keys before each query
+    if ((earlier == 0) | earlier.isnan()).all() and (w.triu(1) > 0).any():
+        return (
+            "query i gives no weight to the earlier keys j < i and weight to the "
+            "later ones: the mask is reversed; -inf where j > i (triu(1)), keep j <= i"
+        )
+    diagonal = w[..., range(T), range(T)]
+    if ((diagonal == 0) | diagonal.isnan()).all():
+        return (
+            "query i gives no weight to key i: query i must see key i (the "
+            "diagonal); mask only the later keys, j > i (triu(1))"
+        )
+    if not torch.allclose(w.sum(-1), torch.ones_like(w[..., 0])):
+        if (w.triu(1) == 0).all():
+            return (
+                "the rows of the weights do not sum to 1, and the later keys have no "
+                "weight: the weights were masked after the softmax; fill the scores "
+                "with -inf before it"
+            )
+        return (
+            "the rows of the weights do not sum to 1: each row is a softmax over the "
+            "keys (dim=-1) of the penalised, masked scores"
+        )
+    later = w[0, 0].triu(1) != 0  # (T, T)
+    if later.any():
+        i, j = later.nonzero()[0].tolist()
+        return f"query {i} gives weight to key {j}, a later one: keep the causal mask"
+    if is_close(w, alibi_reference(q, k, v, slopes[None, None, :])[1]):  # H == T
+        return (
+            "slopes[h] must multiply head h: the slopes were spread over the keys; use "
+            "slopes[:, None, None] against the (T, T) distances"
+        )
+    if w.size(1) == w.size(-1) and is_close(
+        w, alibi_reference(q, k, v, slopes[None, :, None])[1]
+    ):
+        return (
+            "slopes[h] must multiply head h: the slopes were spread over the queries "
+            "(slopes[:, None]); use slopes[:, None, None] against the (T, T) distances"
+        )
+    return None
+
+
+def _check_alibi_backward(fn: Callable, *given: Tensor) -> None:
+    """One backward pass through the answer, as training runs it: the gradients of q,
+    k and v equal the reference's."""
+    q, k, v, slopes = (t.clone().requires_grad_(i < 3) for i, t in enumerate(given))
+    try:
+        out, w = fn(q, k, v, slopes)
+        ((out * out).sum() + (w * w).sum()).backward()
+    except RuntimeError as e:
+        if "inplace" not in str(e):
+            raise
+        raise ExerciseError(
+            "the backward pass failed: a tensor autograd needed was changed in place "
+            "(masked_fill_ on the softmax's output, or *=, +=): the -inf fill before "
+            "the softmax already gives the later keys 0; use out-of-place operations "
+            "(masked_fill, no underscore)"
+        ) from None
+    ref = [t.detach().clone().requires_grad_() for t in given[:3]]
+    want_out, want_w = alibi_reference(*ref, given[3])
+    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+    if not w.requires_grad:
+        raise ExerciseError(
+            "the weights returned carry no gradient (detached): return them as "
+            "computed; detach only where you plot them"
+        )
+    for name, mine, theirs in zip("qkv", (q, k, v), ref):
+        if mine.grad is None:
+            raise ExerciseError(
+                f"no gradient reached {name}: the output was detached (or computed "
+                "under torch.no_grad()); attention must let q, k and v train"
+            )
+        compare(f"the gradient of {name}", mine.grad, theirs.grad, atol=1e-9)
+
+
+@checker("attention with ALiBi")
+def check_alibi_attention(fn: Callable[..., tuple[Tensor, Tensor]]) -> str:
+    """fn(q, k, v, slopes) -> (out (B, H, T, D_v), weights (B, H, T, T)): causal
+    attention whose score of query i and key j <= i in head h is q.k / sqrt(d_k) -
+    slopes[h] * (i - j)."""
+    g = torch.Generator().manual_seed(0)
+    for shape in ((2, 5, 5, 8), (1, 2, 7, 4)):  # H == T first: the slopes' axis shows
+        B, H, T, _ = shape
+        q, k = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in "qk")
+        v = torch.randn(B, H, T, 3, generator=g, dtype=torch.float64)
+        slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float64)  # 1/2, 1/4, ...
+        mine = q.clone(), k.clone(), v.clone(), slopes.clone()
+        try:
+            got = fn(*mine)
+        except RuntimeError as e:
+            if "must match the size" not in str(e):
+                raise
+            raise ExerciseError(
+                f"q {shape}: RuntimeError ({first_line(e)}): do the "
+                "penalty's axes line up with the scores (B, H, T, T)? slopes[:, None, "
+                "None], (H, 1, 1), times the (T, T) distances gives (H, T, T)"
+            ) from None
+        for name, given, kept in zip(
+            ("q", "k", "v", "slopes"), (q, k, v, slopes), mine
+        ):
+            if not torch.equal(given, kept):
+                raise ExerciseError(
+                    f"{name} was changed in place (q /= ...?): the caller's {name} "
+                    f"must stay as it was; write {name} / ... into a new tensor"
+                )
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ExerciseError("return a pair (output, weights)")
+        out, w = got
+        if (
+            isinstance(out, Tensor)
+            and out.shape == (B, H, T, T)
+            and getattr(w, "shape", None) == (B, H, T, 3)
+        ):
+            raise ExerciseError(
+                "the pair came back as (weights, output): return (output, weights), "
+                "the output first"
+            )
+        want_out, want_w = alibi_reference(q, k, v, slopes)
+        hint = None if is_close(w, want_w) else _alibi_hint(q, k, v, slopes, w)
+        if hint:
+            raise ExerciseError(f"{hint} (q {shape})")
+        if isinstance(w, Tensor) and not is_close(w, want_w):
+            w2 = fn(q.clone(), k.clone(), v.clone(), 2 * slopes)[1]
+            if is_close(w2, w):
+                raise ExerciseError(
+                    f"q {shape}: the weights stayed the same when the slopes were "
+                    "doubled: the argument slopes is ignored (slopes of your own?); "
+                    "head h subtracts the slopes[h] it is given"
+                )
+        compare(f"weights for q {shape}", w, want_w, atol=1e-9)
+        compare(f"output for q {shape}", out, want_out, atol=1e-9)
+    _check_alibi_backward(fn, q, k, v, slopes)
+    out32, w32 = fn(q.float(), k.float(), v.float(), slopes.float())
+    if out32.dtype != torch.float32 or w32.dtype != torch.float32:
+        raise ExerciseError(
+            f"float32 q, k, v gave a {out32.dtype} output and {w32.dtype} weights: "
+            "keep q's dtype (no .double(), no tensors made in another dtype)"
+        )
+    return "q (2, 5, 5, 8) and (1, 2, 7, 4), slopes 1/2, 1/4, ...: weights and outputs"
