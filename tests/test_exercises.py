@@ -627,6 +627,7 @@ REVEALS = [
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
     ("08", "MyDecoderLayer", "class DecoderLayer("),
+    ("08", "my_shift_targets", "def reversal_batch("),
     ("09", "my_train_step", "def train_step("),
     ("09", "my_train", "def train_loop("),
     ("10", "my_beam_search", "def score_candidates("),

@@ -240,12 +240,12 @@ QUOTES = [
     ),
     (
         "18_lora",
-        r"rank 8 ([\d.]+)% with 1/[\d.]+ of it",
+        r"rank 8 recovers ([\d.]+)% of the gain with 1/[\d.]+ of",
         r"LoRA r=8: ([\d.]+)% of full fine-tuning's gain",
     ),
     (
         "18_lora",
-        r"rank 8 [\d.]+% with 1/([\d.]+) of it",
+        r"rank 8 recovers [\d.]+% of the gain with 1/([\d.]+) of",
         r"LoRA r=8: [\d.]+% of full fine-tuning's gain, 1/([\d.]+) of its",
     ),
     (
