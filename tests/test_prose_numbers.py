@@ -549,7 +549,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "853,120": "exercise 2's answer: 795,904 + 57,216",
     },
     "14": {
-        "1.65": "an earlier run on an AMD EPYC, cited",
         "1.41": "the translator's bf16 speed-up on the Xeon (results page)",
         "1.47": "nanoGPT's A100 result, cited",
     },
