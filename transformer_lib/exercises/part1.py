@@ -11,7 +11,7 @@ import itertools
 import math
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -1077,20 +1077,18 @@ def _random_allowed(shape: tuple[int, ...], g: torch.Generator) -> Tensor:
     return allowed.scatter(-1, one, True)
 
 
-def _check_mask_backward(fn: Callable, q: Tensor, k: Tensor, v, allowed) -> None:
-    """One backward pass through the answer: the gradients of q, k and v equal the
-    reference's."""
-    mine = [t.clone().requires_grad_() for t in (q, k, v)]
-    out, w = fn(*mine, allowed)
+def _weights_carry_gradient(w: object) -> None:
+    """Refuse attention weights returned detached: a loss on them could not train."""
     if not (isinstance(w, Tensor) and w.requires_grad):
         raise ExerciseError(
             "the weights returned carry no gradient (detached): return them as "
             "computed; detach only where you plot them"
         )
-    ((out * out).sum() + (w * w).sum()).backward()
-    ref = [t.clone().requires_grad_() for t in (q, k, v)]
-    want_out, want_w = masked_attention_reference(*ref, allowed)
-    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+
+
+def _same_qkv_gradients(mine: Sequence[Tensor], ref: Sequence[Tensor]) -> None:
+    """After one backward pass through the answer and one through the reference, the
+    gradients of q, k and v must reach them and be equal."""
     for name, a, b in zip("qkv", mine, ref):
         if a.grad is None:
             raise ExerciseError(
@@ -1098,6 +1096,19 @@ def _check_mask_backward(fn: Callable, q: Tensor, k: Tensor, v, allowed) -> None
                 "under torch.no_grad()); attention must let q, k and v train"
             )
         compare(f"the gradient of {name}", a.grad, b.grad, atol=1e-9)
+
+
+def _check_mask_backward(fn: Callable, q: Tensor, k: Tensor, v, allowed) -> None:
+    """One backward pass through the answer: the gradients of q, k and v equal the
+    reference's."""
+    mine = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, w = fn(*mine, allowed)
+    _weights_carry_gradient(w)
+    ((out * out).sum() + (w * w).sum()).backward()
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_out, want_w = masked_attention_reference(*ref, allowed)
+    ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
+    _same_qkv_gradients(mine, ref)
 
 
 @checker("attention with a mask")
@@ -1870,18 +1881,8 @@ def _check_alibi_backward(fn: Callable, *given: Tensor) -> None:
     ref = [t.detach().clone().requires_grad_() for t in given[:3]]
     want_out, want_w = alibi_reference(*ref, given[3])
     ((want_out * want_out).sum() + (want_w * want_w).sum()).backward()
-    if not w.requires_grad:
-        raise ExerciseError(
-            "the weights returned carry no gradient (detached): return them as "
-            "computed; detach only where you plot them"
-        )
-    for name, mine, theirs in zip("qkv", (q, k, v), ref):
-        if mine.grad is None:
-            raise ExerciseError(
-                f"no gradient reached {name}: the output was detached (or computed "
-                "under torch.no_grad()); attention must let q, k and v train"
-            )
-        compare(f"the gradient of {name}", mine.grad, theirs.grad, atol=1e-9)
+    _weights_carry_gradient(w)
+    _same_qkv_gradients((q, k, v), ref)
 
 
 @checker("attention with ALiBi")
