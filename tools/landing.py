@@ -123,12 +123,10 @@ def scores() -> dict[str, tuple[str, str]]:
     return {
         "bleu_public": printed(r"Challenge test\s+beam\s+[\d,]+\s+([\d.]+)"),
         "bleu_ours": printed(r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
-        "mt_minutes": printed(r"\d+ epochs, \d+ steps, ([\d.]+) min of training"),
-        "mt_threads": printed(  # the machine line that ends the notebook of that run
-            r"\d+ epochs, \d+ steps, [\d.]+ min of training[\s\S]*?"
-            r"executed in [\d.]+ s on [^,\n]+, (\d+) CPU thread"
-        ),
         "mt_params": printed(r"([\d,]+) parameters \| \d+ pairs"),
+        # the checkpoint that 10, 11 and 19 load, as 11 prints it when it loads it
+        "mt_epochs": printed(r"loaded runs/translator.pt: (\d+) epochs, best validation"),
+        "mt_val": printed(r"loaded runs/translator.pt: \d+ epochs, best validation loss ([\d.]+)"),
         "lm_loss": printed(r"val loss ([\d.]+) over every validation token \|"),
         "kv_speedup": printed(r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
         "speedrun_loss": printed(r"validation loss ([\d.]+) after [\d,]+ steps in"),
@@ -164,11 +162,15 @@ def scores() -> dict[str, tuple[str, str]]:
 # (en, zh) per row; {name} is a figure of scores(); the row links to the notebook
 # that prints its first figure.
 SCOREBOARD = [
+    # the translator that 10, 11 and 19 load and that the next row scores (appendix
+    # A1's run of 09's settings; 09's own stored run is another)
     (
         "**Part II**, an English → Chinese translator: {mt_params} parameters,"
-        " trained in {mt_minutes} minutes on {mt_threads} CPU thread{mt_threads_s}",
-        "**第二部分**，英译中翻译器：{mt_params} 个参数，"
-        "在 {mt_threads} 个 CPU 线程上训练了 {mt_minutes} 分钟",
+        " trained with [notebook 09](../notebooks/09_training_a_translator.ipynb)'s"
+        " settings: {mt_epochs} epochs, best validation loss {mt_val}",
+        "**第二部分**，英译中翻译器：{mt_params} 个参数，按"
+        "[笔记本 09](../notebooks/09_training_a_translator.ipynb) 的设置"
+        "训练 {mt_epochs} 轮，最佳验证损失 {mt_val}",
     ),
     (
         "its BLEU-zh on the public Tatoeba test (beam 4): **{bleu_public}**, against"
@@ -240,7 +242,6 @@ def scoreboard(lang: str) -> str:
     rows = []
     for en, zh in SCOREBOARD:
         values = {name: value for name, (value, _) in figures.items()}
-        values["mt_threads_s"] = "" if values["mt_threads"] == "1" else "s"
         what = (en if lang == "en" else zh).format(**values)
         stem = figures[re.search(r"\{(\w+)\}", en)[1]][1]
         rows.append(f"| {what} | [{title(lang, stem)}](../notebooks/{stem}.ipynb) |")
