@@ -164,7 +164,9 @@ def test_generate_refuses_empty_prompt_and_unknown_ids():
     model = tiny_model()
     with pytest.raises(ValueError, match=r"need ids \(B, T >= 1\)"):
         generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
-    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65\)"):
+    with pytest.raises(
+        ValueError, match=r"token id 70 is outside the vocabulary \[0, 65\)"
+    ):
         generate(model, torch.tensor([[3, 70]]), 3)
 
 
@@ -197,11 +199,13 @@ def test_library_guards_name_what_is_wrong():
         mha(x, torch.randn(3, 5, 8))
     model = GPT(GPTConfig.tiny())
     with pytest.raises(
-        ValueError, match="token ids must lie in \\[0, 65\\); got 0..65"
+        ValueError, match=r"token id 65 is outside the vocabulary \[0, 65\)"
     ):
         model(torch.tensor([[0, 65]]))
-    with pytest.raises(ValueError, match="token ids must lie in"):
+    with pytest.raises(ValueError, match="token id -1 is outside the vocabulary"):
         model(torch.tensor([[-1, 3]]))
+    with pytest.raises(TypeError, match="token ids must be an integer tensor"):
+        model(torch.tensor([[0.0, 3.0]]))
     cache = KVCache(model.config, batch_size=2)
     with pytest.raises(ValueError, match="this cache holds a batch of 2, got 1"):
         model(torch.tensor([[1, 2]]), cache=cache)

@@ -125,8 +125,12 @@ def scores() -> dict[str, tuple[str, str]]:
         "bleu_ours": printed(r"course test split\s+beam\s+[\d,]+\s+([\d.]+)"),
         "mt_params": printed(r"([\d,]+) parameters \| \d+ pairs"),
         # the checkpoint that 10, 11 and 19 load, as 11 prints it when it loads it
-        "mt_epochs": printed(r"loaded runs/translator.pt: (\d+) epochs, best validation"),
-        "mt_val": printed(r"loaded runs/translator.pt: \d+ epochs, best validation loss ([\d.]+)"),
+        "mt_epochs": printed(
+            r"loaded runs/translator.pt: (\d+) epochs, best validation"
+        ),
+        "mt_val": printed(
+            r"loaded runs/translator.pt: \d+ epochs, best validation loss ([\d.]+)"
+        ),
         "lm_loss": printed(r"val loss ([\d.]+) over every validation token \|"),
         "kv_speedup": printed(r"500 new tokens:.*?speed-up\s+([\d.]+)x"),
         "speedrun_loss": printed(r"validation loss ([\d.]+) after [\d,]+ steps in"),
