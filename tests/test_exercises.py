@@ -623,6 +623,7 @@ def test_shift_targets():
 # solution come before the notebook shows the course's own version of the component
 REVEALS = [
     ("02", "MyTiedOutput", "lm_head.weight = embed.weight"),
+    ("03", "my_shift_encoding", "def shift_matrix("),
     ("04", "my_attention_with_mask", "def scaled_dot_product_attention("),
     ("05", "MyMultiHeadAttention", "class MultiHeadAttention("),
     ("07", "MyEncoderLayer", "class EncoderLayer("),
@@ -632,6 +633,8 @@ REVEALS = [
     ("09", "my_train", "def train_loop("),
     ("10", "my_beam_search", "def score_candidates("),
     ("15", "my_grouped_attention", "def repeat_kv("),
+    ("16", "MyGeGLU", "class ModernConfig("),
+    ("18", "merge_and_unload", "theirs.merge_and_unload()"),
 ]
 
 
