@@ -28,7 +28,7 @@ class PairVocab:
     characters' ids shifted past them. The Chinese <bos> is the prompt's last token,
     `<zh>`: "the Chinese starts here"."""
 
-    src_tok: Tokenizer  # English BPE, with <pad> = 0, <bos>, <eos>
+    src_tok: Tokenizer  # English BPE, <pad>, <bos>, <eos> after its merges
     tgt_tok: Tokenizer  # Chinese characters
 
     @property
