@@ -75,6 +75,25 @@ def test_every_notebook_with_a_build_it_cell_is_in_the_registry():
     assert set(ex.BUILD_ITS) - with_cells == set(), "checkers with no build-it cell"
 
 
+@pytest.mark.parametrize("nb", sorted(ex.BUILD_ITS))
+def test_the_registry_lists_build_its_in_page_order(nb):
+    """`check NN` reports a notebook's build-its in the order the page shows them."""
+    path = next((ROOT / "notebooks").glob(f"{nb}_*.ipynb"))
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    where = []
+    for name, _ in ex.BUILD_ITS[nb]:
+        defines = re.compile(rf"^(def|class) {name}\b", re.M)
+        where.append(
+            next(
+                i
+                for i, cell in enumerate(cells)
+                if cell["cell_type"] == "code"
+                and defines.search("".join(cell["source"]))
+            )
+        )
+    assert where == sorted(where), f"{nb}: {ex.BUILD_ITS[nb]} is not in page order"
+
+
 # wrong answers, one test per build-it ------------------------------------------------
 
 

@@ -145,8 +145,8 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
     ],
     "09": [("my_train_step", check_train_step), ("my_train", check_training_loop)],
     "10": [
-        ("my_sample_min_p", check_min_p_sampling),
         ("my_beam_search", check_beam_search),
+        ("my_sample_min_p", check_min_p_sampling),
     ],
     "11": [("my_corpus_bleu", check_corpus_bleu)],
     "12": [("MyBlock", check_gpt_block), ("MyKVCache", check_kv_cache)],
