@@ -521,6 +521,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
         "1.861": "in 10",  # the stored-runs box: the book's translator, which 10 prints
     },
     "10": {
+        "1.851": "in 09",  # 09's stored run's best validation loss, beside this run's
         "0.09": "the min-p build-it's example: min_p 0.1 times a top probability 0.9",
         "0.02": "the min-p build-it's example: min_p 0.1 times a top probability 0.2",
         "1.98": "a score in the beam tree figure (tools/beam_tree.py)",
@@ -537,7 +538,7 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "11": {
         "3.8": "= 64.9 / 17.3",
         "4.3": "= 539.9 / 124.4",
-        "6.7": "= 31.4 - 24.66",
+        "1.851": "in 09",  # 09's stored run's best validation loss, beside this run's
     },
     "13": {
         "0.8": "nanoGPT's README, cited; and a threshold of the head table",
