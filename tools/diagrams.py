@@ -74,10 +74,10 @@ def course_map():
         "block (07), decoder block with cross-attention and the whole model "
         "(08), training "
         "(09), decoding (10) and evaluation with BLEU (11), GPT block with RMSNorm, "
-        "GELU and residual additions (12) and what it learned (13), KV cache, "
+        "GELU and residual additions (12) and what it learned (13), KV cache (12), "
         "fused attention and DDP (14), "
         "and today's variants: RoPE, grouped-query attention and QK-norm (15), "
-        "SwiGLU and the Muon optimizer (16); then the two adapted: the GPT as "
+        "SwiGLU (16); then the two adapted: the GPT as "
         "a translator with a prompt and a loss mask (17), LoRA (18), and the "
         "translator tuned with preferences, DPO (19).",
         min_text_px=7,  # the whole course in one figure: its notes are small print
@@ -231,7 +231,7 @@ def course_map():
         "KV cache · fused attention",
         "data",
         size=13,
-        sub="bf16 · compile · DDP · 14",
+        sub="12 · bf16, compile, DDP: 14",
     )
     s.arrow(gx + 100, 172, gx + 100, 128)
     # Part V: the GPT adapted, between the two models

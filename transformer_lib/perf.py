@@ -106,11 +106,12 @@ def attention_peak_memory_mb(impl: str, B: int, H: int, T: int, D: int) -> float
 
 # %% ../notebooks/14_making_it_fast.ipynb #b38b2564
 def model_flops_per_token(config: GPTConfig, training: bool = True) -> float:
-    """Matmul FLOPs per token: 2 x the matmul weights (12LC^2 + VC, tied or not) + 4LCN
-    (q k^T and weights @ v at full context N, as PaLM's appendix B) forward, x3 with the
-    backward. Norms, softmax, the optimizer are left out: one reason MFU stays <100%."""
-    L, C, N, V = config.n_layers, config.d_model, config.context_len, config.vocab_size
-    weights = L * (4 * C * C + 2 * C * config.d_ff) + V * C
+    """Matmul FLOPs per token: 2 x the matmul weights (12LC^2 + n_vocab C, tied or
+    not) + 4LCN (q k^T and weights @ v at full context N, as PaLM's appendix B) forward,
+    x3 with the backward. Norms, softmax, the optimizer are left out: one reason MFU
+    stays <100%."""
+    L, C, N = config.n_layers, config.d_model, config.context_len
+    weights = L * (4 * C * C + 2 * C * config.d_ff) + config.vocab_size * C
     forward = 2 * weights + 4 * L * C * N
     return 3 * forward if training else forward
 
