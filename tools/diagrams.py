@@ -1373,25 +1373,28 @@ def prompt_mask():
         900,
         300,
         "One sequence per pair, the loss on the translation only",
-        "A row of tokens: <bos>, I, 'm, learning, Spanish, ., <zh>, then 我 在 学 西 "
-        "班 牙 语 。 and <eos>. Below each input token, the token it must predict "
+        "A row of tokens, as the course's English BPE splits the sentence: <bos>, I, "
+        "'m, lear, ning, S, p, an, ish, ., <zh>, then 我 在 学 西 班 牙 语 。 and <eos>. "
+        "Below each input token, the token it must predict "
         "next. The targets under the prompt (the English and <zh>) are crossed out: "
         "the loss mask gives them no weight, so the model learns to translate, not to "
         "write English. Without the mask every target counts.",
     )
-    tokens = ["<bos>", "I", "'m", "learn", "ing", "Spanish", ".", "<zh>"]
+    # the English as the course's 2,000-token BPE splits it (notebook 17 prints it);
+    # "␣" marks a token that starts with a space
+    tokens = ["<bos>", "I", "'m", "␣lear", "ning", "␣S", "p", "an", "ish", ".", "<zh>"]
     tokens += ["我", "在", "学", "西", "班", "牙", "语", "。", "<eos>"]
-    n_prompt, w, x0 = 8, 53, 14
+    n_prompt, w, x0 = 11, 44, 14
     s.text(x0, 40, "input (what the GPT reads)", size=13, anchor="start", color=MUTED)
     s.text(x0, 188, "target (the next token)", size=13, anchor="start", color=MUTED)
     for i, tok in enumerate(tokens[:-1]):
         x = x0 + i * (w + 2)
         kind = "embed" if i < n_prompt else "out"
-        s.box(x, 52, w, 34, tok, kind, size=12)
+        s.box(x, 52, w, 34, tok, kind, size=11)
         target = tokens[i + 1]
         masked = i < n_prompt - 1
         s.arrow(x + w / 2, 88, x + w / 2, 128, color=MUTED if masked else "#263238")
-        s.box(x, 132, w, 34, target, "off" if masked else "hot", size=12, dash=masked)
+        s.box(x, 132, w, 34, target, "off" if masked else "hot", size=11, dash=masked)
         if masked:
             s.line([(x + 6, 138), (x + w - 6, 160)], arrow=False, color="#c62828")
     s.frame(x0 - 8, 218, (w + 2) * (n_prompt - 1) + 6, 56)
