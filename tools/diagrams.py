@@ -1374,8 +1374,8 @@ def prompt_mask():
         300,
         "One sequence per pair, the loss on the translation only",
         "A row of tokens, as the course's English BPE splits the sentence: <bos>, I, "
-        "'m, lear, ning, S, p, an, ish, ., <zh>, then 我 在 学 西 班 牙 语 。 and <eos>. "
-        "Below each input token, the token it must predict "
+        "'m, lear, ning, S, p, an, ish, ., <zh>, then 我 在 学 西 班 牙 语 。 "
+        "and <eos>. Below each input token, the token it must predict "
         "next. The targets under the prompt (the English and <zh>) are crossed out: "
         "the loss mask gives them no weight, so the model learns to translate, not to "
         "write English. Without the mask every target counts.",
