@@ -125,8 +125,9 @@ def cosine_on_clock(spent: float, budget: float, max_lr: float, min_lr: float) -
 
 # %% ../notebooks/14_making_it_fast.ipynb #12bf16nat
 def bf16_supported(device: torch.device) -> bool:
-    """Native bf16 matmuls: CUDA capability >= 8.0 (Ampere; Colab's T4 only emulates
-    bf16), a CPU with AVX512-BF16 or AMX (oneDNN's check); not mps (see check_bf16)."""
+    """bf16 matmuls in hardware or in oneDNN's kernels: CUDA capability >= 8.0 (Ampere;
+    Colab's T4 only emulates bf16); on a CPU, oneDNN's check, true with any AVX-512
+    (AVX512-BF16 and AMX multiply bf16, older AVX-512 converts it); not mps."""
     if device.type == "cuda":
         return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
