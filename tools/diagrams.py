@@ -1414,6 +1414,67 @@ def prompt_mask():
 
 
 @diagram
+def run_lifecycle():
+    s = Svg(
+        900,
+        350,
+        "A training run that never loses work",
+        "The trainer (train-mt, or fit) first calls start_run: it checks that the "
+        "path can be written, takes the run's lock and removes the temporary files of "
+        "killed saves. If a checkpoint is already there, a policy decides: refuse (the "
+        "default, a one-line error that names --resume and --restart), resume (every "
+        "part checked, the run continues at its saved step) or restart (a new run in "
+        "its place). Then each epoch: train_epoch (09's training loop with its "
+        "guards), end_epoch (validation, keep the best weights), save_run (a temporary "
+        "file, then os.replace, so the disk holds the old checkpoint or the whole new "
+        "one). Ctrl-C or SIGTERM saves and stops, and --resume continues exactly; a "
+        "loss that is not finite stops the run, and the last saved epoch stays good.",
+    )
+    s.box(20, 52, 190, 50, "train-mt or fit", "data", size=14, sub="the trainer")
+    s.arrow(210, 77, 250, 77)
+    s.box(250, 52, 220, 50, "start_run", "norm", size=14, sub="check the path, lock it")
+    s.text(700, 20, "a checkpoint already there?", size=13, color=MUTED)
+    policies = [
+        ("refuse (the default)", "a one-line error: --resume or --restart?", "off"),
+        ("resume", "check every part, continue at its step", "attn"),
+        ("restart", "a new run in its place", "out"),
+    ]
+    for j, (label, sub, kind) in enumerate(policies):
+        y = 30 + j * 50
+        s.box(520, y, 360, 42, label, kind, size=13, sub=sub)
+        s.line([(470, 77), (520, y + 21)])
+    s.line([(700, 172), (700, 196), (160, 196), (160, 222)])
+    s.text(430, 190, "no checkpoint yet, resume or restart", size=12, color=MUTED)
+    loop = [
+        (60, 200, "train_epoch", "09's training loop, guarded", "embed"),
+        (330, 200, "end_epoch", "validate, keep the best", "attn"),
+        (600, 240, "save_run", "a temporary file, then os.replace", "hot"),
+    ]
+    for k, (x, w, label, sub, kind) in enumerate(loop):
+        s.box(x, 222, w, 50, label, kind, size=14, sub=sub)
+        if k:
+            s.arrow(x - 70, 247, x, 247)
+    s.line([(720, 272), (720, 296), (160, 296), (160, 272)])
+    s.text(440, 290, "the next epoch", size=12, color=MUTED)
+    s.text(
+        20,
+        322,
+        "Ctrl-C or SIGTERM: save, then stop; --resume continues exactly",
+        size=12,
+        anchor="start",
+    )
+    s.text(
+        20,
+        342,
+        "a loss that is not finite: stop; the last saved epoch stays good",
+        size=12,
+        anchor="start",
+    )
+    s.text(880, 332, "after the last epoch: the best weights", size=12, anchor="end")
+    return s
+
+
+@diagram
 def lora():
     s = Svg(
         900,
