@@ -2,6 +2,7 @@
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -19,3 +20,15 @@ class MyGeGLU(nn.Module):
 
     def forward(self, x):
         return self.proj(F.gelu(self.gate(x)) * self.up(x))  # (B, T, C)
+
+
+def my_newton_schulz(G: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """About U V^T of G (d_out, d_in), by Muon's Newton-Schulz iteration."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = G.size(0) > G.size(1)
+    X = G.T if tall else G  # the smaller Gram matrix X X^T
+    X = X / X.norm()  # singular values in (0, 1]
+    for _ in range(steps):
+        A = X @ X.T  # (d, d), d the smaller side
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if tall else X

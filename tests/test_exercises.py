@@ -653,6 +653,7 @@ REVEALS = [
     ("10", "my_beam_search", "def score_candidates("),
     ("15", "my_grouped_attention", "def repeat_kv("),
     ("16", "MyGeGLU", "class ModernConfig("),
+    ("16", "my_newton_schulz", "def newton_schulz("),
     ("18", "merge_and_unload", "theirs.merge_and_unload()"),
 ]
 
@@ -1199,6 +1200,41 @@ def test_grouped_attention():
         ),
         r"shape \(2, 2, 6, 8\), expected \(2, 4, 6, 8\)",
     )
+
+
+def test_newton_schulz():
+    right = solution("16").my_newton_schulz
+    check = ex.check_newton_schulz
+    passes(check, right)
+
+    def iterate(abc=(3.4445, -4.775, 2.0315), norm=True, steps_used=None):
+        def fn(G, steps=5):
+            a, b, c = abc
+            X = G / G.norm() if norm else G.clone()
+            for _ in range(steps_used or steps):
+                A = X @ X.T
+                X = a * X + (b * A + c * A @ A) @ X
+            return X
+
+        return fn
+
+    fails(check, iterate(abc=(2.0315, -4.775, 3.4445)), "the coefficients are reversed")
+    fails(check, iterate(norm=False), "divide G by its Frobenius norm first")
+    fails(check, iterate(steps_used=1), "one step only")
+    fails(check, iterate(steps_used=5), "the argument steps is ignored")
+    fails(check, iterate(abc=(3.4445, 0.0, 0.0)), "only a X is left")
+
+    def not_back(G, steps=5):
+        X = right(G, steps)
+        return X.T if G.size(0) > G.size(1) else X
+
+    fails(check, not_back, "transpose the result back")
+
+    def in_place(G, steps=5):
+        G /= G.norm()
+        return right(G, steps)
+
+    fails(check, in_place, "wrote into its input G")
 
 
 def test_geglu():

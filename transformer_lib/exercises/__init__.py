@@ -72,6 +72,7 @@ from transformer_lib.exercises.part3 import (
 from transformer_lib.exercises.part4 import (
     check_geglu,
     check_grouped_attention,
+    check_newton_schulz,
     check_rope,
     rope_reference,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "check_rope",
     "check_grouped_attention",
     "check_geglu",
+    "check_newton_schulz",
     "check_pack_pairs",
     "check_merge_and_unload",
     "check_dpo_nll_loss",
@@ -156,7 +158,7 @@ BUILD_ITS: dict[str, list[tuple[str, Callable]]] = {
         ("my_apply_rope", check_rope),
         ("my_grouped_attention", check_grouped_attention),
     ],
-    "16": [("MyGeGLU", check_geglu)],
+    "16": [("MyGeGLU", check_geglu), ("my_newton_schulz", check_newton_schulz)],
     "17": [("pack_pairs", check_pack_pairs)],
     "18": [("merge_and_unload", check_merge_and_unload)],
     "19": [("my_dpo_nll_loss", check_dpo_nll_loss)],

@@ -808,3 +808,107 @@ def check_geglu(cls: type) -> str:
         f"hidden widths {widths} for d_model 24, 40, 50; equals "
         "proj(gelu(gate(x)) * up(x)) on (2, 5, 24); gradients"
     )
+
+
+# 16 · Muon's Newton-Schulz iteration ---------------------------------------------
+
+_NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
+
+
+def _newton_schulz_reference(
+    G: Tensor, steps: int = 5, abc=_NS_COEFFICIENTS, norm=None
+) -> Tensor:
+    """The iteration as the notebook writes it, in G's dtype; `abc` and `norm` (a
+    function of X giving the divisor) let the checker rebuild the usual slips."""
+    a, b, c = abc
+    X = G / (norm(G) if norm else G.norm())
+    for _ in range(steps):
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X
+
+
+def _newton_schulz_hint(G: Tensor, got: Tensor, steps: int) -> str | None:
+    """What a wrong answer on G did instead, if it is a usual slip."""
+    slips = (
+        (
+            _newton_schulz_reference(G, steps, _NS_COEFFICIENTS[::-1]),
+            "the coefficients are reversed: (a, b, c) = (3.4445, -4.7750, 2.0315), "
+            "a on X, b on (X X^T) X, c on (X X^T)^2 X",
+        ),
+        (
+            _newton_schulz_reference(G, steps, norm=lambda X: 1.0),
+            "G was not divided by its norm first: X_0 = G / ||G||_F puts every "
+            "singular value in (0, 1], where the polynomial pushes it towards 1",
+        ),
+        (
+            _newton_schulz_reference(G, steps, norm=lambda X: X.abs().max()),
+            "G was divided by its largest entry: divide by its Frobenius norm, "
+            "G.norm(), which bounds every singular value by 1",
+        ),
+        (
+            _newton_schulz_reference(G, 1),
+            "one step only: repeat the update `steps` times (5 by default)",
+        ),
+        (
+            _newton_schulz_reference(G, steps, (_NS_COEFFICIENTS[0], 0.0, 0.0)),
+            "only a X is left: the update is a X + b (X X^T) X + c (X X^T)^2 X",
+        ),
+    )
+    for want, hint in slips:
+        if got.shape == want.shape and is_close(got, want, atol=1e-8):
+            return hint
+    if got.shape == G.shape and is_close(got, G / G.norm(), atol=1e-8):
+        return "only the normalisation: then repeat the update `steps` times"
+    return None
+
+
+@checker("Newton-Schulz")
+def check_newton_schulz(fn: Callable[..., Tensor]) -> str:
+    """fn(G, steps=5) -> about U V^T of G (d_out, d_in), by Muon's Newton-Schulz
+    iteration; compared with the reference in float64 on wide, square and tall G."""
+    g = torch.Generator().manual_seed(0)
+    shapes = ((6, 10), (8, 8), (12, 5))
+    for shape in shapes:
+        G = torch.randn(*shape, generator=g, dtype=torch.float64)
+        given = G.clone()
+        got = fn(given)
+        if not torch.equal(given, G):
+            raise ExerciseError(
+                "my_newton_schulz wrote into its input G: work on a copy "
+                "(X = G / G.norm() makes one)"
+            )
+        if isinstance(got, Tensor) and got.shape == G.T.shape and shape[0] != shape[1]:
+            raise ExerciseError(
+                f"my_newton_schulz on a {shape} G returned shape {tuple(got.shape)}: "
+                "a tall G is transposed to work on, so transpose the result back"
+            )
+        want = _newton_schulz_reference(G)
+        if isinstance(got, Tensor) and not torch.isfinite(got).all():
+            raise ExerciseError(
+                f"my_newton_schulz on a {shape} G gave nan or inf: the iteration grows "
+                "any singular value above about 1.26 without bound, so divide G by its "
+                "Frobenius norm first, X_0 = G / G.norm()"
+            )
+        if isinstance(got, Tensor) and got.shape == G.shape:
+            hint = (
+                None
+                if is_close(got, want, atol=1e-8)
+                else _newton_schulz_hint(G, got, 5)
+            )
+            if hint:
+                raise ExerciseError(hint)
+        compare(f"my_newton_schulz(G of shape {shape})", got, want, atol=1e-8)
+    G = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    got = fn(G.clone(), steps=2)
+    if isinstance(got, Tensor) and is_close(got, _newton_schulz_reference(G), 1e-8):
+        raise ExerciseError(
+            "my_newton_schulz(G, steps=2) did 5 steps: the argument steps is ignored"
+        )
+    compare("my_newton_schulz(G, steps=2)", got, _newton_schulz_reference(G, 2), 1e-8)
+    singular = torch.linalg.svdvals(fn(torch.randn(32, 64, generator=g)))
+    return (
+        "equals the iteration on (6, 10), (8, 8) and (12, 5) in float64, and with "
+        f"steps=2; on a random (32, 64) G its singular values lie in "
+        f"[{singular.min():.2f}, {singular.max():.2f}], near 1"
+    )
